@@ -1,0 +1,186 @@
+//! Tensor -> Arrow (without copying), restoring the logical type the tensor came from.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, FixedSizeListArray, make_array};
+use arrow_buffer::Buffer;
+use arrow_data::ArrayData;
+use arrow_schema::{DataType, Field, FieldRef};
+
+use super::extension::TensorMetadata;
+use crate::dtype::storage_dtype;
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, c_strides, is_c_contiguous};
+
+/// An Arrow array over a tensor's memory (without copying); see [`tensor_to_column`].
+///
+/// # Errors
+/// As [`tensor_to_column`].
+pub fn tensor_to_array(tensor: &Tensor) -> Result<ArrayRef> {
+    tensor_to_column(tensor, "").map(|(_, array)| array)
+}
+
+/// An Arrow column over a tensor's memory (without copying), with its field.
+///
+/// 1-D tensors become primitive arrays, N-d tensors `arrow.fixed_shape_tensor` columns (or the
+/// nested FixedSizeList they came from), and a 0-d tensor one value. The logical type recorded
+/// on the tensor is restored when it still fits the shape and dtype. The tensor (and so whatever
+/// owns its memory) stays alive until the last Arrow buffer over it is dropped, on any thread.
+///
+/// # Errors
+/// [`Error::CopyRequired`] for device memory, bool tensors (Arrow bit-packs booleans) and
+/// strided layouts; [`Error::Misaligned`] for pointers not aligned to the element size. The
+/// copying fallbacks live in the kernels layer.
+pub fn tensor_to_column(tensor: &Tensor, name: &str) -> Result<(FieldRef, ArrayRef)> {
+    if !tensor.device().is_host_accessible() {
+        return Err(Error::CopyRequired { reason: format!("the tensor is on {}", tensor.device()) });
+    }
+    if tensor.dtype() == crate::DType::Bool {
+        return Err(Error::CopyRequired {
+            reason: "bool tensors hold one byte per value and Arrow bit-packs booleans".into(),
+        });
+    }
+    if tensor.numel() > 0 && !tensor.is_aligned() {
+        return Err(Error::Misaligned { ptr: tensor.data_ptr() as usize, align: tensor.dtype().itemsize() });
+    }
+    let shape: Vec<i64> = if tensor.ndim() == 0 { vec![1] } else { tensor.shape().to_vec() };
+    let strides: Vec<i64> = if tensor.ndim() == 0 { vec![1] } else { tensor.strides().to_vec() };
+    let permutation = physical_order(&shape, &strides).ok_or_else(|| Error::CopyRequired {
+        reason: format!("shape {shape:?} with strides {strides:?} is not contiguous"),
+    })?;
+    let leaf_type = leaf_type(tensor, &shape);
+    let values = values_array(tensor, leaf_type)?;
+    if shape.len() == 1 {
+        let field = match tensor.logical() {
+            Some(f) if f.data_type() == values.data_type() => f.clone(),
+            _ => Arc::new(Field::new(name, values.data_type().clone(), false)),
+        };
+        return Ok((field, values));
+    }
+    let n = shape[0] as usize;
+    if permutation.is_none()
+        && let Some((field, array)) = restore_nested(tensor, &shape, &values, n)?
+    {
+        return Ok((field, array));
+    }
+    let phys: Vec<usize> = match &permutation {
+        Some(order) => order.iter().map(|&i| shape[1 + i] as usize).collect(),
+        None => shape[1..].iter().map(|&d| d as usize).collect(),
+    };
+    let meta = TensorMetadata { shape: phys, dim_names: None, permutation: permutation.map(|o| inverse(&o)) };
+    let item = Arc::new(Field::new("item", values.data_type().clone(), true));
+    let cell = i32::try_from(meta.cell_size()).map_err(|_| {
+        Error::layout(format!("a cell of {} elements exceeds Arrow's list size", meta.cell_size()))
+    })?;
+    let storage = FixedSizeListArray::try_new_with_length(item, cell, values, None, n)?;
+    let field = match tensor.logical() {
+        Some(f)
+            if f.data_type() == arrow_array::Array::data_type(&storage)
+                && TensorMetadata::from_field(f)? == Some(meta.clone()) =>
+        {
+            f.clone()
+        }
+        _ => Arc::new(
+            Field::new(name, arrow_array::Array::data_type(&storage).clone(), false)
+                .with_metadata(meta.field_metadata()),
+        ),
+    };
+    Ok((field, Arc::new(storage)))
+}
+
+/// The Arrow type of the leaf values: the recorded logical leaf when it stores this dtype.
+fn leaf_type(tensor: &Tensor, shape: &[i64]) -> DataType {
+    let mut dt = tensor.logical().map(|f| f.data_type().clone());
+    for _ in 1..shape.len() {
+        dt = match dt {
+            Some(DataType::FixedSizeList(child, _)) => Some(child.data_type().clone()),
+            _ => None,
+        };
+    }
+    match dt {
+        Some(dt)
+            if !matches!(dt, DataType::FixedSizeList(..))
+                && storage_dtype(&dt).ok() == Some(tensor.dtype()) =>
+        {
+            dt
+        }
+        _ => tensor.dtype().to_arrow(),
+    }
+}
+
+/// The flat values as one primitive array whose buffer is owned by a clone of the tensor.
+fn values_array(tensor: &Tensor, leaf_type: DataType) -> Result<ArrayRef> {
+    let numel = tensor.numel();
+    let buffer = match NonNull::new(tensor.data_ptr() as *mut u8) {
+        Some(ptr) if numel > 0 => {
+            let len = tensor.nbytes();
+            // SAFETY: the tensor is host-accessible, and its `numel` elements occupy exactly
+            // [data, data + len) because the layout is contiguous up to a permutation with
+            // non-negative strides (checked by the caller). The owner keeps the memory alive
+            // and unchanged for as long as the Buffer lives.
+            unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(tensor.clone())) }
+        }
+        // MutableBuffer aligns even its empty dangling pointer to 64 bytes.
+        _ => arrow_buffer::MutableBuffer::new(0).into(),
+    };
+    let data = ArrayData::try_new(leaf_type, numel, None, 0, vec![buffer], vec![])?;
+    Ok(make_array(data))
+}
+
+/// Rebuilds the nested FixedSizeList the tensor came from, if its sizes still match.
+fn restore_nested(
+    tensor: &Tensor,
+    shape: &[i64],
+    values: &ArrayRef,
+    n: usize,
+) -> Result<Option<(FieldRef, ArrayRef)>> {
+    let Some(field) = tensor.logical() else { return Ok(None) };
+    if TensorMetadata::from_field(field)?.is_some() {
+        return Ok(None);
+    }
+    let mut levels = Vec::new();
+    let mut dt = field.data_type();
+    while let DataType::FixedSizeList(child, size) = dt {
+        levels.push((child.clone(), *size));
+        dt = child.data_type();
+    }
+    let sizes: Vec<i64> = levels.iter().map(|(_, s)| *s as i64).collect();
+    if sizes != shape[1..] || dt != values.data_type() {
+        return Ok(None);
+    }
+    let mut array = values.clone();
+    for (k, (child, size)) in levels.into_iter().enumerate().rev() {
+        let count = n * sizes[..k].iter().product::<i64>() as usize;
+        array = Arc::new(FixedSizeListArray::try_new_with_length(child, size, array, None, count)?);
+    }
+    Ok(Some((field.clone(), array)))
+}
+
+/// `None` when the cells are not laid out densely (also with negative strides); `Some(None)`
+/// for C order; `Some(Some(order))` when the inner dimensions are a permutation of C order,
+/// where `order[j]` is the logical dimension stored as physical dimension `j`.
+fn physical_order(shape: &[i64], strides: &[i64]) -> Option<Option<Vec<usize>>> {
+    if is_c_contiguous(shape, strides) {
+        return Some(None);
+    }
+    let (inner_shape, inner_strides) = (&shape[1..], &strides[1..]);
+    let cell: i64 = inner_shape.iter().product();
+    if inner_shape.len() < 2 || (shape[0] > 1 && strides[0] != cell) {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..inner_shape.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(inner_strides[i]), i));
+    let phys_shape: Vec<i64> = order.iter().map(|&i| inner_shape[i]).collect();
+    let expected = c_strides(&phys_shape);
+    let dense = order.iter().zip(&expected).all(|(&i, &e)| inner_shape[i] == 1 || inner_strides[i] == e);
+    dense.then_some(Some(order))
+}
+
+fn inverse(order: &[usize]) -> Vec<usize> {
+    let mut inv = vec![0; order.len()];
+    for (j, &i) in order.iter().enumerate() {
+        inv[i] = j;
+    }
+    inv
+}

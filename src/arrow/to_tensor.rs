@@ -1,0 +1,119 @@
+//! Arrow -> Tensor (without copying).
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, FixedSizeListArray};
+use arrow_schema::{DataType, Field, FieldRef};
+
+use super::extension::TensorMetadata;
+use crate::dtype::{DType, storage_dtype};
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, c_strides};
+
+/// A tensor over an unnamed Arrow array (without copying).
+///
+/// Primitive arrays become 1-D, FixedSizeLists `(n, d1, ...)`. The array's type is kept on the
+/// tensor so [`tensor_to_array`](super::tensor_to_array) restores it.
+///
+/// # Errors
+/// [`Error::Nulls`] when the array (or a nested child) has nulls,
+/// [`Error::UnsupportedArrowType`] for types with no tensor form, and [`Error::CopyRequired`]
+/// for bit-packed booleans.
+pub fn array_to_tensor(array: &dyn Array) -> Result<Tensor> {
+    let field = Arc::new(Field::new("", array.data_type().clone(), true));
+    column_to_tensor(&field, array)
+}
+
+/// A tensor over a named Arrow column (without copying), honouring the field's
+/// `arrow.fixed_shape_tensor` extension metadata: such a column becomes `(n, *shape)` with
+/// strides that follow its `permutation`.
+///
+/// # Errors
+/// As [`array_to_tensor`], plus [`Error::InvalidExtensionMetadata`] when the metadata does not
+/// fit the storage.
+pub fn column_to_tensor(field: &FieldRef, array: &dyn Array) -> Result<Tensor> {
+    if field.data_type() != array.data_type() {
+        return Err(Error::InvalidArgument(format!(
+            "field {:?} has type {} but the array has type {}",
+            field.name(),
+            field.data_type(),
+            array.data_type()
+        )));
+    }
+    let tensor = match TensorMetadata::from_field(field)? {
+        Some(meta) => extension_tensor(field, array, &meta)?,
+        None => {
+            let mut dims = vec![array.len() as i64];
+            let leaf = descend(field.name(), array, &mut dims)?;
+            from_leaf(leaf, dims, None)?
+        }
+    };
+    Ok(tensor.with_logical(Some(field.clone())))
+}
+
+fn extension_tensor(field: &Field, array: &dyn Array, meta: &TensorMetadata) -> Result<Tensor> {
+    let storage_ok = matches!(array.data_type(), DataType::FixedSizeList(child, size)
+        if *size as usize == meta.cell_size() && !matches!(child.data_type(), DataType::FixedSizeList(..)));
+    if !storage_ok {
+        return Err(Error::InvalidExtensionMetadata {
+            json: meta.to_json(),
+            reason: format!(
+                "column {:?} stores {}, not a FixedSizeList of {} scalars",
+                field.name(),
+                array.data_type(),
+                meta.cell_size()
+            ),
+        });
+    }
+    let mut dims = vec![array.len() as i64];
+    let leaf = descend(field.name(), array, &mut dims)?;
+    let mut shape = vec![array.len() as i64];
+    shape.extend(meta.logical_shape());
+    let mut strides = vec![meta.cell_size() as i64];
+    strides.extend(meta.logical_strides());
+    from_leaf(leaf, shape, Some(strides))
+}
+
+/// Walks FixedSizeLists down to the primitive leaf, pushing each list size onto `dims`.
+/// Slices are already folded into the child arrays.
+fn descend<'a>(column: &str, array: &'a dyn Array, dims: &mut Vec<i64>) -> Result<&'a dyn Array> {
+    if array.null_count() > 0 {
+        return Err(Error::Nulls {
+            column: if dims.len() > 1 {
+                format!("{column:?} (nested level {})", dims.len() - 1)
+            } else {
+                format!("{column:?}")
+            },
+            null_count: array.null_count(),
+        });
+    }
+    match array.data_type() {
+        DataType::FixedSizeList(_, size) => {
+            let list: &FixedSizeListArray = array.as_fixed_size_list();
+            dims.push(*size as i64);
+            descend(column, list.values().as_ref(), dims)
+        }
+        DataType::Boolean => Err(Error::CopyRequired {
+            reason: format!(
+                "column {column:?} is boolean, which Arrow bit-packs; a tensor needs one byte per value"
+            ),
+        }),
+        dt => {
+            storage_dtype(dt)?;
+            Ok(array)
+        }
+    }
+}
+
+fn from_leaf(leaf: &dyn Array, shape: Vec<i64>, strides: Option<Vec<i64>>) -> Result<Tensor> {
+    let dtype: DType = storage_dtype(leaf.data_type())?;
+    let data = leaf.to_data();
+    let buffer = data.buffers()[0].clone();
+    let numel: usize = shape.iter().map(|&d| d as usize).product();
+    if numel != leaf.len() {
+        return Err(Error::layout(format!("shape {shape:?} does not hold the {} leaf values", leaf.len())));
+    }
+    let strides = strides.unwrap_or_else(|| c_strides(&shape));
+    Tensor::from_buffer(buffer, data.offset() * dtype.itemsize(), shape, Some(strides), dtype)
+}

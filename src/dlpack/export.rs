@@ -1,0 +1,243 @@
+//! Tensor -> `DLManagedTensor` / `DLManagedTensorVersioned` (without copying).
+
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
+
+use crate::ffi::dlpack::{
+    DLDataType, DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED,
+    DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
+};
+use crate::tensor::Tensor;
+
+/// Everything a managed tensor points to: owned by `manager_ctx`, freed by our deleter.
+pub(crate) struct ExportCtx {
+    pub(crate) tensor: Tensor,
+    shape: Box<[i64]>,
+    strides: Box<[i64]>,
+}
+
+/// The two managed-tensor structs, seen through what import and export share.
+pub trait ManagedTensor: Sized {
+    /// The tensor view.
+    fn dl_tensor(&self) -> &DLTensor;
+    /// The `manager_ctx` field.
+    fn manager_ctx(&self) -> *mut c_void;
+    /// Calls the struct's deleter, if it has one.
+    ///
+    /// # Safety
+    /// `ptr` must point to a live managed tensor that the caller owns; it is invalid afterwards.
+    /// Call at most once per tensor.
+    unsafe fn delete(ptr: NonNull<Self>);
+    /// True when `deleter` is dlframe's own, so `manager_ctx` is an [`ExportCtx`].
+    fn is_ours(&self) -> bool;
+}
+
+impl ManagedTensor for DLManagedTensorVersioned {
+    fn dl_tensor(&self) -> &DLTensor {
+        &self.dl_tensor
+    }
+    fn manager_ctx(&self) -> *mut c_void {
+        self.manager_ctx
+    }
+    unsafe fn delete(ptr: NonNull<Self>) {
+        // SAFETY: the caller guarantees ptr is live and owned; reading `deleter` is allowed
+        // whatever the version (the ABI keeps it in place across majors).
+        if let Some(deleter) = unsafe { (*ptr.as_ptr()).deleter } {
+            // SAFETY: the DLPack contract: the owner calls the deleter exactly once.
+            unsafe { deleter(ptr.as_ptr()) }
+        }
+    }
+    fn is_ours(&self) -> bool {
+        self.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete_versioned as unsafe extern "C" fn(_)))
+    }
+}
+
+impl ManagedTensor for DLManagedTensor {
+    fn dl_tensor(&self) -> &DLTensor {
+        &self.dl_tensor
+    }
+    fn manager_ctx(&self) -> *mut c_void {
+        self.manager_ctx
+    }
+    unsafe fn delete(ptr: NonNull<Self>) {
+        // SAFETY: the caller guarantees ptr is live and owned.
+        if let Some(deleter) = unsafe { (*ptr.as_ptr()).deleter } {
+            // SAFETY: the DLPack contract: the owner calls the deleter exactly once.
+            unsafe { deleter(ptr.as_ptr()) }
+        }
+    }
+    fn is_ours(&self) -> bool {
+        self.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete_legacy as unsafe extern "C" fn(_)))
+    }
+}
+
+/// An exported managed tensor not yet handed to a consumer. Dropping it runs the deleter,
+/// as a capsule destructor does for a capsule nobody consumed.
+pub struct Exported<M: ManagedTensor>(NonNull<M>);
+
+/// A `DLManagedTensorVersioned` awaiting its consumer.
+pub type ExportedVersioned = Exported<DLManagedTensorVersioned>;
+/// A legacy `DLManagedTensor` awaiting its consumer.
+pub type ExportedLegacy = Exported<DLManagedTensor>;
+
+// SAFETY: the managed tensor and its context are heap boxes owned by this guard alone, and the
+// Tensor inside is Send + Sync.
+unsafe impl<M: ManagedTensor> Send for Exported<M> {}
+
+impl<M: ManagedTensor> Exported<M> {
+    /// The managed tensor, still owned by the guard.
+    pub fn as_ptr(&self) -> *mut M {
+        self.0.as_ptr()
+    }
+    /// The view, for inspection.
+    pub fn dl_tensor(&self) -> &DLTensor {
+        // SAFETY: the guard owns a live managed tensor.
+        unsafe { self.0.as_ref() }.dl_tensor()
+    }
+    /// Hands ownership to a consumer, who must call the deleter exactly once.
+    pub fn into_raw(self) -> *mut M {
+        let ptr = self.0.as_ptr();
+        std::mem::forget(self);
+        ptr
+    }
+}
+
+impl<M: ManagedTensor> Drop for Exported<M> {
+    fn drop(&mut self) {
+        // SAFETY: the guard owns the tensor and drops once.
+        unsafe { M::delete(self.0) }
+    }
+}
+
+impl ExportedVersioned {
+    /// The `flags` word.
+    pub fn flags(&self) -> u64 {
+        // SAFETY: the guard owns a live managed tensor.
+        unsafe { self.0.as_ref() }.flags
+    }
+}
+
+fn build(tensor: Tensor) -> (DLTensor, *mut c_void) {
+    let ctx = Box::new(ExportCtx { shape: tensor.shape().into(), strides: tensor.strides().into(), tensor });
+    let ndim = ctx.shape.len();
+    let numel = ctx.tensor.numel();
+    let (shape, strides) = if ndim == 0 {
+        (std::ptr::null_mut(), std::ptr::null_mut())
+    } else {
+        (ctx.shape.as_ptr() as *mut i64, ctx.strides.as_ptr() as *mut i64)
+    };
+    let data = if numel == 0 { std::ptr::null_mut() } else { ctx.tensor.data_ptr() as *mut c_void };
+    let dtype: DLDataType = ctx.tensor.dtype().to_dlpack();
+    let dl = DLTensor {
+        data,
+        device: ctx.tensor.device().to_dlpack(),
+        ndim: ndim as i32,
+        dtype,
+        shape,
+        strides,
+        byte_offset: 0,
+    };
+    (dl, Box::into_raw(ctx) as *mut c_void)
+}
+
+/// Exports a tensor as a DLPack 1.3 `DLManagedTensorVersioned` (without copying).
+///
+/// `flags` get `READ_ONLY` for read-only (shared Arrow) memory and `IS_COPIED` for copies.
+/// Strides are always explicit for `ndim >= 1`, `byte_offset` is 0, and an empty tensor has
+/// `data == NULL`.
+pub fn export_versioned(tensor: Tensor) -> ExportedVersioned {
+    let mut flags = 0;
+    if tensor.readonly() {
+        flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
+    }
+    if tensor.copied() {
+        flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
+    }
+    let (dl_tensor, manager_ctx) = build(tensor);
+    let managed = Box::new(DLManagedTensorVersioned {
+        version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
+        manager_ctx,
+        deleter: Some(delete_versioned),
+        flags,
+        dl_tensor,
+    });
+    // SAFETY: Box::into_raw never returns NULL.
+    Exported(unsafe { NonNull::new_unchecked(Box::into_raw(managed)) })
+}
+
+/// Exports a tensor as a legacy `DLManagedTensor` (without copying).
+///
+/// The legacy struct cannot say "read-only": the caller decides whether sharing read-only
+/// memory this way is acceptable (the Python layer copies, CONFORMANCE.md item 4).
+pub fn export_legacy(tensor: Tensor) -> ExportedLegacy {
+    let (dl_tensor, manager_ctx) = build(tensor);
+    let managed = Box::new(DLManagedTensor { dl_tensor, manager_ctx, deleter: Some(delete_legacy) });
+    // SAFETY: Box::into_raw never returns NULL.
+    Exported(unsafe { NonNull::new_unchecked(Box::into_raw(managed)) })
+}
+
+/// Reclaims the boxes of one export; never unwinds.
+///
+/// # Safety
+/// `managed` came from `Box::into_raw` in this module and its `manager_ctx` from `build`, and
+/// neither has been reclaimed.
+unsafe fn reclaim<M: ManagedTensor>(managed: *mut M) {
+    if managed.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: per the function contract, this box is ours and reclaimed once.
+        let managed = unsafe { Box::from_raw(managed) };
+        let ctx = managed.manager_ctx() as *mut ExportCtx;
+        if !ctx.is_null() {
+            // SAFETY: manager_ctx was produced by Box::into_raw in `build`.
+            drop(unsafe { Box::from_raw(ctx) });
+        }
+    }));
+}
+
+unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+    // SAFETY: only installed on structs made by export_versioned; DLPack calls it once.
+    unsafe { reclaim(managed) }
+}
+
+unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
+    // SAFETY: only installed on structs made by export_legacy; DLPack calls it once.
+    unsafe { reclaim(managed) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::DropCounter;
+
+    #[test]
+    fn unconsumed_export_runs_the_deleter_once() {
+        let (owner, drops) = DropCounter::new(vec![1.0f32, 2.0, 3.0]);
+        let t = owner.tensor(vec![3]);
+        let exported = export_versioned(t);
+        assert_eq!(drops.get(), 0);
+        let dl = exported.dl_tensor();
+        assert_eq!((dl.ndim, dl.byte_offset), (1, 0));
+        // SAFETY: ndim is 1, so shape and strides each point to one element.
+        unsafe { assert_eq!((*dl.shape, *dl.strides), (3, 1)) };
+        drop(exported);
+        assert_eq!(drops.get(), 1);
+
+        let (owner, drops) = DropCounter::new(vec![7u8; 4]);
+        drop(export_legacy(owner.tensor(vec![2, 2])));
+        assert_eq!(drops.get(), 1);
+    }
+
+    #[test]
+    fn zero_dim_and_empty_exports_follow_the_spec() {
+        let scalar = Tensor::from_vec(vec![5i64], vec![]).unwrap();
+        let e = export_versioned(scalar);
+        let dl = e.dl_tensor();
+        assert!(dl.shape.is_null() && dl.strides.is_null() && !dl.data.is_null());
+        let empty = Tensor::from_vec(Vec::<f64>::new(), vec![0]).unwrap();
+        let e = export_versioned(empty);
+        assert!(e.dl_tensor().data.is_null() && !e.dl_tensor().strides.is_null());
+    }
+}

@@ -1,0 +1,22 @@
+//! Tensor <-> DLPack managed tensors, both versions.
+//!
+//! Ownership across the C boundary (one owner per allocation):
+//! - **Export**: [`export_versioned`] / [`export_legacy`] box the managed struct and put the
+//!   shape, the strides and a clone of the [`Tensor`] (which keeps the memory alive) into one
+//!   boxed context behind `manager_ctx`. The `extern "C"` deleter reclaims both boxes, never
+//!   unwinds, and ignores NULL. Until [`Exported::into_raw`] hands the pointer to a consumer,
+//!   the [`Exported`] guard owns it and runs the deleter on drop (a capsule that was never
+//!   consumed).
+//! - **Import**: [`ForeignTensor`] takes ownership of a foreign managed tensor, validates it once,
+//!   and calls its deleter exactly once on drop, from whatever thread drops it. A rejected
+//!   tensor is released before the error returns.
+//!
+//! Spec: <https://dmlc.github.io/dlpack/latest/c_api.html> (DLPack 1.3).
+
+mod export;
+mod import;
+
+pub use export::{
+    Exported, ExportedLegacy, ExportedVersioned, ManagedTensor, export_legacy, export_versioned,
+};
+pub use import::ForeignTensor;

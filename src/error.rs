@@ -1,0 +1,153 @@
+//! One structured error type for the whole crate.
+//!
+//! Every variant carries the numbers that explain it, and its message says what was expected,
+//! what was found, and (where there is one) the remedy. Boundaries map it once each: Python in
+//! `python/src/error.rs`, DataFusion UDFs with `exec_err!`, Polars plugins with `polars_bail!`.
+
+use std::fmt;
+
+/// The result type of every fallible dlframe function.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which kind of exception a boundary should raise for an [`Error`].
+///
+/// The array API says data that cannot be exported is a `BufferError`; bad arguments are
+/// `ValueError`/`TypeError`. This lets the Python layer map errors in exactly one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The data cannot be represented or exchanged as asked (Python: `BufferError`).
+    Buffer,
+    /// An argument is out of range or malformed (Python: `ValueError`).
+    Value,
+    /// The input's type is not supported (Python: `TypeError`).
+    Type,
+    /// Something below us failed (Python: `RuntimeError`).
+    Runtime,
+}
+
+/// Everything that can go wrong in dlframe.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An Arrow type that has no tensor equivalent (strings, decimals, dictionaries, ...).
+    #[error("{what} cannot become a tensor: {remedy}")]
+    UnsupportedArrowType {
+        /// The Arrow type, as Arrow prints it.
+        what: String,
+        /// What the user can do instead.
+        remedy: &'static str,
+    },
+    /// A DLPack (code, bits, lanes) triple or a typestr we do not know.
+    #[error("unsupported dtype {what}: {remedy}")]
+    UnsupportedDType {
+        /// The dtype as it arrived, e.g. `(code=5, bits=64, lanes=1)`.
+        what: String,
+        /// What is supported instead.
+        remedy: &'static str,
+    },
+    /// A DLPack device type we do not know, or one whose memory the CPU cannot read.
+    #[error("unsupported device {what}: {remedy}")]
+    UnsupportedDevice {
+        /// The device as it arrived.
+        what: String,
+        /// What is supported instead.
+        remedy: &'static str,
+    },
+    /// A column has nulls and the null policy is `error`.
+    #[error(
+        "column {column} has {null_count} null(s); pass nulls='fill' (with fill_value=...), \
+         nulls='nan' or nulls='mask', or call fill_null first"
+    )]
+    Nulls {
+        /// The column's name or position.
+        column: String,
+        /// How many nulls it has.
+        null_count: usize,
+    },
+    /// A zero-copy conversion was required (`copy=False`) but is impossible.
+    #[error("a copy is required because {reason}, but copy=False; pass copy=None or copy=True")]
+    CopyRequired {
+        /// Why the memory cannot be shared.
+        reason: String,
+    },
+    /// Pointer not aligned to the element size.
+    #[error(
+        "data pointer {ptr:#x} is not aligned to {align} bytes; Arrow needs aligned memory, \
+         so it must be copied (pass copy=True)"
+    )]
+    Misaligned {
+        /// The data pointer (after `byte_offset`).
+        ptr: usize,
+        /// The alignment the element type needs.
+        align: usize,
+    },
+    /// A shape, stride or size that is negative, overflows, or lies outside the allocation.
+    #[error("invalid tensor layout: {0}")]
+    InvalidLayout(String),
+    /// A DLPack struct that breaks the spec (NULL pointers, unknown major version, ...).
+    #[error("invalid DLPack tensor: {0}")]
+    InvalidDlpack(String),
+    /// An array-interface dict or typestr that breaks its spec.
+    #[error("invalid array interface: {0}")]
+    InvalidInterface(String),
+    /// Tensor extension-type metadata that cannot be read.
+    #[error("invalid arrow.fixed_shape_tensor metadata {json:?}: {reason}")]
+    InvalidExtensionMetadata {
+        /// The metadata as it arrived.
+        json: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Columns or chunks whose lengths do not agree.
+    #[error("length mismatch: {what} has length {found}, expected {expected}")]
+    LengthMismatch {
+        /// Which column, chunk or list row.
+        what: String,
+        /// The length everything else has.
+        expected: usize,
+        /// The length this one has.
+        found: usize,
+    },
+    /// A value that does not fit the target dtype of a cast or a fill.
+    #[error("{value} {place} does not fit {target}; choose a wider dtype")]
+    ValueOutOfRange {
+        /// The value, printed.
+        value: String,
+        /// Where it is: "at row 3 of column 'x'", "(fill_value)".
+        place: String,
+        /// The target dtype.
+        target: String,
+    },
+    /// A bad argument (an unknown option, an order other than C or F, ...).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// An error from arrow-rs.
+    #[error(transparent)]
+    Arrow(#[from] arrow_schema::ArrowError),
+}
+
+impl Error {
+    /// The exception family a boundary should use for this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::UnsupportedArrowType { .. }
+            | Error::UnsupportedDType { .. }
+            | Error::UnsupportedDevice { .. }
+            | Error::Nulls { .. }
+            | Error::CopyRequired { .. }
+            | Error::Misaligned { .. }
+            | Error::InvalidDlpack(_) => ErrorKind::Buffer,
+            Error::InvalidLayout(_)
+            | Error::InvalidInterface(_)
+            | Error::InvalidExtensionMetadata { .. }
+            | Error::LengthMismatch { .. }
+            | Error::ValueOutOfRange { .. }
+            | Error::InvalidArgument(_) => ErrorKind::Value,
+            Error::Arrow(_) => ErrorKind::Runtime,
+        }
+    }
+
+    pub(crate) fn layout(msg: impl fmt::Display) -> Self {
+        Error::InvalidLayout(msg.to_string())
+    }
+}

@@ -1,0 +1,3 @@
+//! Raw C layouts, with no logic. Only this layer has `pub` raw-pointer fields.
+
+pub mod dlpack;

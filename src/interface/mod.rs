@@ -1,0 +1,143 @@
+//! Array-interface descriptors as plain serde data: numpy's `__array_interface__` v3 and
+//! `__cuda_array_interface__` v3 share [`ArrayInterface`]; typestrs are in [`typestr`].
+//!
+//! These are descriptions only: building one copies nothing, and reading one validates the
+//! layout before anything touches memory. Spec: numpy `arrays.interface`, numba
+//! `cuda_array_interface` (CONFORMANCE.md sections 3 and 4).
+
+pub mod typestr;
+
+use serde::{Deserialize, Serialize};
+
+pub use typestr::{ByteOrder, TypeStr};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, check_layout};
+
+/// `__array_interface__` / `__cuda_array_interface__` v3, as data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArrayInterface {
+    /// Extents.
+    pub shape: Vec<i64>,
+    /// Element type, e.g. `"<f4"`.
+    pub typestr: TypeStr,
+    /// `(pointer, read_only)`; the pointer is 0 for empty arrays.
+    pub data: (usize, bool),
+    /// Byte strides, or `None` for C-contiguous.
+    #[serde(default)]
+    pub strides: Option<Vec<i64>>,
+    /// `[("", typestr)]`.
+    #[serde(default)]
+    pub descr: Vec<(String, String)>,
+    /// Always 3 on export.
+    pub version: u32,
+    /// CUDA only: the stream the data is ready on (never 0); `None` means no synchronisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<i64>,
+}
+
+impl ArrayInterface {
+    /// Describes a tensor (copies nothing). Never carries a `mask`: validity travels
+    /// separately (CONFORMANCE.md item 26).
+    pub fn from_tensor(tensor: &Tensor, typestr: TypeStr) -> Self {
+        let item = tensor.dtype().itemsize() as i64;
+        let strides =
+            (!tensor.is_c_contiguous()).then(|| tensor.strides().iter().map(|s| s * item).collect());
+        let ptr = if tensor.numel() == 0 { 0 } else { tensor.data_ptr() as usize };
+        ArrayInterface {
+            shape: tensor.shape().to_vec(),
+            descr: vec![(String::new(), typestr.to_string())],
+            typestr,
+            data: (ptr, tensor.readonly()),
+            strides,
+            version: 3,
+            stream: None,
+        }
+    }
+
+    /// The dtype and the strides in elements, validated (nothing is read).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInterface`] for byte strides that are not whole elements or a wrong
+    /// count, a NULL pointer with elements, a zero stream; [`Error::UnsupportedDType`] and
+    /// [`Error::InvalidLayout`] as their names say.
+    pub fn layout(&self) -> Result<(DType, Vec<i64>)> {
+        let dtype = self.typestr.to_dtype()?;
+        let item = dtype.itemsize() as i64;
+        let strides = match &self.strides {
+            None => crate::tensor::c_strides(&self.shape),
+            Some(s) if s.len() != self.shape.len() => {
+                return Err(Error::InvalidInterface(format!(
+                    "{} strides for {} dimensions",
+                    s.len(),
+                    self.shape.len()
+                )));
+            }
+            Some(s) => s
+                .iter()
+                .map(|&b| {
+                    if b % item == 0 {
+                        Ok(b / item)
+                    } else {
+                        Err(Error::InvalidInterface(format!(
+                            "byte stride {b} is not a multiple of the itemsize {item}"
+                        )))
+                    }
+                })
+                .collect::<Result<_>>()?,
+        };
+        let extent = check_layout(&self.shape, &strides, dtype.itemsize())?;
+        if self.data.0 == 0 && extent.numel > 0 {
+            return Err(Error::InvalidInterface(format!(
+                "data is NULL but the array has {} elements",
+                extent.numel
+            )));
+        }
+        if self.stream == Some(0) {
+            return Err(Error::InvalidInterface(
+                "stream 0 is disallowed (ambiguous); use 1 for the legacy default stream".into(),
+            ));
+        }
+        Ok((dtype, strides))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_a_tensor_and_reads_it_back() {
+        let t = Tensor::from_vec(vec![1.0f32; 6], vec![2, 3]).unwrap();
+        let ai = ArrayInterface::from_tensor(&t, TypeStr::from_dtype(t.dtype()));
+        let json = serde_json::to_value(&ai).unwrap();
+        assert_eq!(json["typestr"], "<f4");
+        assert_eq!(json["strides"], serde_json::Value::Null);
+        assert_eq!(json["version"], 3);
+        assert!(json.get("mask").is_none() && json.get("stream").is_none());
+        let back: ArrayInterface = serde_json::from_value(json).unwrap();
+        assert_eq!(back.layout().unwrap(), (DType::Float32, vec![3, 1]));
+    }
+
+    #[test]
+    fn bad_descriptors_are_refused() {
+        let t = Tensor::from_vec(vec![1i64; 4], vec![4]).unwrap();
+        let good = ArrayInterface::from_tensor(&t, TypeStr::from_dtype(t.dtype()));
+        let mut a = good.clone();
+        a.strides = Some(vec![3]);
+        assert!(a.layout().unwrap_err().to_string().contains("multiple"));
+        let mut a = good.clone();
+        a.strides = Some(vec![8, 8]);
+        assert!(a.layout().is_err());
+        let mut a = good.clone();
+        a.data.0 = 0;
+        assert!(a.layout().unwrap_err().to_string().contains("NULL"));
+        let mut a = good.clone();
+        a.stream = Some(0);
+        assert!(a.layout().is_err());
+        let mut a = good;
+        a.shape = vec![-4];
+        assert!(a.layout().is_err());
+    }
+}

@@ -1,0 +1,246 @@
+//! The numpy typestr codec: `"<f4"`, `"|b1"`, `"<M8[ns]"`, as plain data with serde.
+
+use std::fmt;
+use std::str::FromStr;
+
+use arrow_schema::{DataType, TimeUnit};
+use serde::{Deserialize, Serialize};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// The byte-order character of a typestr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ByteOrder {
+    /// `<`
+    Little,
+    /// `>`
+    Big,
+    /// `|`: not applicable (single bytes).
+    NotApplicable,
+    /// `=`: native.
+    Native,
+}
+
+impl ByteOrder {
+    fn char(self) -> char {
+        match self {
+            ByteOrder::Little => '<',
+            ByteOrder::Big => '>',
+            ByteOrder::NotApplicable => '|',
+            ByteOrder::Native => '=',
+        }
+    }
+    fn is_native(self) -> bool {
+        match self {
+            ByteOrder::Little => cfg!(target_endian = "little"),
+            ByteOrder::Big => cfg!(target_endian = "big"),
+            ByteOrder::NotApplicable | ByteOrder::Native => true,
+        }
+    }
+}
+
+/// A parsed typestr: byte order, kind character (`b i u f c m M O S U V t`), item size in
+/// bytes (bits for `t`), and the datetime unit for `m`/`M`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TypeStr {
+    /// Byte order.
+    pub order: ByteOrder,
+    /// Kind character.
+    pub kind: char,
+    /// Item size.
+    pub itemsize: usize,
+    /// Datetime unit (`"ns"`), for kinds `m` and `M`.
+    pub unit: Option<String>,
+}
+
+impl TypeStr {
+    /// The native typestr of a dtype: `"|b1"`, `"|i1"`, `"<f4"` on little-endian machines.
+    pub fn from_dtype(dtype: DType) -> Self {
+        let kind = match dtype {
+            DType::Bool => 'b',
+            DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 => 'i',
+            DType::UInt8 | DType::UInt16 | DType::UInt32 | DType::UInt64 => 'u',
+            DType::Float16 | DType::Float32 | DType::Float64 => 'f',
+        };
+        let order = if dtype.itemsize() == 1 {
+            ByteOrder::NotApplicable
+        } else if cfg!(target_endian = "little") {
+            ByteOrder::Little
+        } else {
+            ByteOrder::Big
+        };
+        TypeStr { order, kind, itemsize: dtype.itemsize(), unit: None }
+    }
+
+    /// The typestr for an Arrow column type: datetimes keep their unit (`"<M8[us]"`), other
+    /// types use their storage dtype.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedArrowType`] for types with no tensor form.
+    pub fn from_arrow(dt: &DataType) -> Result<Self> {
+        let unit = |u: &TimeUnit| match u {
+            TimeUnit::Second => "s",
+            TimeUnit::Millisecond => "ms",
+            TimeUnit::Microsecond => "us",
+            TimeUnit::Nanosecond => "ns",
+        };
+        let base = TypeStr::from_dtype(crate::dtype::storage_dtype(dt)?);
+        Ok(match dt {
+            DataType::Timestamp(u, _) => TypeStr { kind: 'M', unit: Some(unit(u).into()), ..base },
+            DataType::Date64 => TypeStr { kind: 'M', unit: Some("ms".into()), ..base },
+            DataType::Duration(u) => TypeStr { kind: 'm', unit: Some(unit(u).into()), ..base },
+            _ => base,
+        })
+    }
+
+    /// The Arrow type this typestr names, when it is more than its storage dtype (datetimes).
+    pub fn arrow_logical(&self) -> Option<DataType> {
+        let unit = match self.unit.as_deref()? {
+            "s" => TimeUnit::Second,
+            "ms" => TimeUnit::Millisecond,
+            "us" => TimeUnit::Microsecond,
+            "ns" => TimeUnit::Nanosecond,
+            _ => return None,
+        };
+        match self.kind {
+            'M' => Some(DataType::Timestamp(unit, None)),
+            'm' => Some(DataType::Duration(unit)),
+            _ => None,
+        }
+    }
+
+    /// The dtype that stores values of this typestr.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for non-native byte order, kinds other than `b i u f m M`,
+    /// and sizes with no dtype.
+    pub fn to_dtype(&self) -> Result<DType> {
+        if !self.order.is_native() {
+            return Err(Error::UnsupportedDType {
+                what: self.to_string(),
+                remedy: "non-native byte order; byteswap the array first (e.g. arr.astype(arr.dtype.newbyteorder('=')))",
+            });
+        }
+        let dt = match (self.kind, self.itemsize) {
+            ('b', 1) => DType::Bool,
+            ('i', 1) => DType::Int8,
+            ('i', 2) => DType::Int16,
+            ('i', 4) => DType::Int32,
+            ('i', 8) | ('M', 8) | ('m', 8) => DType::Int64,
+            ('u', 1) => DType::UInt8,
+            ('u', 2) => DType::UInt16,
+            ('u', 4) => DType::UInt32,
+            ('u', 8) => DType::UInt64,
+            ('f', 2) => DType::Float16,
+            ('f', 4) => DType::Float32,
+            ('f', 8) => DType::Float64,
+            _ => {
+                return Err(Error::UnsupportedDType {
+                    what: self.to_string(),
+                    remedy: "dlframe reads b1, i1-i8, u1-u8, f2-f8 and M8/m8; cast the array first",
+                });
+            }
+        };
+        Ok(dt)
+    }
+}
+
+impl fmt::Display for TypeStr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}{}", self.order.char(), self.kind, self.itemsize)?;
+        if let Some(u) = &self.unit {
+            write!(f, "[{u}]")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for TypeStr {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = |why: &str| Error::InvalidInterface(format!("typestr {s:?}: {why}"));
+        let mut chars = s.chars();
+        let order = match chars.next() {
+            Some('<') => ByteOrder::Little,
+            Some('>') => ByteOrder::Big,
+            Some('|') => ByteOrder::NotApplicable,
+            Some('=') => ByteOrder::Native,
+            _ => return Err(bad("the first character must be one of < > | =")),
+        };
+        let kind = chars.next().filter(|c| "tbiufcmMOSUV".contains(*c)).ok_or_else(|| bad("unknown kind"))?;
+        let rest = chars.as_str();
+        let (size, unit) = match rest.find('[') {
+            Some(i) if rest.ends_with(']') && matches!(kind, 'm' | 'M') => {
+                (&rest[..i], Some(rest[i + 1..rest.len() - 1].to_string()))
+            }
+            Some(_) => return Err(bad("a [unit] suffix belongs to m/M kinds and must close with ]")),
+            None => (rest, None),
+        };
+        if size.is_empty() || !size.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("the item size must be decimal digits"));
+        }
+        let itemsize = size.parse().map_err(|_| bad("the item size overflows"))?;
+        if unit.as_deref().is_some_and(|u| u.is_empty() || !u.bytes().all(|b| b.is_ascii_alphanumeric())) {
+            return Err(bad("bad datetime unit"));
+        }
+        Ok(TypeStr { order, kind, itemsize, unit })
+    }
+}
+
+impl TryFrom<String> for TypeStr {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<TypeStr> for String {
+    fn from(t: TypeStr) -> String {
+        t.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_round_trips_through_its_typestr() {
+        for d in DType::ALL {
+            let t = TypeStr::from_dtype(d);
+            let parsed: TypeStr = t.to_string().parse().unwrap();
+            assert_eq!(parsed.to_dtype().unwrap(), d, "{t}");
+        }
+        assert_eq!(TypeStr::from_dtype(DType::Bool).to_string(), "|b1");
+        assert_eq!(TypeStr::from_dtype(DType::Float16).to_string(), "<f2");
+    }
+
+    #[test]
+    fn datetimes_keep_their_unit() {
+        let t = TypeStr::from_arrow(&DataType::Timestamp(TimeUnit::Nanosecond, None)).unwrap();
+        assert_eq!(t.to_string(), "<M8[ns]");
+        assert_eq!("<M8[ns]".parse::<TypeStr>().unwrap(), t);
+        assert_eq!(t.arrow_logical(), Some(DataType::Timestamp(TimeUnit::Nanosecond, None)));
+        assert_eq!(TypeStr::from_arrow(&DataType::Duration(TimeUnit::Second)).unwrap().to_string(), "<m8[s]");
+        assert_eq!(TypeStr::from_arrow(&DataType::Date32).unwrap().to_string(), "<i4");
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(json, "\"<M8[ns]\"");
+        assert_eq!(serde_json::from_str::<TypeStr>(&json).unwrap(), t);
+    }
+
+    #[test]
+    fn malformed_or_unsupported_typestrs_are_errors() {
+        for bad in
+            ["", "<", "f4", "<x4", "<f", "<f4x", "<i4[ns]", "<M8[ns", "<M8[]", "<f99999999999999999999999"]
+        {
+            assert!(bad.parse::<TypeStr>().is_err(), "{bad}");
+        }
+        for unsupported in [">f4", "<c8", "|S5", "<f3", "|V8"] {
+            let t: TypeStr = unsupported.parse().unwrap();
+            assert!(t.to_dtype().is_err(), "{unsupported}");
+        }
+        assert!(serde_json::from_str::<TypeStr>("\"nope\"").is_err());
+    }
+}

@@ -1,0 +1,304 @@
+//! [`Tensor`]: a typed, shaped view of memory, with an owner that keeps the memory alive.
+//!
+//! A `Tensor` never owns memory by itself: it holds an `Arc` to whatever does (an Arrow
+//! `Buffer`, a [`ForeignTensor`](crate::dlpack::ForeignTensor), a `Vec`). Cloning a tensor
+//! clones that `Arc`; nothing here copies data. Shapes and strides are in elements, as in
+//! DLPack, and are validated with checked arithmetic at construction.
+
+mod layout;
+
+use std::fmt;
+use std::panic::RefUnwindSafe;
+use std::sync::Arc;
+
+use arrow_buffer::Buffer;
+use arrow_schema::FieldRef;
+
+pub use layout::{Extent, MAX_NDIM, c_strides, check as check_layout, is_c_contiguous};
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// Anything that can keep a tensor's memory alive: dropped from any thread, exactly once.
+pub trait Owner: Send + Sync + RefUnwindSafe + 'static {}
+impl<T: Send + Sync + RefUnwindSafe + 'static> Owner for T {}
+
+/// A Rust scalar with a tensor dtype.
+pub trait Native: Copy + Send + Sync + RefUnwindSafe + 'static {
+    /// Its dtype.
+    const DTYPE: DType;
+}
+macro_rules! native {
+    ($($t:ty => $d:ident),*) => { $(impl Native for $t { const DTYPE: DType = DType::$d; })* };
+}
+native!(i8 => Int8, i16 => Int16, i32 => Int32, i64 => Int64, u8 => UInt8, u16 => UInt16,
+        u32 => UInt32, u64 => UInt64, half::f16 => Float16, f32 => Float32, f64 => Float64);
+
+/// A strided, typed view of memory on some device, kept alive by its owner.
+#[derive(Clone)]
+pub struct Tensor {
+    data: *mut u8,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    dtype: DType,
+    device: Device,
+    readonly: bool,
+    copied: bool,
+    logical: Option<FieldRef>,
+    owner: Arc<dyn Owner>,
+}
+
+// SAFETY: `data` points into memory kept alive by `owner`, which is `Send + Sync`. A Tensor
+// only reads through `data`; writes happen only while building a fresh copy that no one else
+// can see yet.
+unsafe impl Send for Tensor {}
+// SAFETY: as for Send: shared references only read.
+unsafe impl Sync for Tensor {}
+
+impl Tensor {
+    /// Wraps memory that `owner` keeps alive (without copying).
+    ///
+    /// `strides: None` means C-contiguous. `data` is the address of element `[0, ..., 0]`
+    /// (negative strides reach below it) and may be NULL only when the tensor is empty.
+    ///
+    /// # Errors
+    /// [`Error::InvalidLayout`] for a negative or overflowing shape, a wrong number of strides,
+    /// or a NULL pointer with elements.
+    ///
+    /// # Safety
+    /// Every element reachable through `shape` and `strides` from `data` must lie in memory on
+    /// `device` that stays valid (and, if `readonly`, unchanged) for as long as `owner` lives.
+    pub unsafe fn from_raw_parts(
+        data: *mut u8,
+        shape: Vec<i64>,
+        strides: Option<Vec<i64>>,
+        dtype: DType,
+        device: Device,
+        readonly: bool,
+        owner: Arc<dyn Owner>,
+    ) -> Result<Self> {
+        let strides = strides.unwrap_or_else(|| c_strides(&shape));
+        let extent = check_layout(&shape, &strides, dtype.itemsize())?;
+        if data.is_null() && extent.numel > 0 {
+            return Err(Error::layout(format!("NULL data pointer for {} elements", extent.numel)));
+        }
+        Ok(Tensor { data, shape, strides, dtype, device, readonly, copied: false, logical: None, owner })
+    }
+
+    /// A CPU tensor over an Arrow buffer, starting `byte_offset` bytes in (without copying).
+    /// The tensor is read-only: Arrow memory is shared and immutable.
+    ///
+    /// # Errors
+    /// [`Error::InvalidLayout`] when the layout is invalid or reaches outside the buffer.
+    pub fn from_buffer(
+        buffer: Buffer,
+        byte_offset: usize,
+        shape: Vec<i64>,
+        strides: Option<Vec<i64>>,
+        dtype: DType,
+    ) -> Result<Self> {
+        let strides = strides.unwrap_or_else(|| c_strides(&shape));
+        let extent = check_layout(&shape, &strides, dtype.itemsize())?;
+        let item = dtype.itemsize() as i64;
+        let low = (byte_offset as i64).checked_add(extent.min * item);
+        let high = (byte_offset as i64).checked_add((extent.max + 1) * item);
+        let inside = match (low, high) {
+            _ if extent.numel == 0 => byte_offset <= buffer.len(),
+            (Some(lo), Some(hi)) => lo >= 0 && hi as usize <= buffer.len(),
+            _ => false,
+        };
+        if !inside {
+            return Err(Error::layout(format!(
+                "shape {shape:?} with strides {strides:?} at byte offset {byte_offset} reaches \
+                 outside a buffer of {} bytes",
+                buffer.len()
+            )));
+        }
+        // SAFETY: byte_offset <= buffer.len() was checked above, so the pointer stays inside
+        // (or one past) the allocation.
+        let data = unsafe { buffer.as_ptr().add(byte_offset) } as *mut u8;
+        // SAFETY: every reachable element lies in [lo, hi) within the buffer (checked above),
+        // and the buffer, moved into the owner, keeps it alive and immutable.
+        unsafe {
+            Self::from_raw_parts(data, shape, Some(strides), dtype, Device::Cpu, true, Arc::new(buffer))
+        }
+    }
+
+    /// A writable CPU tensor that owns `values` (without copying them).
+    ///
+    /// # Errors
+    /// [`Error::InvalidLayout`] when `shape` does not hold `values.len()` elements.
+    pub fn from_vec<T: Native>(values: Vec<T>, shape: Vec<i64>) -> Result<Self> {
+        let extent = check_layout(&shape, &c_strides(&shape), T::DTYPE.itemsize())?;
+        if extent.numel != values.len() {
+            return Err(Error::LengthMismatch {
+                what: format!("a tensor of shape {shape:?}"),
+                expected: extent.numel,
+                found: values.len(),
+            });
+        }
+        let data = if values.is_empty() { std::ptr::null_mut() } else { values.as_ptr() as *mut u8 };
+        // SAFETY: the Vec's heap allocation does not move when the Vec moves into the Arc, and
+        // holds exactly numel contiguous elements.
+        unsafe { Self::from_raw_parts(data, shape, None, T::DTYPE, Device::Cpu, false, Arc::new(values)) }
+    }
+
+    /// Address of element `[0, ..., 0]` (NULL or dangling for an empty tensor).
+    pub fn data_ptr(&self) -> *const u8 {
+        self.data
+    }
+    /// Extents, in elements.
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+    /// Strides, in elements (always explicit).
+    pub fn strides(&self) -> &[i64] {
+        &self.strides
+    }
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().map(|&d| d as usize).product()
+    }
+    /// Bytes of the elements (not of the span).
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.itemsize()
+    }
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// Where the memory lives.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+    /// True when consumers must not write (shared Arrow memory).
+    pub fn readonly(&self) -> bool {
+        self.readonly
+    }
+    /// True when dlframe made this memory as a copy (DLPack `IS_COPIED`).
+    pub fn copied(&self) -> bool {
+        self.copied
+    }
+    /// True when the elements are C-contiguous.
+    pub fn is_c_contiguous(&self) -> bool {
+        is_c_contiguous(&self.shape, &self.strides)
+    }
+    /// True when the data pointer is aligned to the element size.
+    pub fn is_aligned(&self) -> bool {
+        (self.data as usize) % self.dtype.itemsize() == 0
+    }
+    /// The Arrow field this tensor came from, used to restore logical types on the way back.
+    pub fn logical(&self) -> Option<&FieldRef> {
+        self.logical.as_ref()
+    }
+    /// The owner that keeps the memory alive.
+    pub fn owner(&self) -> &Arc<dyn Owner> {
+        &self.owner
+    }
+
+    /// Sets the Arrow field to restore on the way back.
+    pub fn with_logical(mut self, field: Option<FieldRef>) -> Self {
+        self.logical = field;
+        self
+    }
+    /// Marks the tensor as a fresh copy (DLPack `IS_COPIED`); also clears `readonly`.
+    pub fn with_copied(mut self, copied: bool) -> Self {
+        self.copied = copied;
+        if copied {
+            self.readonly = false;
+        }
+        self
+    }
+    /// Sets the read-only flag.
+    pub fn with_readonly(mut self, readonly: bool) -> Self {
+        self.readonly = readonly;
+        self
+    }
+
+    /// The elements as a slice, when the tensor is CPU, C-contiguous, aligned and of type `T`
+    /// (without copying).
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for another dtype, [`Error::CopyRequired`] for memory that
+    /// the CPU cannot read in place or that is strided, [`Error::Misaligned`].
+    pub fn as_slice<T: Native>(&self) -> Result<&[T]> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::UnsupportedDType {
+                what: format!("{} (asked for {})", self.dtype, T::DTYPE),
+                remedy: "read the tensor with its own dtype",
+            });
+        }
+        self.check_host_contiguous()?;
+        if self.numel() == 0 {
+            return Ok(&[]);
+        }
+        // SAFETY: host-readable, C-contiguous, aligned (checked above) numel elements of T kept
+        // alive by self.owner for the lifetime of &self.
+        Ok(unsafe { std::slice::from_raw_parts(self.data as *const T, self.numel()) })
+    }
+
+    /// The reasons a zero-copy view as one contiguous host slice is impossible, if any.
+    pub(crate) fn check_host_contiguous(&self) -> Result<()> {
+        if !self.device.is_host_accessible() {
+            return Err(Error::CopyRequired { reason: format!("the tensor is on {}", self.device) });
+        }
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        if !self.is_aligned() {
+            return Err(Error::Misaligned { ptr: self.data as usize, align: self.dtype.itemsize() });
+        }
+        if !self.is_c_contiguous() {
+            return Err(Error::CopyRequired {
+                reason: format!("shape {:?} with strides {:?} is not C-contiguous", self.shape, self.strides),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tensor")
+            .field("data", &self.data)
+            .field("shape", &self.shape)
+            .field("strides", &self.strides)
+            .field("dtype", &self.dtype)
+            .field("device", &self.device)
+            .field("readonly", &self.readonly)
+            .field("copied", &self.copied)
+            .field("logical", &self.logical.as_ref().map(|f| f.data_type()))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_buffer_refuses_views_outside_the_buffer() {
+        let buf = Buffer::from_vec(vec![1i32, 2, 3, 4]);
+        assert!(Tensor::from_buffer(buf.clone(), 4, vec![3], None, DType::Int32).is_ok());
+        assert!(Tensor::from_buffer(buf.clone(), 8, vec![3], None, DType::Int32).is_err());
+        assert!(Tensor::from_buffer(buf.clone(), 0, vec![2], Some(vec![-1]), DType::Int32).is_err());
+        let rev = Tensor::from_buffer(buf.clone(), 12, vec![4], Some(vec![-1]), DType::Int32);
+        assert_eq!(rev.unwrap().strides(), &[-1]);
+        assert!(Tensor::from_buffer(buf, 20, vec![0], None, DType::Int32).is_err());
+    }
+
+    #[test]
+    fn from_vec_checks_the_element_count() {
+        let t = Tensor::from_vec(vec![1.0f32; 6], vec![2, 3]).unwrap();
+        assert_eq!((t.shape(), t.strides(), t.readonly()), (&[2i64, 3][..], &[3i64, 1][..], false));
+        assert_eq!(t.as_slice::<f32>().unwrap().len(), 6);
+        assert!(t.as_slice::<f64>().is_err());
+        assert!(Tensor::from_vec(vec![1u8; 5], vec![2, 3]).is_err());
+        assert!(Tensor::from_vec(vec![1u8; 5], vec![-5]).is_err());
+    }
+}
