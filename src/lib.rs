@@ -46,6 +46,7 @@ pub mod dtype;
 pub mod error;
 pub mod ffi;
 pub mod interface;
+pub mod kernels;
 pub mod tensor;
 #[doc(hidden)]
 pub mod testing;

@@ -15,8 +15,13 @@
 
 pub mod extension;
 mod from_tensor;
+mod policy;
 mod to_tensor;
 
 pub use extension::TensorMetadata;
 pub use from_tensor::{tensor_to_array, tensor_to_column};
+pub use policy::{
+    Converted, CopyPolicy, ExportOptions, NullPolicy, columns_to_tensor, tensor_to_column_with, to_tensor,
+};
+pub use crate::kernels::{Order, Scalar};
 pub use to_tensor::{array_to_tensor, column_to_tensor};

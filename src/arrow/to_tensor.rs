@@ -59,7 +59,7 @@ fn extension_tensor(field: &Field, array: &dyn Array, meta: &TensorMetadata) -> 
         return Err(Error::InvalidExtensionMetadata {
             json: meta.to_json(),
             reason: format!(
-                "column {:?} stores {}, not a FixedSizeList of {} scalars",
+                "column '{}' stores {}, not a FixedSizeList of {} scalars",
                 field.name(),
                 array.data_type(),
                 meta.cell_size()
@@ -81,9 +81,9 @@ fn descend<'a>(column: &str, array: &'a dyn Array, dims: &mut Vec<i64>) -> Resul
     if array.null_count() > 0 {
         return Err(Error::Nulls {
             column: if dims.len() > 1 {
-                format!("{column:?} (nested level {})", dims.len() - 1)
+                format!("'{column}' (nested level {})", dims.len() - 1)
             } else {
-                format!("{column:?}")
+                format!("'{column}'")
             },
             null_count: array.null_count(),
         });
@@ -96,7 +96,7 @@ fn descend<'a>(column: &str, array: &'a dyn Array, dims: &mut Vec<i64>) -> Resul
         }
         DataType::Boolean => Err(Error::CopyRequired {
             reason: format!(
-                "column {column:?} is boolean, which Arrow bit-packs; a tensor needs one byte per value"
+                "column '{column}' is boolean, which Arrow bit-packs; a tensor needs one byte per value"
             ),
         }),
         dt => {

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Prints the criterion results of `cargo bench` as ratios (markdown), with issue targets.
+
+Reads target/criterion/<group>/<function>/new/estimates.json (mean, ns). Standard library only.
+"""
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "target" / "criterion"
+
+# (group, numerator, denominator, target ratio, what)
+ROWS = [
+    ("null_fill_f32_10M_10pct", "kernel", "memcpy", 1.2, "null fill, f32, 10M rows, 10% nulls / memcpy of 40 MB"),
+    ("bool_unpack_10M", "kernel", "memcpy", 1.5, "bool unpack, 10M / memcpy of the 10 MB written"),
+    ("interleave_8xf32_2M_c", "kernel", "memcpy", 1.5, "8 f32 columns x 2M rows -> (2M, 8) C order / memcpy of 64 MB"),
+    ("chunk_concat_100x100k_f32", "kernel", "memcpy", 1.2, "chunk concat, 100 x 100K f32 / memcpy"),
+    ("chunk_concat_100x100k_f32", "arrow_to_tensor", "memcpy", 1.2, "same, from Arrow chunks through to_tensor / memcpy"),
+    ("null_fill_f32_10M_10pct", "kernel_parallel", "memcpy", None, "null fill on all cores / 1-thread memcpy (info)"),
+    ("interleave_8xf32_2M_c", "kernel_parallel", "memcpy", None, "interleave on all cores / 1-thread memcpy (info)"),
+    ("dlpack_constant_cost", "export/10000000", "export/1000", 1.5, "Arrow -> DLPack export, 10M rows / 1K rows"),
+    ("dlpack_constant_cost", "import/10000000", "import/1000", 1.5, "DLPack import -> Arrow, 10M / 1K"),
+    ("dlpack_constant_cost", "round_trip/10000000", "round_trip/1000", 1.5, "whole round trip, 10M / 1K"),
+]
+
+
+def mean(group, name):
+    f = ROOT / group / name / "new" / "estimates.json"
+    if not f.exists():
+        return None
+    return json.loads(f.read_text())["mean"]["point_estimate"]
+
+
+def main():
+    print("| what | ratio | target | |")
+    print("|---|---|---|---|")
+    missing = 0
+    for group, num, den, target, what in ROWS:
+        a, b = mean(group, num), mean(group, den)
+        if a is None or b is None:
+            missing += 1
+            continue
+        r = a / b
+        verdict = "" if target is None else ("meets" if r <= target else "misses")
+        print(f"| {what} | {r:.2f}x | {'-' if target is None else f'<= {target}x'} | {verdict} |")
+    if missing:
+        print(f"\n({missing} rows not measured: run `cargo bench` first)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,562 @@
+//! Null and copy policies, and the conversions that take them: one column (chunked or not),
+//! several columns into one `(n, k)` matrix, and tensors back to Arrow with a copy fallback.
+//!
+//! Zero-copy is tried first unless `copy=True`; when it is impossible, the one fused copy pass
+//! of [`crate::kernels`] makes the tensor, unless `copy=False`, which refuses with the reason.
+//! Copies are marked [`Tensor::copied`] (DLPack `IS_COPIED`) and are writable.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef};
+use arrow_buffer::MutableBuffer;
+use arrow_data::ArrayData;
+use arrow_schema::{DataType, FieldRef};
+
+use super::extension::TensorMetadata;
+use super::{column_to_tensor, tensor_to_column};
+use crate::dtype::{DType, storage_dtype};
+use crate::error::{Error, Result};
+use crate::kernels::{self, BitSlice, Column, ColumnRef, Order, Scalar};
+use crate::tensor::{Tensor, c_strides};
+
+/// What to do with nulls (DESIGN.md, "Nulls").
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum NullPolicy {
+    /// Refuse columns with nulls, naming the column and the count (the default).
+    #[default]
+    Error,
+    /// Replace nulls by a value, fused into the copy.
+    Fill(Scalar),
+    /// Replace nulls by NaN (float dtypes only).
+    Nan,
+    /// Values as they are (zero-copy when possible) plus a separate bool validity tensor.
+    Mask,
+}
+
+/// The array API's `copy` argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CopyPolicy {
+    /// `copy=None`: share memory when possible, else copy.
+    #[default]
+    IfNeeded,
+    /// `copy=False`: never copy; refuse with the reason instead.
+    Never,
+    /// `copy=True`: always a fresh buffer.
+    Always,
+}
+
+/// Options of the Arrow -> tensor conversions.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ExportOptions {
+    /// Null policy.
+    pub nulls: NullPolicy,
+    /// Copy policy.
+    pub copy: CopyPolicy,
+    /// Target dtype; `None` keeps the column's (or the columns' common) dtype.
+    pub dtype: Option<DType>,
+    /// Memory order of a multi-column matrix.
+    pub order: Order,
+}
+
+/// A tensor and, under [`NullPolicy::Mask`], its validity (bool, same shape, true = valid).
+#[derive(Debug, Clone)]
+pub struct Converted {
+    /// The values.
+    pub values: Tensor,
+    /// The validity mask, when asked for.
+    pub mask: Option<Tensor>,
+}
+
+/// One column, in one or more chunks, as one tensor: zero-copy for one chunk without nulls
+/// (or with nulls under [`NullPolicy::Mask`]), otherwise one fused copy pass.
+///
+/// # Errors
+/// [`Error::Nulls`] under [`NullPolicy::Error`], [`Error::CopyRequired`] under
+/// [`CopyPolicy::Never`] when a copy is needed, [`Error::ValueOutOfRange`] for a fill value or
+/// cast that does not fit, and the errors of [`column_to_tensor`].
+pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
+    for c in chunks {
+        if c.data_type() != field.data_type() {
+            return Err(Error::InvalidArgument(format!(
+                "chunk of type {} in column '{}' of type {}",
+                c.data_type(),
+                field.name(),
+                field.data_type()
+            )));
+        }
+    }
+    let null_count: usize = chunks.iter().map(|c| nested_null_count(c.as_ref())).sum();
+    if null_count > 0 && opts.nulls == NullPolicy::Error {
+        return Err(Error::Nulls { column: format!("'{}'", field.name()), null_count });
+    }
+    let leaf = leaf_dtype(field)?;
+    let target = opts.dtype.unwrap_or(leaf);
+    let reason = if opts.copy == CopyPolicy::Always {
+        None
+    } else if chunks.len() != 1 {
+        Some(format!("column '{}' has {} chunks; a tensor needs one buffer", field.name(), chunks.len()))
+    } else if target != leaf {
+        Some(format!("column '{}' is {leaf} and {target} was asked for", field.name()))
+    } else if null_count > 0 && opts.nulls != NullPolicy::Mask {
+        Some(format!("column '{}' has {null_count} null(s) to fill", field.name()))
+    } else if leaf == DType::Bool {
+        Some(format!("column '{}' is boolean, which Arrow bit-packs", field.name()))
+    } else {
+        let values = if null_count > 0 { zero_copy_ignoring_nulls(field, &chunks[0])? } else { column_to_tensor(field, chunks[0].as_ref())? };
+        let mask = (null_count > 0).then(|| validity_mask(field, chunks, values.shape())).transpose()?;
+        return Ok(Converted { values, mask });
+    };
+    if let (Some(reason), CopyPolicy::Never) = (&reason, opts.copy) {
+        return Err(Error::CopyRequired { reason: reason.clone() });
+    }
+    let values = copy_column(field, chunks, target, opts.nulls)?;
+    let mask = (null_count > 0 && opts.nulls == NullPolicy::Mask)
+        .then(|| validity_mask(field, chunks, values.shape()))
+        .transpose()?;
+    Ok(Converted { values, mask })
+}
+
+/// Several same-length columns (each in chunks) as one `(n, k)` tensor in C or F order, with
+/// the cast to the common (or requested) dtype and the null fill fused into one pass (copies).
+///
+/// # Errors
+/// [`Error::LengthMismatch`] for columns of different lengths, [`Error::UnsupportedArrowType`]
+/// for non-numeric columns, [`Error::Nulls`] under [`NullPolicy::Error`],
+/// [`Error::CopyRequired`] under [`CopyPolicy::Never`] (a matrix is always a copy),
+/// [`Error::ValueOutOfRange`] for values or a fill that do not fit the dtype.
+pub fn columns_to_tensor(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Converted> {
+    if fields.len() != columns.len() {
+        return Err(Error::InvalidArgument(format!("{} fields for {} columns", fields.len(), columns.len())));
+    }
+    let k = fields.len();
+    let lens: Vec<usize> = columns.iter().map(|c| c.iter().map(|a| a.len()).sum()).collect();
+    let n = lens.first().copied().unwrap_or(0);
+    for (f, &len) in fields.iter().zip(&lens) {
+        if len != n {
+            return Err(Error::LengthMismatch { what: format!("column '{}'", f.name()), expected: n, found: len });
+        }
+    }
+    let mut dtypes = Vec::with_capacity(k);
+    for (f, chunks) in fields.iter().zip(columns) {
+        let dt = match f.data_type() {
+            DataType::FixedSizeList(..) => {
+                return Err(Error::UnsupportedArrowType {
+                    what: format!("column '{}' of type {}", f.name(), f.data_type()),
+                    remedy: "a matrix stacks scalar columns; convert list columns on their own",
+                });
+            }
+            dt => storage_dtype(dt)?,
+        };
+        let nulls: usize = chunks.iter().map(|c| c.null_count()).sum();
+        if nulls > 0 && opts.nulls == NullPolicy::Error {
+            return Err(Error::Nulls { column: format!("'{}'", f.name()), null_count: nulls });
+        }
+        dtypes.push(dt);
+    }
+    if opts.copy == CopyPolicy::Never {
+        return Err(Error::CopyRequired {
+            reason: format!("{k} columns become one matrix, which interleaves them"),
+        });
+    }
+    let target = match opts.dtype {
+        Some(d) => d,
+        None if dtypes.is_empty() => DType::Float64,
+        None => kernels::common_dtype(&dtypes),
+    };
+    check_nan_policy(opts.nulls, target)?;
+    let shape = vec![n as i64, k as i64];
+    let strides = match opts.order {
+        Order::C => c_strides(&shape),
+        Order::F => vec![1, n as i64],
+    };
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let mut out = Output::new(target, n * k)?;
+    for_segments(columns, |start, end, slices| {
+        let cols = slices.iter().zip(&names).map(|(a, name)| column_ref(a.as_ref(), name)).collect::<Result<Vec<_>>>()?;
+        out.write_rows(&cols, opts.order, fill_for(opts.nulls), n, start, end)
+    })?;
+    let values = out.into_tensor(target, shape.clone(), strides.clone())?;
+    let has_nulls = columns.iter().flatten().any(|c| c.null_count() > 0);
+    let mask = if opts.nulls == NullPolicy::Mask && has_nulls {
+        let mut m = Output::new(DType::UInt8, n * k)?;
+        for_segments(columns, |start, end, slices| {
+            let bytes: Vec<Vec<u8>> = slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
+            let cols: Vec<Column> =
+                bytes.iter().zip(&names).map(|(v, name)| Column { values: ColumnRef::U8(v), validity: None, name }).collect();
+            m.write_rows(&cols, opts.order, None, n, start, end)
+        })?;
+        Some(m.into_tensor(DType::Bool, shape, strides)?)
+    } else {
+        None
+    };
+    Ok(Converted { values, mask })
+}
+
+/// A tensor as an Arrow column: zero-copy when the memory allows, else (unless
+/// [`CopyPolicy::Never`]) one gather/pack pass into a fresh buffer. Bool tensors become Arrow
+/// booleans (packed). Device memory is refused here: the CUDA layer copies it to the host.
+///
+/// # Errors
+/// [`Error::CopyRequired`] under [`CopyPolicy::Never`] when a copy is needed, or for device
+/// memory; the errors of [`tensor_to_column`].
+pub fn tensor_to_column_with(tensor: &Tensor, name: &str, copy: CopyPolicy) -> Result<(FieldRef, ArrayRef)> {
+    let reason = if tensor.dtype() == DType::Bool {
+        Error::CopyRequired { reason: "bool tensors hold one byte per value and Arrow bit-packs booleans".into() }
+    } else if copy == CopyPolicy::Always {
+        Error::CopyRequired { reason: "copy=True".into() }
+    } else {
+        match tensor_to_column(tensor, name) {
+            Err(e @ (Error::CopyRequired { .. } | Error::Misaligned { .. })) => e,
+            done => return done,
+        }
+    };
+    if copy == CopyPolicy::Never || !tensor.device().is_host_accessible() {
+        return Err(reason);
+    }
+    let fresh = kernels::contiguous_copy(tensor)?;
+    if fresh.dtype() == DType::Bool {
+        return bool_column(&fresh, name);
+    }
+    tensor_to_column(&fresh, name)
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// The dtype of the scalar leaf of a column (through FixedSizeLists and tensor extensions).
+fn leaf_dtype(field: &FieldRef) -> Result<DType> {
+    let mut dt = field.data_type();
+    while let DataType::FixedSizeList(child, _) = dt {
+        dt = child.data_type();
+    }
+    storage_dtype(dt)
+}
+
+/// The per-row cell shape of a column: `[]` for scalars, list sizes or the tensor's logical
+/// shape otherwise; plus the strides of the cell when the column is a permuted tensor.
+fn cell_layout(field: &FieldRef) -> Result<(Vec<i64>, Option<Vec<i64>>)> {
+    if let Some(meta) = TensorMetadata::from_field(field)? {
+        return Ok((meta.logical_shape(), Some(meta.logical_strides())));
+    }
+    let mut dims = Vec::new();
+    let mut dt = field.data_type();
+    while let DataType::FixedSizeList(child, size) = dt {
+        dims.push(*size as i64);
+        dt = child.data_type();
+    }
+    Ok((dims, None))
+}
+
+/// Nulls at every level of a (possibly nested) column, counted in leaf slots covered.
+fn nested_null_count(array: &dyn Array) -> usize {
+    let own = array.null_count();
+    match array.data_type() {
+        DataType::FixedSizeList(..) => {
+            own + nested_null_count(arrow_array::cast::AsArray::as_fixed_size_list(array).values().as_ref())
+        }
+        _ => own,
+    }
+}
+
+/// The values of a column with nulls, shared (the null slots hold whatever Arrow left there).
+fn zero_copy_ignoring_nulls(field: &FieldRef, array: &ArrayRef) -> Result<Tensor> {
+    let stripped = strip_nulls(array.to_data());
+    column_to_tensor(field, arrow_array::make_array(stripped).as_ref())
+}
+
+fn strip_nulls(data: ArrayData) -> ArrayData {
+    let children = data.child_data().iter().cloned().map(strip_nulls).collect();
+    let builder = data.into_builder().nulls(None).child_data(children);
+    // SAFETY: removing validity never makes valid data invalid: every slot keeps its bytes.
+    unsafe { builder.build_unchecked() }
+}
+
+/// Leaf validity of each chunk, with list-level nulls expanded over their cells, unpacked to
+/// one byte per value (1 = valid) and shaped like the values.
+fn validity_mask(field: &FieldRef, chunks: &[ArrayRef], shape: &[i64]) -> Result<Tensor> {
+    let total: usize = shape.iter().map(|&d| d as usize).product();
+    let mut out = vec![0u8; total];
+    let mut pos = 0;
+    for chunk in chunks {
+        let cell: usize = shape[1..].iter().map(|&d| d as usize).product();
+        let slots = chunk.len() * cell;
+        expand_validity(chunk.as_ref(), &mut out[pos..pos + slots])?;
+        pos += slots;
+    }
+    let (_, cell_strides) = cell_layout(field)?;
+    let strides = cell_strides.map(|s| {
+        let mut v = vec![shape[1..].iter().product::<i64>()];
+        v.extend(s);
+        v
+    });
+    let t = Tensor::from_vec(out, shape.to_vec())?;
+    // The mask follows the values' memory order (permuted tensors too). Relabel u8 -> bool:
+    // both are one byte per element and every byte is 0 or 1.
+    let strides = strides.unwrap_or_else(|| c_strides(shape));
+    // SAFETY: the same allocation and element count, with a permutation of C strides.
+    let t = unsafe {
+        Tensor::from_raw_parts(t.data_ptr() as *mut u8, shape.to_vec(), Some(strides), DType::Bool, t.device(), false, t.owner().clone())
+    }?;
+    Ok(t.with_copied(true))
+}
+
+/// Writes 1 for valid leaf slots and 0 for null ones (at any level) into `out`.
+fn expand_validity(array: &dyn Array, out: &mut [u8]) -> Result<()> {
+    let data = array.to_data();
+    match array.data_type() {
+        DataType::FixedSizeList(_, size) => {
+            let list = arrow_array::cast::AsArray::as_fixed_size_list(array);
+            expand_validity(list.values().as_ref(), out)?;
+            if let Some(nulls) = data.nulls() {
+                let size = *size as usize;
+                for row in (0..array.len()).filter(|&r| nulls.is_null(r)) {
+                    out[row * size..(row + 1) * size].fill(0);
+                }
+            }
+        }
+        _ => match data.nulls() {
+            Some(n) => kernels::unpack_bits(BitSlice::new(n.validity(), n.offset(), n.len())?, out),
+            None => out.fill(1),
+        },
+    }
+    Ok(())
+}
+
+fn check_nan_policy(nulls: NullPolicy, target: DType) -> Result<()> {
+    if nulls == NullPolicy::Nan && !target.is_float() {
+        return Err(Error::InvalidArgument(format!(
+            "nulls='nan' needs a float dtype but the tensor is {target}; pass dtype='float64' or nulls='fill'"
+        )));
+    }
+    Ok(())
+}
+
+/// One copy of a column into a fresh buffer: chunks concatenated, nulls filled, cast fused.
+fn copy_column(field: &FieldRef, chunks: &[ArrayRef], target: DType, nulls: NullPolicy) -> Result<Tensor> {
+    let (cell, cell_strides) = cell_layout(field)?;
+    let cell_size: usize = cell.iter().map(|&d| d as usize).product();
+    let n: usize = chunks.iter().map(|c| c.len()).sum();
+    let mut shape = vec![n as i64];
+    shape.extend(&cell);
+    let leaf = leaf_dtype(field)?;
+    if leaf == DType::Bool && target != DType::Bool {
+        return Err(Error::InvalidArgument(format!(
+            "column '{}' is boolean; dlframe exports it as bool (cast it in Arrow for {target})",
+            field.name()
+        )));
+    }
+    check_nan_policy(nulls, target)?;
+    let mut out = Output::new(target, n * cell_size)?;
+    let mut pos = 0;
+    for chunk in chunks {
+        let (leaf_array, list_nulls) = leaf_of(chunk.as_ref());
+        let slots = chunk.len() * cell_size;
+        if leaf == DType::Bool {
+            out.unpack_bools(leaf_array.as_ref(), nulls, pos..pos + slots)?;
+        } else {
+            let col = column_ref(leaf_array.as_ref(), field.name())?;
+            out.write_rows(std::slice::from_ref(&col), Order::C, fill_for(nulls), slots, pos, pos + slots)?;
+        }
+        for (size, validity) in list_nulls {
+            for row in (0..validity.len()).filter(|&r| validity.is_null(r)) {
+                out.fill_range(nulls, pos + row * size..pos + (row + 1) * size)?;
+            }
+        }
+        pos += slots;
+    }
+    let strides = match cell_strides {
+        Some(s) => {
+            let mut v = vec![cell_size as i64];
+            v.extend(s);
+            v
+        }
+        None => c_strides(&shape),
+    };
+    let logical = (target == leaf).then(|| field.clone());
+    Ok(out.into_tensor(target, shape, strides)?.with_logical(logical))
+}
+
+/// The leaf array of a (nested) chunk, and each list level's nulls with the number of leaf
+/// slots one of its rows covers (outermost first).
+fn leaf_of(array: &dyn Array) -> (ArrayRef, Vec<(usize, arrow_buffer::NullBuffer)>) {
+    let mut levels = Vec::new();
+    let mut current = arrow_array::make_array(array.to_data());
+    while let DataType::FixedSizeList(_, _) = current.data_type() {
+        let list = arrow_array::cast::AsArray::as_fixed_size_list(current.as_ref()).clone();
+        let cell = list.values().len() / list.len().max(1);
+        if let Some(n) = list.nulls() {
+            levels.push((cell, n.clone()));
+        }
+        current = list.values().clone();
+    }
+    (current, levels)
+}
+
+/// A typed view of a primitive array's values and validity, for the kernels (no copy).
+fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
+    let dtype = storage_dtype(array.data_type())?;
+    let data = array.to_data();
+    let (offset, len) = (data.offset(), data.len());
+    let buf = &data.buffers()[0];
+    macro_rules! typed {
+        ($variant:ident, $t:ty) => {{
+            let all: &'a [$t] = aligned_slice::<$t>(array, buf)?;
+            ColumnRef::$variant(&all[offset..offset + len])
+        }};
+    }
+    let values = match dtype {
+        DType::Int8 => typed!(I8, i8),
+        DType::Int16 => typed!(I16, i16),
+        DType::Int32 => typed!(I32, i32),
+        DType::Int64 => typed!(I64, i64),
+        DType::UInt8 => typed!(U8, u8),
+        DType::UInt16 => typed!(U16, u16),
+        DType::UInt32 => typed!(U32, u32),
+        DType::UInt64 => typed!(U64, u64),
+        DType::Float16 => typed!(F16, half::f16),
+        DType::Float32 => typed!(F32, f32),
+        DType::Float64 => typed!(F64, f64),
+        DType::Bool => return Err(Error::InvalidArgument(format!("column '{name}' is boolean; bools are unpacked, not cast"))),
+    };
+    let validity = match array.nulls() {
+        Some(n) if n.null_count() > 0 => Some(BitSlice::new(n.validity(), n.offset(), n.len())?),
+        _ => None,
+    };
+    Ok(Column { values, validity, name })
+}
+
+/// A values buffer of `array` as `&[T]` for as long as `array` is borrowed, refusing
+/// misaligned memory instead of panicking.
+fn aligned_slice<'a, T>(array: &'a dyn Array, buf: &arrow_buffer::Buffer) -> Result<&'a [T]> {
+    debug_assert!(array.to_data().buffers().iter().any(|b| b.as_ptr() == buf.as_ptr()));
+    let ptr = buf.as_ptr();
+    if (ptr as usize) % std::mem::align_of::<T>() != 0 {
+        return Err(Error::Misaligned { ptr: ptr as usize, align: std::mem::align_of::<T>() });
+    }
+    // SAFETY: `buf` is one of `array`'s buffers (a clone of the same reference-counted bytes),
+    // so its memory lives as long as `array`, which is borrowed for 'a; it is aligned (checked
+    // above) and holds len / size_of::<T>() plain values.
+    Ok(unsafe { std::slice::from_raw_parts(ptr as *const T, buf.len() / std::mem::size_of::<T>()) })
+}
+
+/// Validity of one column segment as bytes (1 = valid), for the mask matrix.
+fn validity_bytes(array: &dyn Array) -> Result<Vec<u8>> {
+    let mut v = vec![1u8; array.len()];
+    if let Some(n) = array.nulls() {
+        kernels::unpack_bits(BitSlice::new(n.validity(), n.offset(), n.len())?, &mut v);
+    }
+    Ok(v)
+}
+
+/// Calls `f(start, end, slices)` for each row range over which every column is one chunk.
+fn for_segments(columns: &[Vec<ArrayRef>], mut f: impl FnMut(usize, usize, &[ArrayRef]) -> Result<()>) -> Result<()> {
+    let mut bounds: Vec<usize> = columns
+        .iter()
+        .flat_map(|chunks| chunks.iter().scan(0, |acc, c| {
+            *acc += c.len();
+            Some(*acc)
+        }))
+        .collect();
+    bounds.push(0);
+    bounds.sort_unstable();
+    bounds.dedup();
+    let mut cursors = vec![(0usize, 0usize); columns.len()]; // (chunk index, rows before it)
+    for w in bounds.windows(2) {
+        let (start, end) = (w[0], w[1]);
+        let mut slices = Vec::with_capacity(columns.len());
+        for (chunks, cur) in columns.iter().zip(cursors.iter_mut()) {
+            while cur.0 < chunks.len() && cur.1 + chunks[cur.0].len() <= start {
+                cur.1 += chunks[cur.0].len();
+                cur.0 += 1;
+            }
+            slices.push(chunks[cur.0].slice(start - cur.1, end - start));
+        }
+        f(start, end, &slices)?;
+    }
+    Ok(())
+}
+
+/// Packs a contiguous bool tensor into an Arrow boolean column (1-D) or tensor column.
+fn bool_column(t: &Tensor, name: &str) -> Result<(FieldRef, ArrayRef)> {
+    let bytes = t.as_slice::<u8>().or_else(|_| {
+        // SAFETY: a contiguous host bool tensor is numel bytes of 0/1 kept alive by `t`.
+        Ok::<_, Error>(unsafe { std::slice::from_raw_parts(t.data_ptr(), t.numel()) })
+    })?;
+    let mut packed = MutableBuffer::from_len_zeroed(bytes.len().div_ceil(8));
+    kernels::pack_bits(bytes, packed.as_slice_mut());
+    let values = arrow_array::BooleanArray::new(arrow_buffer::BooleanBuffer::new(packed.into(), 0, bytes.len()), None);
+    let values: ArrayRef = Arc::new(values);
+    let shape: Vec<i64> = if t.ndim() == 0 { vec![1] } else { t.shape().to_vec() };
+    if shape.len() == 1 {
+        return Ok((Arc::new(arrow_schema::Field::new(name, DataType::Boolean, false)), values));
+    }
+    let meta = TensorMetadata { shape: shape[1..].iter().map(|&d| d as usize).collect(), dim_names: None, permutation: None };
+    let item = Arc::new(arrow_schema::Field::new("item", DataType::Boolean, true));
+    let storage = arrow_array::FixedSizeListArray::try_new_with_length(item, meta.cell_size() as i32, values, None, shape[0] as usize)?;
+    let field = arrow_schema::Field::new(name, storage.data_type().clone(), false).with_metadata(meta.field_metadata());
+    Ok((Arc::new(field), Arc::new(storage)))
+}
+
+/// A fresh, 64-byte aligned output buffer, filled range by range by the kernels.
+struct Output {
+    dtype: DType,
+    buf: MutableBuffer,
+}
+
+impl Output {
+    fn new(dtype: DType, len: usize) -> Result<Self> {
+        let bytes = len.checked_mul(dtype.itemsize()).ok_or_else(|| Error::layout(format!("{len} elements overflow")))?;
+        Ok(Output { dtype, buf: MutableBuffer::from_len_zeroed(bytes) })
+    }
+
+    /// Writes rows `start..end` of a matrix with `n` rows and `cols.len()` columns.
+    fn write_rows(&mut self, cols: &[Column], order: Order, fill: Option<Scalar>, n: usize, start: usize, end: usize) -> Result<()> {
+        let k = cols.len();
+        match order {
+            Order::C => kernels::interleave_into(self.dtype, cols, Order::C, fill, &mut self.buf, start * k..end * k),
+            Order::F => cols.iter().enumerate().try_for_each(|(j, col)| {
+                let range = j * n + start..j * n + end;
+                kernels::interleave_into(self.dtype, std::slice::from_ref(col), Order::C, fill, &mut self.buf, range)
+            }),
+        }
+    }
+
+    fn unpack_bools(&mut self, array: &dyn Array, nulls: NullPolicy, range: std::ops::Range<usize>) -> Result<()> {
+        let data = array.to_data();
+        let values = BitSlice::new(data.buffers()[0].as_slice(), data.offset(), data.len())?;
+        let validity = data.nulls().map(|n| BitSlice::new(n.validity(), n.offset(), n.len())).transpose()?;
+        let fill = match fill_for(nulls) {
+            Some(Scalar::Bool(b)) => b as u8,
+            Some(Scalar::Int(i @ (0 | 1))) => i as u8,
+            Some(other) => {
+                return Err(Error::ValueOutOfRange { value: format!("{other:?}"), place: "(fill_value)".into(), target: "bool".into() });
+            }
+            None => 0,
+        };
+        kernels::unpack_bits_fill(values, validity, fill, &mut self.buf.as_slice_mut()[range])
+    }
+
+    fn fill_range(&mut self, nulls: NullPolicy, range: std::ops::Range<usize>) -> Result<()> {
+        if self.dtype == DType::Bool {
+            let fill = matches!(fill_for(nulls), Some(Scalar::Bool(true) | Scalar::Int(1))) as u8;
+            self.buf.as_slice_mut()[range].fill(fill);
+            return Ok(());
+        }
+        kernels::fill_range(self.dtype, fill_for(nulls), &mut self.buf, range)
+    }
+
+    /// The buffer as a copied tensor, labelled `dtype` (the bool mask is written as u8).
+    fn into_tensor(self, dtype: DType, shape: Vec<i64>, strides: Vec<i64>) -> Result<Tensor> {
+        let label = if dtype == DType::Bool { DType::Bool } else { self.dtype };
+        Ok(Tensor::from_buffer(self.buf.into(), 0, shape, Some(strides), label)?.with_copied(true))
+    }
+}
+
+/// The value nulls become, if any: `Nan` is a float fill, `Mask` and `Error` fill zeros
+/// (masked slots; `Error` never reaches a null).
+fn fill_for(nulls: NullPolicy) -> Option<Scalar> {
+    match nulls {
+        NullPolicy::Fill(s) => Some(s),
+        NullPolicy::Nan => Some(Scalar::Float(f64::NAN)),
+        NullPolicy::Mask | NullPolicy::Error => Some(Scalar::Int(0)),
+    }
+}
