@@ -6,3 +6,23 @@ cd "$(dirname "$0")/.."
 
 echo "== Rust: cargo test --workspace (unit, integration, property and doc tests)"
 cargo test --workspace --locked
+
+echo "== Python: virtualenv .venv with the real consumers (numpy, pyarrow, polars, datafusion, jax)"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
+if [ -n "${DLFRAME_TORCH:-}" ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch>=2.4"
+fi
+
+echo "== Python: maturin develop (debug build into .venv, same target/ as cargo)"
+(
+  cd python
+  VIRTUAL_ENV="$PWD/../.venv" PATH="$PWD/../.venv/bin:$PATH" CARGO_TARGET_DIR="$PWD/../target" \
+    ../.venv/bin/maturin develop --quiet
+)
+
+echo "== Python: pytest (skipped tests print their reason)"
+cd python
+../.venv/bin/python -m pytest -q -ra tests

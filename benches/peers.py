@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""dlframe against its peers, measured in one run; prints a markdown table of ratios.
+
+Peers: pyarrow, polars, numpy (a plain copy of the same bytes is the memory-bandwidth
+yardstick) and torch when installed. Each figure is the best of several repetitions; only
+ratios are reported. Run with the test virtualenv: `.venv/bin/python benches/peers.py`.
+"""
+
+import datetime
+import platform
+import time
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+import dlframe
+
+try:
+    import torch
+except ImportError:  # torch is an opt-in extra
+    torch = None
+
+
+def best(fn, reps=15):
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+rows = []
+
+
+def row(what, ours, theirs, target, note=""):
+    r = ours / theirs
+    verdict = "" if target is None else ("meets" if (r <= target) else "misses")
+    rows.append((what, f"{r:.2f}x", "-" if target is None else f"<= {target}x", verdict, note))
+
+
+rng = np.random.default_rng(0)
+N = 10_000_000
+
+# 1. Zero-copy export is constant in length and cheaper than pyarrow's own __dlpack__.
+small = pa.array(np.arange(1_000, dtype=np.float32))
+big = pa.array(np.arange(N, dtype=np.float32))
+t_small = best(lambda: np.from_dlpack(dlframe.to_dlpack(small)), 2000)
+t_big = best(lambda: np.from_dlpack(dlframe.to_dlpack(big)), 2000)
+t_pa = best(lambda: np.from_dlpack(big), 2000)
+row("np.from_dlpack(dlframe.to_dlpack(col)): 10M rows / 1K rows", t_big, t_small, 1.5)
+row("np.from_dlpack(dlframe.to_dlpack(col)) / pyarrow np.from_dlpack(col), 10M f32", t_big, t_pa, 0.5)
+
+# 2. Null fill, f32, 10M rows, 10% nulls.
+vals = rng.random(N, dtype=np.float32)
+mask = rng.random(N) < 0.1
+nulls = pa.array(vals, mask=mask)
+t_copy = best(lambda: vals.copy())
+t_ours = best(lambda: np.from_dlpack(dlframe.to_dlpack(nulls, nulls="nan")))
+t_pa = best(lambda: nulls.to_numpy(zero_copy_only=False))
+row("null fill f32 10M 10%: dlframe / pyarrow to_numpy(zero_copy_only=False)", t_ours, t_pa, 1 / 3)
+row("null fill f32 10M 10%: dlframe / numpy copy of the 40 MB", t_ours, t_copy, None)
+row("null fill f32 10M 10%: pyarrow / numpy copy", t_pa, t_copy, None)
+
+# 3. Bit-packed booleans, 10M.
+bools = pa.array(rng.random(N) < 0.5)
+b_bytes = np.zeros(N, dtype=np.bool_)
+t_copy = best(lambda: b_bytes.copy())
+t_ours = best(lambda: np.from_dlpack(dlframe.to_dlpack(bools)))
+t_pa = best(lambda: bools.to_numpy(zero_copy_only=False))
+row("bool 10M: dlframe / pyarrow to_numpy(zero_copy_only=False)", t_ours, t_pa, 1 / 3)
+row("bool 10M: dlframe / numpy copy of the 10 MB", t_ours, t_copy, None)
+
+# 4. Several columns into one C-order matrix: 8 f32 x 2M.
+M = 2_000_000
+df = pl.DataFrame({f"c{j}": rng.random(M, dtype=np.float32) for j in range(8)})
+tbl = df.to_arrow()
+mat = np.zeros((M, 8), dtype=np.float32)
+t_copy = best(lambda: mat.copy(), 7)
+t_ours = best(lambda: np.from_dlpack(dlframe.to_dlpack(tbl)), 7)
+t_ours_pl = best(lambda: np.from_dlpack(dlframe.to_dlpack(df)), 7)
+t_pl = best(lambda: df.to_numpy(order="c"), 7)
+t_np = best(lambda: np.stack([c.to_numpy() for c in tbl.columns], axis=1), 7)
+row("8 f32 x 2M -> (2M, 8) C: dlframe(polars df) / polars df.to_numpy(order='c')", t_ours_pl, t_pl, 1 / 3)
+row("8 f32 x 2M -> (2M, 8) C: dlframe(pyarrow table) / np.stack of to_numpy columns", t_ours, t_np, None)
+row("8 f32 x 2M -> (2M, 8) C: dlframe / numpy copy of the 64 MB", t_ours, t_copy, None)
+
+# 5. Chunked column, 100 chunks of 100K.
+ch = pa.chunked_array([pa.array(rng.random(100_000, dtype=np.float32)) for _ in range(100)])
+t_ours = best(lambda: np.from_dlpack(dlframe.to_dlpack(ch)))
+t_pa = best(lambda: ch.to_numpy())
+row("chunked 100 x 100K f32: dlframe / pyarrow ChunkedArray.to_numpy()", t_ours, t_pa, None)
+
+# 6. Polars Series, zero-copy.
+s_small = pl.Series(np.arange(1_000, dtype=np.float32))
+s_big = pl.Series(np.arange(N, dtype=np.float32))
+t_small = best(lambda: np.from_dlpack(dlframe.to_dlpack(s_small)), 2000)
+t_big = best(lambda: np.from_dlpack(dlframe.to_dlpack(s_big)), 2000)
+t_pl = best(lambda: s_big.to_numpy(), 2000)
+row("polars series -> numpy via dlframe: 10M / 1K", t_big, t_small, 1.5)
+row("polars series -> numpy via dlframe / series.to_numpy()", t_big, t_pl, 0.5)
+
+if torch is not None:
+    t_ours = best(lambda: torch.from_dlpack(dlframe.to_dlpack(nulls, nulls="fill", fill_value=0)))
+    t_torch = best(lambda: torch.from_numpy(nulls.fill_null(0).to_numpy()))
+    row("null fill -> torch: dlframe / torch.from_numpy(fill_null(0).to_numpy())", t_ours, t_torch, 1 / 3)
+else:
+    rows.append(("torch comparisons", "not run", "-", "", "torch is not installed (opt-in extra)"))
+
+print(f"Measured {datetime.date.today()} on {platform.machine()} {platform.system()}, "
+      f"{__import__('os').cpu_count()} cores; numpy {np.__version__}, pyarrow {pa.__version__}, "
+      f"polars {pl.__version__}, torch {getattr(torch, '__version__', 'absent')}.\n")
+print("| what | ratio (lower is faster for dlframe) | target | | note |")
+print("|---|---|---|---|---|")
+for r in rows:
+    print("| " + " | ".join(r) + " |")

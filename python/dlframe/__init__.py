@@ -1,0 +1,12 @@
+"""dlframe: dataframe columns to tensors and back, without copying where the memory allows.
+
+- ``to_dlpack(obj, ...)`` takes anything that speaks the Arrow PyCapsule interface (pyarrow,
+  polars, datafusion, duckdb, arro3, nanoarrow) and returns a :class:`Tensor` that numpy, torch,
+  jax and cupy consume through ``__dlpack__`` or the array interfaces.
+- ``from_dlpack(x, ...)`` takes any tensor (DLPack, array interface, buffer protocol) and
+  returns a pyarrow array, sharing memory where possible.
+"""
+
+from ._native import Tensor, __version__, from_dlpack, tensor, to_dlpack
+
+__all__ = ["Tensor", "from_dlpack", "tensor", "to_dlpack", "__version__"]

@@ -1,0 +1,75 @@
+from typing import Any, Literal
+
+class Tensor:
+    """A tensor over Arrow (or foreign) memory.
+
+    Shared Arrow memory is read-only (DLPack READ_ONLY); copies are writable and ``copied``
+    (DLPack IS_COPIED).
+    """
+
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    @property
+    def __array_interface__(self) -> dict[str, Any]: ...
+    @property
+    def __array_struct__(self) -> Any: ...
+    def __arrow_c_array__(self, requested_schema: Any | None = None) -> tuple[Any, Any]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in elements, as DLPack counts them."""
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def readonly(self) -> bool: ...
+    @property
+    def copied(self) -> bool: ...
+    @property
+    def ndim(self) -> int: ...
+    def __len__(self) -> int: ...
+    def to_arrow(self, *, copy: bool | None = None) -> Any:
+        """A pyarrow array (N-d: fixed_shape_tensor); copies only when sharing is impossible."""
+    def to_polars(self, *, copy: bool | None = None) -> Any: ...
+
+def to_dlpack(
+    obj: Any,
+    *,
+    nulls: Literal["error", "fill", "nan", "mask"] = "error",
+    fill_value: bool | int | float | None = None,
+    copy: bool | None = None,
+    dtype: Any | None = None,
+    order: Literal["C", "F"] = "C",
+    device: str | None = None,
+    columns: Literal["stack", "dict"] = "stack",
+) -> Tensor | tuple[Tensor, Tensor] | dict[str, Any]:
+    """Any Arrow producer as a tensor.
+
+    A column (chunked or not) becomes one tensor: zero-copy for one chunk of numeric data
+    without nulls, otherwise one fused copy. A table or record batch becomes an ``(n, k)``
+    matrix (``columns="stack"``, one fused interleave + cast pass) or a dict of column tensors
+    (``columns="dict"``). ``nulls="mask"`` returns ``(values, mask)`` pairs. ``copy=False``
+    raises BufferError when a copy would be needed; ``copy=True`` always copies.
+    """
+
+def from_dlpack(x: Any, *, copy: bool | None = None, device: str | None = None) -> Any:
+    """Any tensor as a pyarrow array, zero-copy where the memory allows.
+
+    Accepts objects with ``__dlpack__``, raw DLPack capsules, ``__array_interface__``,
+    ``__array_struct__`` and the buffer protocol. N-d tensors become ``fixed_shape_tensor``
+    arrays. The producer's memory stays alive exactly as long as the Arrow buffers.
+    """
+
+def tensor(x: Any) -> Tensor:
+    """Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor."""
+
+__version__: str

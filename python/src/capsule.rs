@@ -1,0 +1,124 @@
+//! DLPack capsules: `"dltensor"` / `"dltensor_versioned"` out, and both in.
+//!
+//! Export: the capsule holds the managed tensor; its destructor calls the deleter only while
+//! the capsule still has its unconsumed name (a consumer renames it to `used_*` and becomes
+//! the owner), and keeps any in-flight exception. Import: we check the name, rename the capsule
+//! to `used_*`, and hand the pointer to [`ForeignTensor`], which calls the deleter exactly once.
+
+use std::ffi::{CStr, c_void};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use dlframe::dlpack::{ExportedLegacy, ExportedVersioned, ManagedTensor};
+use dlframe::ffi::dlpack::{
+    DLManagedTensor, DLManagedTensorVersioned, DLTENSOR, DLTENSOR_VERSIONED, USED_DLTENSOR,
+    USED_DLTENSOR_VERSIONED,
+};
+use dlframe::ForeignTensor;
+
+use crate::error::Result;
+
+/// Calls the deleter of an unconsumed capsule's tensor.
+///
+/// # Safety
+/// `capsule` is a live capsule object; called by CPython (with the GIL) when it dies.
+unsafe fn release_if_unconsumed<M: ManagedTensor>(capsule: *mut ffi::PyObject, name: &CStr) {
+    // SAFETY: the capsule is alive during its destructor; IsValid only checks the name.
+    if unsafe { ffi::PyCapsule_IsValid(capsule, name.as_ptr()) } != 1 {
+        return; // consumed (renamed): the consumer owns the tensor now
+    }
+    let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: keep any in-flight exception across the deleter, as the DLPack spec asks.
+    unsafe { ffi::PyErr_Fetch(&mut ty, &mut value, &mut tb) };
+    // SAFETY: the name was just checked, so the pointer is the managed tensor we stored.
+    let ptr = unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) } as *mut M;
+    if let Some(ptr) = std::ptr::NonNull::new(ptr) {
+        // SAFETY: the unconsumed capsule owns the tensor; this is its only release.
+        unsafe { M::delete(ptr) };
+    }
+    // SAFETY: restores exactly what was fetched.
+    unsafe { ffi::PyErr_Restore(ty, value, tb) };
+}
+
+unsafe extern "C" fn versioned_destructor(capsule: *mut ffi::PyObject) {
+    // SAFETY: installed only on capsules named dltensor_versioned holding our exports.
+    unsafe { release_if_unconsumed::<DLManagedTensorVersioned>(capsule, DLTENSOR_VERSIONED) }
+}
+
+unsafe extern "C" fn legacy_destructor(capsule: *mut ffi::PyObject) {
+    // SAFETY: installed only on capsules named dltensor holding our exports.
+    unsafe { release_if_unconsumed::<DLManagedTensor>(capsule, DLTENSOR) }
+}
+
+fn new_capsule<'py>(
+    py: Python<'py>,
+    ptr: *mut c_void,
+    name: &'static CStr,
+    destructor: unsafe extern "C" fn(*mut ffi::PyObject),
+    release: impl FnOnce(),
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: `name` is static, as capsule names must be; the destructor matches the pointer.
+    let raw = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(destructor)) };
+    if raw.is_null() {
+        release(); // no capsule owns the tensor: free it rather than leak
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: PyCapsule_New returned a new (owned) reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, raw) })
+}
+
+/// A `"dltensor_versioned"` capsule that owns the export.
+pub fn versioned<'py>(py: Python<'py>, exported: ExportedVersioned) -> PyResult<Bound<'py, PyAny>> {
+    let raw = exported.into_raw();
+    new_capsule(py, raw.cast(), DLTENSOR_VERSIONED, versioned_destructor, || {
+        // SAFETY: capsule creation failed, so we still own the export.
+        unsafe { DLManagedTensorVersioned::delete(std::ptr::NonNull::new_unchecked(raw)) }
+    })
+}
+
+/// A legacy `"dltensor"` capsule that owns the export.
+pub fn legacy<'py>(py: Python<'py>, exported: ExportedLegacy) -> PyResult<Bound<'py, PyAny>> {
+    let raw = exported.into_raw();
+    new_capsule(py, raw.cast(), DLTENSOR, legacy_destructor, || {
+        // SAFETY: capsule creation failed, so we still own the export.
+        unsafe { DLManagedTensor::delete(std::ptr::NonNull::new_unchecked(raw)) }
+    })
+}
+
+/// Consumes a DLPack capsule of either version: renames it to `used_*` and takes ownership.
+///
+/// # Errors
+/// `ValueError` for a capsule that was already consumed or is not a DLPack capsule; the
+/// importer's errors for a tensor we refuse (released before the error returns).
+pub fn consume(capsule: &Bound<'_, PyCapsule>) -> Result<ForeignTensor> {
+    let obj = capsule.as_ptr();
+    // SAFETY: `obj` is a live capsule; IsValid only compares names.
+    let is = |name: &CStr| unsafe { ffi::PyCapsule_IsValid(obj, name.as_ptr()) } == 1;
+    if is(DLTENSOR_VERSIONED) {
+        // SAFETY: the name matches, so the pointer is a DLManagedTensorVersioned.
+        let ptr = unsafe { ffi::PyCapsule_GetPointer(obj, DLTENSOR_VERSIONED.as_ptr()) };
+        // SAFETY: renaming marks the capsule consumed, so its destructor will not release it.
+        if unsafe { ffi::PyCapsule_SetName(obj, USED_DLTENSOR_VERSIONED.as_ptr()) } != 0 {
+            return Err(PyErr::fetch(capsule.py()).into());
+        }
+        // SAFETY: we took ownership above; the producer promises a valid managed tensor.
+        return Ok(unsafe { ForeignTensor::from_versioned(ptr.cast()) }?);
+    }
+    if is(DLTENSOR) {
+        // SAFETY: as above, for the legacy struct.
+        let ptr = unsafe { ffi::PyCapsule_GetPointer(obj, DLTENSOR.as_ptr()) };
+        // SAFETY: as above.
+        if unsafe { ffi::PyCapsule_SetName(obj, USED_DLTENSOR.as_ptr()) } != 0 {
+            return Err(PyErr::fetch(capsule.py()).into());
+        }
+        // SAFETY: as above.
+        return Ok(unsafe { ForeignTensor::from_legacy(ptr.cast()) }?);
+    }
+    if is(USED_DLTENSOR) || is(USED_DLTENSOR_VERSIONED) {
+        return Err(PyValueError::new_err("this DLPack capsule was already consumed; a capsule can be consumed once").into());
+    }
+    Err(PyValueError::new_err("not a DLPack capsule (expected the name 'dltensor' or 'dltensor_versioned')").into())
+}

@@ -1,0 +1,254 @@
+//! `to_dlpack` (any Arrow producer -> Tensor) and `from_dlpack` (any tensor producer -> Arrow).
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::{DataType, FieldRef};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3_arrow::PyArray;
+use pyo3_arrow::input::AnyArray;
+
+use dlframe::arrow::{Converted, ExportOptions, NullPolicy, Scalar, columns_to_tensor, tensor_to_column_with, to_tensor};
+use dlframe::kernels::Order;
+use dlframe::{Device, Tensor};
+
+use crate::capsule;
+use crate::error::Result;
+use crate::interface;
+use crate::tensor::{PyTensor, copy_policy, parse_dtype};
+
+/// A pyarrow array for an Arrow column (zero-copy through the C data interface).
+pub fn to_pyarrow<'py>(py: Python<'py>, field: FieldRef, array: ArrayRef) -> Result<Bound<'py, PyAny>> {
+    let array = PyArray::try_new(array, field)?;
+    let out = array.to_pyarrow(py)?.unbind();
+    Ok(out.into_bound(py))
+}
+
+fn null_policy(nulls: &str, fill_value: Option<&Bound<'_, PyAny>>) -> PyResult<NullPolicy> {
+    let fill = fill_value.filter(|v| !v.is_none()).map(scalar).transpose()?;
+    Ok(match (nulls, fill) {
+        ("error", None) => NullPolicy::Error,
+        ("error" | "fill", Some(v)) => NullPolicy::Fill(v),
+        ("fill", None) => return Err(PyValueError::new_err("nulls='fill' needs fill_value=...")),
+        ("nan", _) => NullPolicy::Nan,
+        ("mask", _) => NullPolicy::Mask,
+        (other, _) => {
+            return Err(PyValueError::new_err(format!("nulls={other:?}: expected 'error', 'fill', 'nan' or 'mask'")));
+        }
+    })
+}
+
+fn scalar(v: &Bound<'_, PyAny>) -> PyResult<Scalar> {
+    if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
+        return Ok(Scalar::Bool(b.is_true()));
+    }
+    if let Ok(i) = v.extract::<i64>() {
+        return Ok(Scalar::Int(i));
+    }
+    if let Ok(f) = v.extract::<f64>() {
+        return Ok(Scalar::Float(f));
+    }
+    Err(PyTypeError::new_err(format!("fill_value must be a bool, int or float, not {}", v.get_type().name()?)))
+}
+
+fn wrap(py: Python<'_>, c: Converted, nulls: NullPolicy) -> PyResult<Py<PyAny>> {
+    let values = Py::new(py, PyTensor::new(c.values))?;
+    if nulls != NullPolicy::Mask {
+        return Ok(values.into_any());
+    }
+    let mask = match c.mask {
+        Some(m) => m,
+        None => all_valid(&values.get().inner)?,
+    };
+    let mask = Py::new(py, PyTensor::new(mask))?;
+    Ok(PyTuple::new(py, [values.into_any(), mask.into_any()])?.into_any().unbind())
+}
+
+fn all_valid(values: &Tensor) -> Result<Tensor> {
+    Ok(Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?.with_copied(true))
+}
+
+/// Splits a struct column (a record batch or table) into its fields and per-field chunks.
+/// A table's fields and, per field, its chunks.
+type Columns = (Vec<FieldRef>, Vec<Vec<ArrayRef>>);
+
+fn table_columns(field: &FieldRef, chunks: &[ArrayRef]) -> Result<Option<Columns>> {
+    let DataType::Struct(fields) = field.data_type() else { return Ok(None) };
+    let mut columns = vec![Vec::with_capacity(chunks.len()); fields.len()];
+    for chunk in chunks {
+        let s = chunk.as_struct();
+        if s.null_count() > 0 {
+            return Err(PyBufferError::new_err(format!(
+                "struct column {:?} has {} null rows; fill or drop them first",
+                field.name(),
+                s.null_count()
+            ))
+            .into());
+        }
+        for (col, child) in columns.iter_mut().zip(s.columns()) {
+            col.push(child.clone());
+        }
+    }
+    Ok(Some((fields.iter().cloned().collect(), columns)))
+}
+
+/// Converts anything that speaks the Arrow PyCapsule interface into a tensor (see the stub).
+#[pyfunction]
+#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order="C", device=None, columns="stack"))]
+#[allow(clippy::too_many_arguments)]
+pub fn to_dlpack<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    nulls: &str,
+    fill_value: Option<Bound<'py, PyAny>>,
+    copy: Option<bool>,
+    dtype: Option<Bound<'py, PyAny>>,
+    order: &str,
+    device: Option<Bound<'py, PyAny>>,
+    columns: &str,
+) -> Result<Py<PyAny>> {
+    if let Some(d) = device.as_ref().filter(|d| !d.is_none()) {
+        let name: String = d.str()?.extract()?;
+        if name != "cpu" {
+            return Err(PyBufferError::new_err(format!(
+                "device={name:?}: this build exports to the CPU only (CUDA export is the `cuda` feature)"
+            ))
+            .into());
+        }
+    }
+    let order = match order {
+        "C" | "c" => Order::C,
+        "F" | "f" => Order::F,
+        other => return Err(PyValueError::new_err(format!("order={other:?}: expected 'C' or 'F'")).into()),
+    };
+    let nulls = null_policy(nulls, fill_value.as_ref())?;
+    let opts = ExportOptions { nulls, copy: copy_policy(copy), dtype: parse_dtype(dtype.as_ref())?, order };
+    let input: AnyArray = obj.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "to_dlpack takes an object with __arrow_c_array__ or __arrow_c_stream__ (pyarrow, polars, \
+             datafusion, duckdb, arro3, nanoarrow), not {}",
+            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
+    let chunked = input.into_chunked_array()?;
+    let (chunks, field) = chunked.into_inner();
+    if let Some((fields, cols)) = table_columns(&field, &chunks)? {
+        return match columns {
+            "stack" => {
+                let c = py.detach(|| columns_to_tensor(&fields, &cols, &opts))?;
+                Ok(wrap(py, c, nulls)?)
+            }
+            "dict" => {
+                let out = PyDict::new(py);
+                for (f, chunks) in fields.iter().zip(&cols) {
+                    let c = py.detach(|| to_tensor(f, chunks, &opts))?;
+                    out.set_item(f.name(), wrap(py, c, nulls)?)?;
+                }
+                Ok(out.into_any().unbind())
+            }
+            other => Err(PyValueError::new_err(format!("columns={other:?}: expected 'stack' or 'dict'")).into()),
+        };
+    }
+    let c = py.detach(|| to_tensor(&field, &chunks, &opts))?;
+    Ok(wrap(py, c, nulls)?)
+}
+
+fn host_device(ty: i32) -> bool {
+    matches!(ty, 1 | 3 | 11 | 13)
+}
+
+/// Imports through `__dlpack__`, following the consumer ladder of CONFORMANCE.md item 16.
+fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
+    let py = x.py();
+    let (ty, _id): (i32, i32) = match x.getattr("__dlpack_device__") {
+        Ok(f) => f.call0()?.extract()?,
+        Err(_) => (1, 0),
+    };
+    let host = host_device(ty);
+    if !host && copy == Some(false) {
+        return Err(PyBufferError::new_err(format!(
+            "the tensor is on DLPack device type {ty}; Arrow needs host memory, which takes a copy, but copy=False"
+        ))
+        .into());
+    }
+    // Device data is asked for on the CPU, copied by the producer.
+    let (dl_device, copy_arg) = if host { (None, copy) } else { (Some((1i32, 0i32)), Some(true)) };
+    let kw = PyDict::new(py);
+    kw.set_item("max_version", (1, 3))?;
+    if let Some(d) = dl_device {
+        kw.set_item("dl_device", d)?;
+    }
+    if let Some(c) = copy_arg {
+        kw.set_item("copy", c)?;
+    }
+    let method = x.getattr("__dlpack__")?;
+    let cap = match method.call((), Some(&kw)) {
+        Ok(c) => c,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+            kw.del_item("max_version")?;
+            match method.call((), Some(&kw)) {
+                Ok(c) => c,
+                Err(e) if e.is_instance_of::<PyTypeError>(py) && host => method.call0()?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let cap = cap.cast::<PyCapsule>().map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
+    let t = capsule::consume(cap)?.into_tensor();
+    if !t.device().is_host_accessible() {
+        return Err(PyBufferError::new_err(format!("the producer returned a {} tensor; Arrow needs host memory", t.device())).into());
+    }
+    Ok(t)
+}
+
+/// Converts a tensor from any producer into a pyarrow array (see the stub for the ladder).
+#[pyfunction]
+#[pyo3(signature = (x, *, copy=None, device=None))]
+pub fn from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, copy: Option<bool>, device: Option<Bound<'py, PyAny>>) -> Result<Bound<'py, PyAny>> {
+    if let Some(d) = device.as_ref().filter(|d| !d.is_none()) {
+        let name: String = d.str()?.extract()?;
+        if name != "cpu" {
+            return Err(PyValueError::new_err(format!("device={name:?}: Arrow arrays live on the CPU; pass device='cpu' or None")).into());
+        }
+    }
+    let tensor = if let Ok(t) = x.cast::<PyTensor>() {
+        t.get().inner.clone()
+    } else if let Ok(cap) = x.cast::<PyCapsule>() {
+        capsule::consume(cap)?.into_tensor()
+    } else if x.hasattr("__dlpack__")? {
+        via_dlpack(x, copy)?
+    } else if let Some(t) = interface::import(x)? {
+        t
+    } else {
+        return Err(PyAttributeError::new_err(format!(
+            "from_dlpack needs __dlpack__, a DLPack capsule, __array_interface__, __array_struct__ or the \
+             buffer protocol; {} has none of them",
+            x.get_type().name()?
+        ))
+        .into());
+    };
+    if tensor.device() != Device::Cpu && !tensor.device().is_host_accessible() {
+        return Err(PyBufferError::new_err(format!("the tensor is on {}; Arrow needs host memory", tensor.device())).into());
+    }
+    let policy = copy_policy(copy);
+    let (field, array) = py.detach(move || tensor_to_column_with(&tensor, "", policy))?;
+    to_pyarrow(py, field, array)
+}
+
+/// Wraps an existing tensor-like object in a `dlframe.Tensor` without converting to Arrow.
+#[pyfunction]
+pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
+    if let Ok(cap) = x.cast::<PyCapsule>() {
+        return Ok(PyTensor::new(capsule::consume(cap)?.into_tensor()));
+    }
+    if x.hasattr("__dlpack__")? {
+        return Ok(PyTensor::new(via_dlpack(x, None)?));
+    }
+    match interface::import(x)? {
+        Some(t) => Ok(PyTensor::new(t)),
+        None => Err(PyAttributeError::new_err("expected __dlpack__, a capsule, __array_interface__, __array_struct__ or a buffer").into()),
+    }
+}
+

@@ -1,0 +1,201 @@
+//! Imports through `__array_interface__`, `__array_struct__` and the buffer protocol
+//! (without copying). The tensor's owner keeps the exporting Python object alive.
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+use dlframe::interface::{ArrayInterface, TypeStr};
+use dlframe::{Device, Tensor};
+
+use crate::error::Result;
+
+/// Keeps a Python object alive from Rust; dropped without the GIL, pyo3 defers the decref.
+struct PyOwner(#[allow(dead_code)] Py<PyAny>);
+
+// A keep-alive only: never read, so no broken state can be observed after a panic.
+impl std::panic::RefUnwindSafe for PyOwner {}
+
+/// Tries the array interface, `__array_struct__`, then the buffer protocol. `Ok(None)` when
+/// the object offers none of them.
+pub fn import(x: &Bound<'_, PyAny>) -> Result<Option<Tensor>> {
+    if let Ok(ai) = x.getattr("__array_interface__") {
+        return from_interface_dict(x, &ai).map(Some);
+    }
+    if let Ok(cap) = x.getattr("__array_struct__") {
+        return from_array_struct(x, &cap).map(Some);
+    }
+    // SAFETY: CheckBuffer only inspects the type slots.
+    if unsafe { ffi::PyObject_CheckBuffer(x.as_ptr()) } == 1 {
+        return from_buffer(x).map(Some);
+    }
+    Ok(None)
+}
+
+fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Tensor> {
+    let bad = |m: &str| PyValueError::new_err(format!("invalid __array_interface__: {m}"));
+    let d = ai.cast::<PyDict>().map_err(|_| bad("must be a dict"))?;
+    let get = |k: &str| d.get_item(k).ok().flatten().filter(|v| !v.is_none());
+    let shape: Vec<i64> = get("shape").ok_or_else(|| bad("missing shape"))?.extract()?;
+    let typestr: String = get("typestr").ok_or_else(|| bad("missing typestr"))?.extract()?;
+    let Some(data) = get("data") else {
+        // data=None means "use the object's own buffer".
+        return from_buffer(x);
+    };
+    let data: (usize, bool) = data.extract().map_err(|_| bad("data must be a (pointer, read_only) tuple"))?;
+    let strides: Option<Vec<i64>> = get("strides").map(|s| s.extract()).transpose()?;
+    let desc = ArrayInterface {
+        shape: shape.clone(),
+        typestr: typestr.parse::<TypeStr>()?,
+        data,
+        strides,
+        descr: Vec::new(),
+        version: 3,
+        stream: None,
+    };
+    let (dtype, strides) = desc.layout()?;
+    let owner = Arc::new(PyOwner(x.clone().unbind()));
+    // SAFETY: the exporter promises `data` stays valid while it lives (numpy's contract:
+    // consumers keep the exporting object as base), and `owner` keeps it alive.
+    let t = unsafe { Tensor::from_raw_parts(data.0 as *mut u8, shape, Some(strides), dtype, Device::Cpu, data.1, owner) }?;
+    Ok(t)
+}
+
+#[repr(C)]
+struct PyArrayInterface {
+    two: c_int,
+    nd: c_int,
+    typekind: c_char,
+    itemsize: c_int,
+    flags: c_int,
+    shape: *mut ffi::Py_ssize_t,
+    strides: *mut ffi::Py_ssize_t,
+    data: *mut c_void,
+    descr: *mut ffi::PyObject,
+}
+
+fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Tensor> {
+    let bad = |m: &str| PyValueError::new_err(format!("invalid __array_struct__: {m}"));
+    let cap = cap.cast::<PyCapsule>().map_err(|_| bad("not a capsule"))?;
+    // SAFETY: numpy's protocol uses unnamed capsules; GetPointer checks the (NULL) name.
+    let ptr = unsafe { ffi::PyCapsule_GetPointer(cap.as_ptr(), std::ptr::null()) } as *const PyArrayInterface;
+    if ptr.is_null() {
+        // SAFETY: GetPointer set an exception; clear it, we raise our own.
+        unsafe { ffi::PyErr_Clear() };
+        return Err(bad("a named or empty capsule").into());
+    }
+    // SAFETY: the capsule (alive while `cap` is) holds a PyArrayInterface.
+    let s = unsafe { &*ptr };
+    if s.two != 2 || s.nd < 0 || s.itemsize <= 0 {
+        return Err(bad("the struct does not start with two == 2").into());
+    }
+    if s.flags & 0x200 == 0 {
+        return Err(PyBufferError::new_err("__array_struct__ data is byte-swapped; byteswap it first").into());
+    }
+    let nd = s.nd as usize;
+    if nd > 0 && s.shape.is_null() {
+        return Err(bad("NULL shape").into());
+    }
+    let typestr: TypeStr = format!("|{}{}", s.typekind as u8 as char, s.itemsize).parse()?;
+    let dtype = typestr.to_dtype()?;
+    // SAFETY: the struct promises nd extents (and strides, when not NULL).
+    let shape: Vec<i64> = (0..nd).map(|i| unsafe { *s.shape.add(i) } as i64).collect();
+    let strides = if s.strides.is_null() {
+        None
+    } else {
+        let item = s.itemsize as i64;
+        let mut v = Vec::with_capacity(nd);
+        for i in 0..nd {
+            // SAFETY: as above.
+            let b = unsafe { *s.strides.add(i) } as i64;
+            if b % item != 0 {
+                return Err(bad("a byte stride that is not a whole element").into());
+            }
+            v.push(b / item);
+        }
+        Some(v)
+    };
+    let readonly = s.flags & 0x400 == 0;
+    let owner = Arc::new((PyOwner(x.clone().unbind()), PyOwner(cap.clone().into_any().unbind())));
+    // SAFETY: the struct's memory stays valid while the exporter and the capsule live, and the
+    // owner keeps both.
+    Ok(unsafe { Tensor::from_raw_parts(s.data as *mut u8, shape, strides, dtype, Device::Cpu, readonly, owner) }?)
+}
+
+/// A Py_buffer view, released (with the GIL) when the last tensor over it drops.
+struct BufferOwner(Box<ffi::Py_buffer>);
+
+// SAFETY: the view is only read; it is released under the GIL in Drop, from any thread.
+unsafe impl Send for BufferOwner {}
+// SAFETY: as above.
+unsafe impl Sync for BufferOwner {}
+impl std::panic::RefUnwindSafe for BufferOwner {}
+
+impl Drop for BufferOwner {
+    fn drop(&mut self) {
+        // SAFETY: Py_IsInitialized may be called at any time; at shutdown we leak the view.
+        if unsafe { ffi::Py_IsInitialized() } == 0 {
+            return;
+        }
+        Python::attach(|_| {
+            // SAFETY: the view came from PyObject_GetBuffer and is released once, with the GIL.
+            unsafe { ffi::PyBuffer_Release(&mut *self.0) }
+        });
+    }
+}
+
+fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
+    // SAFETY: a zeroed Py_buffer is the documented initial state for GetBuffer.
+    let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+    // SAFETY: GetBuffer fills `view` or sets an exception.
+    if unsafe { ffi::PyObject_GetBuffer(x.as_ptr(), &mut *view, ffi::PyBUF_RECORDS_RO) } != 0 {
+        return Err(PyErr::fetch(x.py()).into());
+    }
+    let owner = BufferOwner(view);
+    let v = &owner.0;
+    let format = if v.format.is_null() {
+        "B".to_string()
+    } else {
+        // SAFETY: a non-NULL format is a NUL-terminated string owned by the view.
+        unsafe { CStr::from_ptr(v.format) }.to_string_lossy().into_owned()
+    };
+    let typestr = buffer_format_typestr(&format, v.itemsize as usize)
+        .ok_or_else(|| PyTypeError::new_err(format!("buffer format {format:?} has no tensor dtype")))?;
+    let dtype = typestr.parse::<TypeStr>()?.to_dtype()?;
+    let nd = v.ndim as usize;
+    // SAFETY: with PyBUF_RECORDS_RO, shape and strides hold ndim entries (or ndim is 0).
+    let shape: Vec<i64> = (0..nd).map(|i| unsafe { *v.shape.add(i) } as i64).collect();
+    let mut strides = Vec::with_capacity(nd);
+    for i in 0..nd {
+        // SAFETY: as above.
+        let b = unsafe { *v.strides.add(i) } as i64;
+        if b % v.itemsize as i64 != 0 {
+            return Err(PyValueError::new_err("a buffer stride that is not a whole element").into());
+        }
+        strides.push(b / v.itemsize as i64);
+    }
+    let (data, readonly) = (v.buf as *mut u8, v.readonly != 0);
+    // SAFETY: the buffer stays valid until the view is released, which the owner does last.
+    Ok(unsafe { Tensor::from_raw_parts(data, shape, Some(strides), dtype, Device::Cpu, readonly, Arc::new(owner)) }?)
+}
+
+/// The typestr of a `struct`-module format (native or little-endian only).
+fn buffer_format_typestr(format: &str, itemsize: usize) -> Option<String> {
+    let f = format.trim_start_matches(['@', '=', '<']);
+    if format.starts_with(['>', '!']) {
+        return None;
+    }
+    let kind = match f {
+        "?" => 'b',
+        "b" | "h" | "i" | "l" | "q" | "n" => 'i',
+        "B" | "H" | "I" | "L" | "Q" | "N" => 'u',
+        "e" | "f" | "d" => 'f',
+        _ => return None,
+    };
+    Some(format!("<{kind}{itemsize}"))
+}
+

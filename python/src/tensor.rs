@@ -1,0 +1,333 @@
+//! `dlframe.Tensor`: one tensor that speaks DLPack (both versions), `__array_interface__`,
+//! `__array_struct__` and the Arrow PyCapsule interface.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
+use arrow_schema::DataType;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
+
+use dlframe::arrow::{CopyPolicy, tensor_to_column_with};
+use dlframe::interface::{ArrayInterface, TypeStr};
+use dlframe::{DType, Device, Tensor, export_legacy, export_versioned, kernels};
+
+use crate::capsule;
+use crate::error::Result;
+
+/// A tensor over Arrow (or foreign) memory. Shared Arrow memory is read-only; copies are
+/// writable and marked `copied`.
+#[pyclass(name = "Tensor", module = "dlframe._native", frozen)]
+pub struct PyTensor {
+    pub(crate) inner: Tensor,
+}
+
+impl PyTensor {
+    pub fn new(inner: Tensor) -> Self {
+        PyTensor { inner }
+    }
+}
+
+/// Parses the array API's `copy` argument.
+pub fn copy_policy(copy: Option<bool>) -> CopyPolicy {
+    match copy {
+        None => CopyPolicy::IfNeeded,
+        Some(false) => CopyPolicy::Never,
+        Some(true) => CopyPolicy::Always,
+    }
+}
+
+fn parse_max_version(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u32, u32)>> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => {
+            let t = v.cast::<PyTuple>().map_err(|_| PyTypeError::new_err("max_version must be None or a tuple with two elements."))?;
+            if t.len() != 2 {
+                return Err(PyTypeError::new_err("max_version must be None or a tuple with two elements."));
+            }
+            Ok(Some((t.get_item(0)?.extract()?, t.get_item(1)?.extract()?)))
+        }
+    }
+}
+
+fn parse_device(v: &Bound<'_, PyAny>) -> PyResult<(i32, i32)> {
+    let t = v.cast::<PyTuple>().map_err(|_| PyTypeError::new_err("dl_device must be None or a (device_type, device_id) tuple"))?;
+    if t.len() != 2 {
+        return Err(PyTypeError::new_err("dl_device must be None or a (device_type, device_id) tuple"));
+    }
+    Ok((t.get_item(0)?.extract()?, t.get_item(1)?.extract()?))
+}
+
+/// `numpy`'s `PyArrayInterface`, for `__array_struct__`.
+#[repr(C)]
+struct PyArrayInterface {
+    two: c_int,
+    nd: c_int,
+    typekind: c_char,
+    itemsize: c_int,
+    flags: c_int,
+    shape: *mut ffi::Py_ssize_t,
+    strides: *mut ffi::Py_ssize_t,
+    data: *mut c_void,
+    descr: *mut ffi::PyObject,
+}
+
+/// The struct and the arrays it points to, freed together by the capsule destructor.
+#[repr(C)]
+struct StructHolder {
+    iface: PyArrayInterface,
+    shape: Vec<ffi::Py_ssize_t>,
+    strides: Vec<ffi::Py_ssize_t>,
+}
+
+const NPY_C_CONTIGUOUS: c_int = 0x1;
+const NPY_ALIGNED: c_int = 0x100;
+const NPY_NOTSWAPPED: c_int = 0x200;
+const NPY_WRITEABLE: c_int = 0x400;
+
+unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
+    // SAFETY: installed only on our unnamed __array_struct__ capsules, whose pointer is a
+    // boxed StructHolder and whose context is a strong reference to the Tensor.
+    unsafe {
+        let ptr = ffi::PyCapsule_GetPointer(capsule, std::ptr::null());
+        if !ptr.is_null() {
+            drop(Box::from_raw(ptr as *mut StructHolder));
+        }
+        let ctx = ffi::PyCapsule_GetContext(capsule);
+        if !ctx.is_null() {
+            ffi::Py_DecRef(ctx as *mut ffi::PyObject);
+        }
+    }
+}
+
+#[pymethods]
+impl PyTensor {
+    /// Exports the tensor as a DLPack capsule (CONFORMANCE.md section 8, items 1-15).
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<Bound<'py, PyAny>>,
+        dl_device: Option<Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> Result<Bound<'py, PyAny>> {
+        let t = &self.inner;
+        let own = t.device().to_dlpack();
+        if let Some(s) = stream.as_ref().filter(|s| !s.is_none()) {
+            let s: i64 = s.extract().map_err(|_| PyTypeError::new_err("stream must be None or an int"))?;
+            if !(matches!(t.device(), Device::Cuda(_) | Device::Rocm(_)) || s == -1) {
+                return Err(PyValueError::new_err(format!(
+                    "stream={s} is not valid for a {} tensor; only None (or -1) is accepted on the CPU",
+                    t.device()
+                ))
+                .into());
+            }
+        }
+        if let Some(d) = dl_device.as_ref().filter(|d| !d.is_none()) {
+            let (ty, id) = parse_device(d)?;
+            if (ty, id) != (own.device_type, own.device_id) && !(ty == 1 && t.device().is_host_accessible()) {
+                return Err(PyBufferError::new_err(format!(
+                    "cannot export a {} tensor to device ({ty}, {id}); dlframe exports to the tensor's own device",
+                    t.device()
+                ))
+                .into());
+            }
+        }
+        let versioned = parse_max_version(max_version.as_ref())?.is_some_and(|(major, _)| major >= 1);
+        let must_copy = copy == Some(true) || (!versioned && t.readonly());
+        if !versioned && t.readonly() && copy == Some(false) {
+            return Err(PyBufferError::new_err(
+                "a legacy DLPack capsule cannot mark shared Arrow memory read-only, so it needs a copy, \
+                 but copy=False; pass max_version=(1, 0) or copy=None",
+            )
+            .into());
+        }
+        let tensor = if must_copy {
+            let t = t.clone();
+            py.detach(move || kernels::contiguous_copy(&t))?
+        } else {
+            t.clone()
+        };
+        Ok(if versioned { capsule::versioned(py, export_versioned(tensor))? } else { capsule::legacy(py, export_legacy(tensor))? })
+    }
+
+    /// `(device_type, device_id)`, e.g. `(1, 0)` for the CPU.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        let d = self.inner.device().to_dlpack();
+        (d.device_type, d.device_id)
+    }
+
+    /// numpy's array interface v3; `data` is `(pointer, read_only)`. No `mask` key, ever.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
+        if !self.inner.device().is_host_accessible() {
+            return Err(PyAttributeError::new_err(format!("__array_interface__: the tensor is on {}", self.inner.device())).into());
+        }
+        let typestr = match self.inner.logical().map(|f| TypeStr::from_arrow(f.data_type())) {
+            Some(Ok(ts)) if self.inner.ndim() <= 1 && ts.to_dtype().ok() == Some(self.inner.dtype()) => ts,
+            _ => TypeStr::from_dtype(self.inner.dtype()),
+        };
+        let ai = ArrayInterface::from_tensor(&self.inner, typestr);
+        let d = PyDict::new(py);
+        d.set_item("shape", PyTuple::new(py, &ai.shape)?)?;
+        d.set_item("typestr", ai.typestr.to_string())?;
+        d.set_item("descr", vec![(String::new(), ai.typestr.to_string())])?;
+        d.set_item("data", (ai.data.0, ai.data.1))?;
+        match &ai.strides {
+            Some(s) => d.set_item("strides", PyTuple::new(py, s)?)?,
+            None => d.set_item("strides", py.None())?,
+        }
+        d.set_item("version", 3)?;
+        Ok(d)
+    }
+
+    /// numpy's legacy `__array_struct__`: an unnamed capsule whose context holds this tensor.
+    #[getter]
+    fn __array_struct__<'py>(slf: &Bound<'py, Self>) -> Result<Bound<'py, PyAny>> {
+        let t = &slf.get().inner;
+        if !t.device().is_host_accessible() {
+            return Err(PyAttributeError::new_err(format!("__array_struct__: the tensor is on {}", t.device())).into());
+        }
+        // The struct cannot say "datetime64[unit]"; numpy then falls back to
+        // __array_interface__, whose typestr can.
+        if t.logical().is_some_and(|f| matches!(f.data_type(), DataType::Timestamp(..) | DataType::Date64 | DataType::Duration(_))) {
+            return Err(PyAttributeError::new_err("__array_struct__: datetimes are described by __array_interface__").into());
+        }
+        let item = t.dtype().itemsize() as ffi::Py_ssize_t;
+        let typekind = TypeStr::from_dtype(t.dtype()).kind as c_char;
+        let mut flags = NPY_NOTSWAPPED;
+        if t.is_aligned() {
+            flags |= NPY_ALIGNED;
+        }
+        if t.is_c_contiguous() {
+            flags |= NPY_C_CONTIGUOUS;
+        }
+        if !t.readonly() {
+            flags |= NPY_WRITEABLE;
+        }
+        let mut holder = Box::new(StructHolder {
+            iface: PyArrayInterface {
+                two: 2,
+                nd: t.ndim() as c_int,
+                typekind,
+                itemsize: item as c_int,
+                flags,
+                shape: std::ptr::null_mut(),
+                strides: std::ptr::null_mut(),
+                data: t.data_ptr() as *mut c_void,
+                descr: std::ptr::null_mut(),
+            },
+            shape: t.shape().iter().map(|&d| d as ffi::Py_ssize_t).collect(),
+            strides: t.strides().iter().map(|&s| s as ffi::Py_ssize_t * item).collect(),
+        });
+        holder.iface.shape = holder.shape.as_mut_ptr();
+        holder.iface.strides = holder.strides.as_mut_ptr();
+        let raw = Box::into_raw(holder);
+        let py = slf.py();
+        // SAFETY: an unnamed capsule (numpy asks for the NULL name) over the boxed holder.
+        let cap = unsafe { ffi::PyCapsule_New(raw.cast(), std::ptr::null(), Some(array_struct_destructor)) };
+        if cap.is_null() {
+            // SAFETY: no capsule took the box.
+            drop(unsafe { Box::from_raw(raw) });
+            return Err(PyErr::fetch(py).into());
+        }
+        // SAFETY: `cap` is a new reference; the context takes a strong reference to the
+        // tensor, released by the destructor.
+        let cap = unsafe {
+            ffi::Py_IncRef(slf.as_ptr());
+            ffi::PyCapsule_SetContext(cap, slf.as_ptr().cast());
+            Bound::from_owned_ptr(py, cap)
+        };
+        Ok(cap)
+    }
+
+    /// Exports as an Arrow array (zero-copy where possible) through the Arrow PyCapsule
+    /// interface, so `pyarrow.array(tensor)` works.
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_array__<'py>(&self, py: Python<'py>, requested_schema: Option<Bound<'py, PyCapsule>>) -> Result<Bound<'py, PyTuple>> {
+        let (field, array) = tensor_to_column_with(&self.inner, "", CopyPolicy::IfNeeded)?;
+        Ok(pyo3_arrow::ffi::to_array_pycapsules(py, field, array.as_ref(), requested_schema)?)
+    }
+
+    /// The extents.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.shape())
+    }
+    /// The strides, in elements (as DLPack counts them).
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.strides())
+    }
+    /// The dtype name, e.g. `"float32"`.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.inner.dtype().name()
+    }
+    /// `"cpu"`, `"cuda:0"`, ...
+    #[getter]
+    fn device(&self) -> String {
+        self.inner.device().to_string()
+    }
+    /// True for shared (Arrow) memory that consumers must not write.
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.inner.readonly()
+    }
+    /// True when dlframe made this memory as a copy.
+    #[getter]
+    fn copied(&self) -> bool {
+        self.inner.copied()
+    }
+    /// Number of dimensions.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.inner.ndim()
+    }
+    fn __len__(&self) -> usize {
+        self.inner.shape().first().map_or(1, |&d| d as usize)
+    }
+
+    fn __repr__(&self) -> String {
+        let t = &self.inner;
+        format!(
+            "dlframe.Tensor(shape={:?}, dtype={}, device={}, readonly={}, copied={})",
+            t.shape(),
+            t.dtype(),
+            t.device(),
+            if t.readonly() { "True" } else { "False" },
+            if t.copied() { "True" } else { "False" }
+        )
+    }
+
+    /// The tensor as a pyarrow array (copies only when the memory cannot be shared, or when
+    /// `copy=True`): N-d tensors become `fixed_shape_tensor` arrays.
+    #[pyo3(signature = (*, copy=None))]
+    fn to_arrow<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
+        let t = self.inner.clone();
+        let policy = copy_policy(copy);
+        let (field, array) = py.detach(move || tensor_to_column_with(&t, "", policy))?;
+        crate::convert::to_pyarrow(py, field, array)
+    }
+
+    /// The tensor as a polars Series (through pyarrow; N-d tensors become `Array` columns).
+    #[pyo3(signature = (*, copy=None))]
+    fn to_polars<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
+        let arrow = self.to_arrow(py, copy)?;
+        let pl = py.import("polars")?;
+        Ok(pl.call_method1("from_arrow", (arrow,))?)
+    }
+}
+
+/// The dtype named by a Python argument (`"float32"`, a numpy dtype, ...), if any.
+pub fn parse_dtype(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else { return Ok(None) };
+    let name: String = match v.extract::<String>() {
+        Ok(s) => s,
+        Err(_) => v.str()?.extract()?,
+    };
+    DType::from_name(&name).map(Some).map_err(|e| PyTypeError::new_err(e.to_string()))
+}

@@ -1,0 +1,119 @@
+"""CONFORMANCE.md section 8, consumer items 16-23: dlframe.from_dlpack into Arrow."""
+
+import gc
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dlframe
+from conftest import optional
+
+
+def test_numpy_round_trip_is_zero_copy_and_keeps_producer_alive():  # items 16, 23
+    src = np.arange(10, dtype=np.float64)
+    ptr = src.ctypes.data
+    arr = dlframe.from_dlpack(src)
+    assert arr.type == pa.float64()
+    assert arr.buffers()[1].address == ptr
+    del src
+    gc.collect()
+    assert arr.to_pylist() == list(map(float, range(10)))
+
+
+class OldProducer:
+    """A producer from before DLPack 1.0: __dlpack__ takes no keywords."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_ladder_retries_without_keywords():  # item 16
+    src = np.arange(5, dtype=np.int32)
+    assert dlframe.from_dlpack(OldProducer(src)).to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_raw_capsules_of_both_versions_and_second_use():  # item 17
+    src = np.arange(4, dtype=np.int16)
+    for cap in (src.__dlpack__(), src.__dlpack__(max_version=(1, 0))):
+        assert dlframe.from_dlpack(cap).to_pylist() == [0, 1, 2, 3]
+        with pytest.raises(ValueError, match="already consumed"):
+            dlframe.from_dlpack(cap)
+
+
+def test_strided_and_negative_inputs_are_copied_or_refused():  # item 19
+    src = np.arange(20, dtype=np.int64)
+    assert dlframe.from_dlpack(src[::2]).to_pylist() == list(range(0, 20, 2))
+    assert dlframe.from_dlpack(src[::-1]).to_pylist() == list(range(19, -1, -1))
+    with pytest.raises(BufferError):
+        dlframe.from_dlpack(src[::2], copy=False)
+    b = np.broadcast_to(np.float32(3), (4,))
+    assert dlframe.from_dlpack(b).to_pylist() == [3.0] * 4
+
+
+def test_nd_becomes_fixed_shape_tensor_and_transposes_stay_zero_copy():  # item 19
+    src = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    arr = dlframe.from_dlpack(src)
+    assert isinstance(arr.type, pa.FixedShapeTensorType)
+    assert arr.type.shape == [3, 4]
+    np.testing.assert_array_equal(arr.to_numpy_ndarray(), src)
+    t = src.transpose(0, 2, 1)
+    arr = dlframe.from_dlpack(t)
+    assert arr.type.permutation == [1, 0]
+    np.testing.assert_array_equal(arr.to_numpy_ndarray(), t)
+
+
+def test_unsupported_dtype_is_buffer_error():  # item 20
+    with pytest.raises(BufferError, match="code=5"):
+        dlframe.from_dlpack(np.zeros(3, dtype=np.complex64))
+
+
+def test_bool_packs_into_a_bitmap():  # item 21
+    src = np.array([True, False, True])
+    arr = dlframe.from_dlpack(src)
+    assert arr.type == pa.bool_() and arr.to_pylist() == [True, False, True]
+    with pytest.raises(BufferError):
+        dlframe.from_dlpack(src, copy=False)
+
+
+def test_zero_size_imports():  # item 22
+    for shape in [(0,), (0, 3)]:
+        arr = dlframe.from_dlpack(np.zeros(shape, dtype=np.float64))
+        assert len(arr) == 0
+
+
+def test_memory_freed_from_another_thread():  # item 23
+    src = np.arange(1000, dtype=np.float64)
+    arr = dlframe.from_dlpack(src)
+    del src
+    out = []
+    th = threading.Thread(target=lambda: out.append(arr.sum().as_py()))
+    th.start()
+    th.join()
+    del arr
+    gc.collect()
+    assert out == [sum(range(1000))]
+
+
+def test_torch_tensors_when_installed():  # items 16, 18
+    torch = optional("torch")
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    arr = dlframe.from_dlpack(t)
+    np.testing.assert_array_equal(arr.to_numpy_ndarray(), t.numpy())
+
+
+def test_device_other_than_cpu_is_refused():
+    with pytest.raises(ValueError, match="device"):
+        dlframe.from_dlpack(np.zeros(2), device="cuda:0")
+
+
+def test_objects_without_protocols_get_attribute_error():
+    with pytest.raises(AttributeError, match="__dlpack__"):
+        dlframe.from_dlpack(object())

@@ -1,0 +1,242 @@
+"""CONFORMANCE.md section 8, producer items 1-15, checked with real consumers."""
+
+import ctypes
+import gc
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dlframe
+from conftest import optional
+
+INT_FLOAT = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
+
+
+def column(dtype, n=50):
+    return pa.array(np.arange(n).astype(dtype))
+
+
+def test_signature_is_keyword_only():  # item 1
+    t = dlframe.to_dlpack(column("int32"))
+    with pytest.raises(TypeError):
+        t.__dlpack__(None)
+    for kw in ({"stream": None}, {"max_version": (1, 0)}, {"dl_device": (1, 0)}, {"copy": None}):
+        assert t.__dlpack__(**kw) is not None
+
+
+def test_dlpack_device_is_cpu():  # item 2
+    t = dlframe.to_dlpack(column("float32"))
+    assert t.__dlpack_device__() == (1, 0)
+    assert t.device == "cpu"
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("code", ctypes.c_uint8),
+        ("bits", ctypes.c_uint8),
+        ("lanes", ctypes.c_uint16),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class Versioned(ctypes.Structure):
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLTensor),
+    ]
+
+
+class Legacy(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+capsule_name = ctypes.pythonapi.PyCapsule_GetName
+capsule_name.restype = ctypes.c_char_p
+capsule_name.argtypes = [ctypes.py_object]
+capsule_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+capsule_ptr.restype = ctypes.c_void_p
+capsule_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def peek(cap):
+    """The capsule's name and managed struct; the caller keeps `cap` alive while reading."""
+    name = capsule_name(cap)
+    ptr = capsule_ptr(cap, name)
+    struct = Versioned if name == b"dltensor_versioned" else Legacy
+    return name, struct.from_address(ptr)
+
+
+@pytest.mark.parametrize("mv", [(1, 0), (1, 3), (2, 0), (100, 3)])
+def test_versioned_capsule_for_major_at_least_one(mv):  # item 3
+    cap = dlframe.to_dlpack(column("int64")).__dlpack__(max_version=mv)
+    name, m = peek(cap)
+    assert name == b"dltensor_versioned"
+    assert (m.version.major, m.version.minor) == (1, 3)
+
+
+@pytest.mark.parametrize("mv", [None, (0, 8)])
+def test_legacy_capsule_for_none_or_major_zero(mv):  # item 3
+    cap = dlframe.to_dlpack(column("int64")).__dlpack__(max_version=mv)
+    name, _ = peek(cap)
+    assert name == b"dltensor"
+
+
+def test_legacy_path_never_shares_readonly_memory():  # item 4
+    arr = column("float64")
+    t = dlframe.to_dlpack(arr)
+    assert t.readonly
+    with pytest.raises(BufferError, match="legacy"):
+        t.__dlpack__(copy=False)
+    cap = t.__dlpack__()
+    _, m = peek(cap)
+    shared = np.frombuffer(arr.buffers()[1], dtype=np.float64)
+    assert m.dl_tensor.data != shared.ctypes.data  # a copy, not the Arrow buffer
+
+
+def test_versioned_shared_export_is_readonly_and_copy_is_writable():  # item 5
+    arr = column("int32")
+    t = dlframe.to_dlpack(arr)
+    cap = t.__dlpack__(max_version=(1, 3))
+    _, m = peek(cap)
+    assert m.flags == 1  # READ_ONLY only
+    view = np.from_dlpack(t)
+    assert not view.flags.writeable
+    assert view.ctypes.data == np.frombuffer(arr.buffers()[1], dtype=np.int32).ctypes.data
+    cap = t.__dlpack__(max_version=(1, 3), copy=True)
+    _, m = peek(cap)
+    assert m.flags == 2  # IS_COPIED only
+    fresh = np.from_dlpack(t, copy=True)
+    assert fresh.flags.writeable
+    fresh[0] = 99
+    assert arr[0].as_py() == 0
+
+
+def test_strides_explicit_offset_folded():  # items 6, 7
+    arr = column("int16", 100).slice(7, 20)
+    cap = dlframe.to_dlpack(arr).__dlpack__(max_version=(1, 3))
+    _, m = peek(cap)
+    assert m.dl_tensor.ndim == 1 and m.dl_tensor.byte_offset == 0
+    assert m.dl_tensor.strides[0] == 1 and m.dl_tensor.shape[0] == 20
+    assert np.from_dlpack(dlframe.to_dlpack(arr))[0] == 7
+    empty = dlframe.to_dlpack(pa.array([], pa.float32()))
+    cap = empty.__dlpack__(max_version=(1, 3))
+    _, m = peek(cap)
+    assert m.dl_tensor.data is None and m.dl_tensor.shape[0] == 0 and bool(m.dl_tensor.strides)
+    assert np.from_dlpack(empty).shape == (0,)
+    assert jax.dlpack.from_dlpack(empty).shape == (0,)
+
+
+@pytest.mark.parametrize("dtype", INT_FLOAT)
+def test_dtype_map_and_values_numpy(dtype):  # items 8, 14
+    arr = column(dtype)
+    got = np.from_dlpack(dlframe.to_dlpack(arr))
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, arr.to_numpy())
+
+
+@pytest.mark.parametrize("dtype", [d for d in INT_FLOAT if d not in ("uint16", "uint32", "uint64")])
+def test_values_through_jax_legacy_path(dtype):  # item 14
+    arr = column(dtype)
+    got = jax.dlpack.from_dlpack(dlframe.to_dlpack(arr))
+    np.testing.assert_array_equal(np.asarray(got), arr.to_numpy())
+
+
+def test_pyarrow_consumes_versioned():  # item 14
+    arr = column("float32")
+    back = pa.Array.from_dlpack(dlframe.to_dlpack(arr))
+    assert back.equals(arr)
+
+
+def test_bool_unpacks_with_is_copied():  # item 8
+    arr = pa.array([True, False, True, True, False])
+    t = dlframe.to_dlpack(arr)
+    assert t.dtype == "bool" and t.copied
+    cap = t.__dlpack__(max_version=(1, 3))
+    _, m = peek(cap)
+    assert (m.dl_tensor.code, m.dl_tensor.bits, m.flags) == (6, 8, 2)
+    np.testing.assert_array_equal(np.from_dlpack(t), [True, False, True, True, False])
+    with pytest.raises(BufferError, match="bit-pack"):
+        dlframe.to_dlpack(arr, copy=False)
+
+
+def test_unrepresentable_data_raises_buffer_error_with_remedy():  # item 9
+    with pytest.raises(BufferError, match="nulls='fill'"):
+        dlframe.to_dlpack(pa.array([1.0, None]))
+    with pytest.raises(BufferError, match="encode"):
+        dlframe.to_dlpack(pa.array(["a"]))
+    with pytest.raises(BufferError, match="chunks"):
+        dlframe.to_dlpack(pa.chunked_array([[1, 2], [3]]), copy=False)
+
+
+def test_dl_device_and_stream_rules():  # items 10, 11
+    t = dlframe.to_dlpack(column("int8"))
+    for dev in (None, (1, 0)):
+        assert t.__dlpack__(max_version=(1, 3), dl_device=dev) is not None
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 3), dl_device=(2, 0))
+    assert t.__dlpack__(max_version=(1, 3), stream=-1) is not None
+    with pytest.raises(ValueError, match="stream"):
+        t.__dlpack__(max_version=(1, 3), stream=1)
+
+
+def test_capsule_destructor_keeps_in_flight_exception():  # item 12
+    t = dlframe.to_dlpack(column("float64"))
+    try:
+        cap = t.__dlpack__(max_version=(1, 3))
+        raise KeyError("in flight")
+    except KeyError as e:
+        del cap
+        assert e.args == ("in flight",)
+
+
+def test_refcount_returns_to_baseline():  # item 13
+    arr = column("float32", 1000)
+    t = dlframe.to_dlpack(arr)
+    before = sys.getrefcount(t)
+    caps = [t.__dlpack__(max_version=(1, 3)) for _ in range(10)]
+    arrays = [np.from_dlpack(t) for _ in range(10)]
+    del caps, arrays
+    gc.collect()
+    assert sys.getrefcount(t) == before
+
+
+def test_nd_exports_c_order():  # item 15
+    flat = pa.array(np.arange(24, dtype=np.float32))
+    fsl = pa.FixedSizeListArray.from_arrays(pa.FixedSizeListArray.from_arrays(flat, 3), 4)
+    got = np.from_dlpack(dlframe.to_dlpack(fsl))
+    assert got.shape == (2, 4, 3) and got.strides == (48, 12, 4)
+    np.testing.assert_array_equal(got.ravel(), np.arange(24))
+
+
+def test_torch_consumes_when_installed():  # item 14
+    torch = optional("torch")
+    arr = column("float32")
+    got = torch.from_dlpack(dlframe.to_dlpack(arr))
+    assert got.dtype == torch.float32
+    np.testing.assert_array_equal(got.numpy(), arr.to_numpy())
+    nd = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(12, dtype=np.int64)), 3)
+    assert tuple(torch.from_dlpack(dlframe.to_dlpack(nd)).shape) == (4, 3)
+
+
+def test_jax_array_is_a_copy_of_readonly_memory():  # item 4 via jax
+    arr = column("float32")
+    x = jax.dlpack.from_dlpack(dlframe.to_dlpack(arr))
+    assert isinstance(x, jnp.ndarray)
+    np.testing.assert_array_equal(np.asarray(x), arr.to_numpy())
