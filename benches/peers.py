@@ -38,7 +38,7 @@ rows = []
 def row(what, ours, theirs, target, note=""):
     r = ours / theirs
     verdict = "" if target is None else ("meets" if (r <= target) else "misses")
-    rows.append((what, f"{r:.2f}x", "-" if target is None else f"<= {target}x", verdict, note))
+    rows.append((what, f"{r:.2f}x", "-" if target is None else f"<= {target:.2g}x", verdict, note))
 
 
 rng = np.random.default_rng(0)

@@ -313,3 +313,29 @@ fn bad_layouts_are_errors_not_panics() {
     let huge = Tensor::from_buffer(buf, 0, vec![1 << 40, 1 << 40], None, DType::Int32).unwrap_err();
     assert!(huge.to_string().contains("overflows"));
 }
+
+#[test]
+fn equal_length_lists_are_viewed_without_copying_and_ragged_ones_name_the_row() {
+    use arrow_array::builder::{Int32Builder, ListBuilder};
+    let mut b = ListBuilder::new(Int32Builder::new());
+    for row in 0..6 {
+        b.values().append_slice(&[row * 3, row * 3 + 1, row * 3 + 2]);
+        b.append(true);
+    }
+    let list: ArrayRef = Arc::new(b.finish().slice(1, 4));
+    let t = array_to_tensor(list.as_ref()).unwrap();
+    assert_eq!((t.shape(), t.as_slice::<i32>().unwrap()[0]), (&[4i64, 3][..], 3));
+    let child = list.as_list::<i32>().values().to_data();
+    // SAFETY: offset within the child buffer.
+    let child_ptr = unsafe { child.buffers()[0].as_ptr().add((child.offset() + 3) * 4) };
+    assert_eq!(t.data_ptr(), child_ptr, "a view, not a copy");
+
+    let mut b = ListBuilder::new(Int32Builder::new());
+    b.values().append_slice(&[1, 2]);
+    b.append(true);
+    b.values().append_slice(&[3]);
+    b.append(true);
+    let ragged: ArrayRef = Arc::new(b.finish());
+    let e = array_to_tensor(ragged.as_ref()).unwrap_err().to_string();
+    assert!(e.contains("row 1") && e.contains("expected 2"), "{e}");
+}

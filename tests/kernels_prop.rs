@@ -8,8 +8,8 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::{Field, FieldRef};
 use dlframe::arrow::{ExportOptions, NullPolicy, Order, Scalar, columns_to_tensor, to_tensor};
 use dlframe::kernels::{
-    BitSlice, Column, ColumnRef, PARALLEL_THRESHOLD_BYTES, concat_fill_into, contiguous_copy, fill_nulls, interleave,
-    pack_bits, unpack_bits, unpack_bits_fill,
+    BitSlice, Column, ColumnRef, PARALLEL_THRESHOLD_BYTES, concat_fill_into, contiguous_copy, fill_nulls,
+    interleave, pack_bits, unpack_bits, unpack_bits_fill,
 };
 use dlframe::{DType, Device, Tensor};
 use proptest::prelude::*;
@@ -124,12 +124,14 @@ proptest! {
 
     #[test]
     fn interleave_matches_reference(n in 0usize..600, k in 1usize..6, f_order: bool, d in densities(), seed: u64) {
-        let cols_i16: Vec<Vec<i16>> = (0..k).map(|j| (0..n).map(|i| (i * 3 + j) as i16).collect()).collect();
+        // Even columns are int16, odd ones uint8: a mixed stack cast to float64.
+        let cols_i16: Vec<Vec<i16>> = (0..k).map(|j| (0..n).map(|i| (i * 3 + j) as i16 - 700).collect()).collect();
+        let cols_u8: Vec<Vec<u8>> = (0..k).map(|j| (0..n).map(|i| (i * 7 + j) as u8).collect()).collect();
         let valid: Vec<Vec<bool>> = (0..k).map(|j| validity(n, 0, d, seed + j as u64)).collect();
         let bits: Vec<Vec<u8>> = valid.iter().map(|v| pack(v)).collect();
         let names: Vec<String> = (0..k).map(|j| format!("c{j}")).collect();
         let cols: Vec<Column> = (0..k).map(|j| Column {
-            values: if j % 2 == 0 { ColumnRef::I16(&cols_i16[j]) } else { ColumnRef::I16(&cols_i16[j]) },
+            values: if j % 2 == 0 { ColumnRef::I16(&cols_i16[j]) } else { ColumnRef::U8(&cols_u8[j]) },
             validity: Some(BitSlice::new(&bits[j], 0, n).unwrap()),
             name: &names[j],
         }).collect();
@@ -138,7 +140,8 @@ proptest! {
         interleave(&cols, order, Some(-1.0), &mut out).unwrap();
         for i in 0..n {
             for j in 0..k {
-                let v = if valid[j][i] { cols_i16[j][i] as f64 } else { -1.0 };
+                let raw = if j % 2 == 0 { cols_i16[j][i] as f64 } else { cols_u8[j][i] as f64 };
+                let v = if valid[j][i] { raw } else { -1.0 };
                 let at = if f_order { j * n + i } else { i * k + j };
                 prop_assert_eq!(out[at], v);
             }
@@ -171,7 +174,10 @@ fn the_parallel_paths_run_and_agree() {
     }
     let a: ArrayRef = Arc::new(Float32Array::from_iter_values((0..n).map(|i| i as f32)));
     let b: ArrayRef = Arc::new(Int16Array::from_iter_values((0..n).map(|i| (i % 1000) as i16)));
-    let fields: Vec<FieldRef> = vec![Arc::new(Field::new("a", a.data_type().clone(), false)), Arc::new(Field::new("b", b.data_type().clone(), false))];
+    let fields: Vec<FieldRef> = vec![
+        Arc::new(Field::new("a", a.data_type().clone(), false)),
+        Arc::new(Field::new("b", b.data_type().clone(), false)),
+    ];
     let m = columns_to_tensor(&fields, &[vec![a], vec![b]], &ExportOptions::default()).unwrap().values;
     let s = m.as_slice::<f32>().unwrap();
     for i in (0..n).step_by(1009) {
@@ -184,16 +190,37 @@ fn bad_inputs_are_errors_not_panics() {
     let a: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
     let b: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
     let f = |n: &str, x: &ArrayRef| -> FieldRef { Arc::new(Field::new(n, x.data_type().clone(), true)) };
-    let e = columns_to_tensor(&[f("a", &a), f("b", &b)], &[vec![a.clone()], vec![b.clone()]], &ExportOptions::default()).unwrap_err();
+    let e = columns_to_tensor(
+        &[f("a", &a), f("b", &b)],
+        &[vec![a.clone()], vec![b.clone()]],
+        &ExportOptions::default(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("'b'"), "{e}");
     let s: ArrayRef = Arc::new(arrow_array::StringArray::from(vec!["x", "y", "z"]));
-    assert!(columns_to_tensor(&[f("a", &a), f("s", &s)], &[vec![a.clone()], vec![s.clone()]], &ExportOptions::default()).is_err());
+    assert!(
+        columns_to_tensor(
+            &[f("a", &a), f("s", &s)],
+            &[vec![a.clone()], vec![s.clone()]],
+            &ExportOptions::default()
+        )
+        .is_err()
+    );
     let nulls: ArrayRef = Arc::new(UInt8Array::from(vec![Some(1), None]));
     let opts = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(300)), ..Default::default() };
-    let e = to_tensor(&f("u", &nulls), &[nulls.clone()], &opts).unwrap_err();
+    let e = to_tensor(&f("u", &nulls), std::slice::from_ref(&nulls), &opts).unwrap_err();
     assert!(e.to_string().contains("fill_value"), "{e}");
-    let never = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(0)), copy: dlframe::arrow::CopyPolicy::Never, ..Default::default() };
-    assert!(to_tensor(&f("u", &nulls), &[nulls.clone()], &never).unwrap_err().to_string().contains("copy=False"));
+    let never = ExportOptions {
+        nulls: NullPolicy::Fill(Scalar::Int(0)),
+        copy: dlframe::arrow::CopyPolicy::Never,
+        ..Default::default()
+    };
+    assert!(
+        to_tensor(&f("u", &nulls), std::slice::from_ref(&nulls), &never)
+            .unwrap_err()
+            .to_string()
+            .contains("copy=False")
+    );
     let big: ArrayRef = Arc::new(Int64Array::from(vec![1, 300]));
     let narrow = ExportOptions { dtype: Some(DType::UInt8), ..Default::default() };
     let e = columns_to_tensor(&[f("x", &big)], &[vec![big.clone()]], &narrow).unwrap_err();

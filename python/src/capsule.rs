@@ -12,12 +12,12 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use dlframe::ForeignTensor;
 use dlframe::dlpack::{ExportedLegacy, ExportedVersioned, ManagedTensor};
 use dlframe::ffi::dlpack::{
     DLManagedTensor, DLManagedTensorVersioned, DLTENSOR, DLTENSOR_VERSIONED, USED_DLTENSOR,
     USED_DLTENSOR_VERSIONED,
 };
-use dlframe::ForeignTensor;
 
 use crate::error::Result;
 
@@ -118,7 +118,11 @@ pub fn consume(capsule: &Bound<'_, PyCapsule>) -> Result<ForeignTensor> {
         return Ok(unsafe { ForeignTensor::from_legacy(ptr.cast()) }?);
     }
     if is(USED_DLTENSOR) || is(USED_DLTENSOR_VERSIONED) {
-        return Err(PyValueError::new_err("this DLPack capsule was already consumed; a capsule can be consumed once").into());
+        return Err(PyValueError::new_err(
+            "this DLPack capsule was already consumed; a capsule can be consumed once",
+        )
+        .into());
     }
-    Err(PyValueError::new_err("not a DLPack capsule (expected the name 'dltensor' or 'dltensor_versioned')").into())
+    Err(PyValueError::new_err("not a DLPack capsule (expected the name 'dltensor' or 'dltensor_versioned')")
+        .into())
 }

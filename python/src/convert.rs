@@ -9,7 +9,9 @@ use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3_arrow::PyArray;
 use pyo3_arrow::input::AnyArray;
 
-use dlframe::arrow::{Converted, ExportOptions, NullPolicy, Scalar, columns_to_tensor, tensor_to_column_with, to_tensor};
+use dlframe::arrow::{
+    Converted, ExportOptions, NullPolicy, Scalar, columns_to_tensor, tensor_to_column_with, to_tensor,
+};
 use dlframe::kernels::Order;
 use dlframe::{Device, Tensor};
 
@@ -34,7 +36,9 @@ fn null_policy(nulls: &str, fill_value: Option<&Bound<'_, PyAny>>) -> PyResult<N
         ("nan", _) => NullPolicy::Nan,
         ("mask", _) => NullPolicy::Mask,
         (other, _) => {
-            return Err(PyValueError::new_err(format!("nulls={other:?}: expected 'error', 'fill', 'nan' or 'mask'")));
+            return Err(PyValueError::new_err(format!(
+                "nulls={other:?}: expected 'error', 'fill', 'nan' or 'mask'"
+            )));
         }
     })
 }
@@ -49,7 +53,10 @@ fn scalar(v: &Bound<'_, PyAny>) -> PyResult<Scalar> {
     if let Ok(f) = v.extract::<f64>() {
         return Ok(Scalar::Float(f));
     }
-    Err(PyTypeError::new_err(format!("fill_value must be a bool, int or float, not {}", v.get_type().name()?)))
+    Err(PyTypeError::new_err(format!(
+        "fill_value must be a bool, int or float, not {}",
+        v.get_type().name()?
+    )))
 }
 
 fn wrap(py: Python<'_>, c: Converted, nulls: NullPolicy) -> PyResult<Py<PyAny>> {
@@ -147,7 +154,9 @@ pub fn to_dlpack<'py>(
                 }
                 Ok(out.into_any().unbind())
             }
-            other => Err(PyValueError::new_err(format!("columns={other:?}: expected 'stack' or 'dict'")).into()),
+            other => {
+                Err(PyValueError::new_err(format!("columns={other:?}: expected 'stack' or 'dict'")).into())
+            }
         };
     }
     let c = py.detach(|| to_tensor(&field, &chunks, &opts))?;
@@ -195,10 +204,15 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
         }
         Err(e) => return Err(e.into()),
     };
-    let cap = cap.cast::<PyCapsule>().map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
+    let cap =
+        cap.cast::<PyCapsule>().map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
     let t = capsule::consume(cap)?.into_tensor();
     if !t.device().is_host_accessible() {
-        return Err(PyBufferError::new_err(format!("the producer returned a {} tensor; Arrow needs host memory", t.device())).into());
+        return Err(PyBufferError::new_err(format!(
+            "the producer returned a {} tensor; Arrow needs host memory",
+            t.device()
+        ))
+        .into());
     }
     Ok(t)
 }
@@ -206,11 +220,19 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
 /// Converts a tensor from any producer into a pyarrow array (see the stub for the ladder).
 #[pyfunction]
 #[pyo3(signature = (x, *, copy=None, device=None))]
-pub fn from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, copy: Option<bool>, device: Option<Bound<'py, PyAny>>) -> Result<Bound<'py, PyAny>> {
+pub fn from_dlpack<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    copy: Option<bool>,
+    device: Option<Bound<'py, PyAny>>,
+) -> Result<Bound<'py, PyAny>> {
     if let Some(d) = device.as_ref().filter(|d| !d.is_none()) {
         let name: String = d.str()?.extract()?;
         if name != "cpu" {
-            return Err(PyValueError::new_err(format!("device={name:?}: Arrow arrays live on the CPU; pass device='cpu' or None")).into());
+            return Err(PyValueError::new_err(format!(
+                "device={name:?}: Arrow arrays live on the CPU; pass device='cpu' or None"
+            ))
+            .into());
         }
     }
     let tensor = if let Ok(t) = x.cast::<PyTensor>() {
@@ -230,7 +252,11 @@ pub fn from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, copy: Option<boo
         .into());
     };
     if tensor.device() != Device::Cpu && !tensor.device().is_host_accessible() {
-        return Err(PyBufferError::new_err(format!("the tensor is on {}; Arrow needs host memory", tensor.device())).into());
+        return Err(PyBufferError::new_err(format!(
+            "the tensor is on {}; Arrow needs host memory",
+            tensor.device()
+        ))
+        .into());
     }
     let policy = copy_policy(copy);
     let (field, array) = py.detach(move || tensor_to_column_with(&tensor, "", policy))?;
@@ -248,7 +274,9 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
     }
     match interface::import(x)? {
         Some(t) => Ok(PyTensor::new(t)),
-        None => Err(PyAttributeError::new_err("expected __dlpack__, a capsule, __array_interface__, __array_struct__ or a buffer").into()),
+        None => Err(PyAttributeError::new_err(
+            "expected __dlpack__, a capsule, __array_interface__, __array_struct__ or a buffer",
+        )
+        .into()),
     }
 }
-

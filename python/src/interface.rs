@@ -61,7 +61,9 @@ fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Te
     let owner = Arc::new(PyOwner(x.clone().unbind()));
     // SAFETY: the exporter promises `data` stays valid while it lives (numpy's contract:
     // consumers keep the exporting object as base), and `owner` keeps it alive.
-    let t = unsafe { Tensor::from_raw_parts(data.0 as *mut u8, shape, Some(strides), dtype, Device::Cpu, data.1, owner) }?;
+    let t = unsafe {
+        Tensor::from_raw_parts(data.0 as *mut u8, shape, Some(strides), dtype, Device::Cpu, data.1, owner)
+    }?;
     Ok(t)
 }
 
@@ -123,7 +125,9 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
     let owner = Arc::new((PyOwner(x.clone().unbind()), PyOwner(cap.clone().into_any().unbind())));
     // SAFETY: the struct's memory stays valid while the exporter and the capsule live, and the
     // owner keeps both.
-    Ok(unsafe { Tensor::from_raw_parts(s.data as *mut u8, shape, strides, dtype, Device::Cpu, readonly, owner) }?)
+    Ok(unsafe {
+        Tensor::from_raw_parts(s.data as *mut u8, shape, strides, dtype, Device::Cpu, readonly, owner)
+    }?)
 }
 
 /// A Py_buffer view, released (with the GIL) when the last tensor over it drops.
@@ -180,7 +184,9 @@ fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
     }
     let (data, readonly) = (v.buf as *mut u8, v.readonly != 0);
     // SAFETY: the buffer stays valid until the view is released, which the owner does last.
-    Ok(unsafe { Tensor::from_raw_parts(data, shape, Some(strides), dtype, Device::Cpu, readonly, Arc::new(owner)) }?)
+    Ok(unsafe {
+        Tensor::from_raw_parts(data, shape, Some(strides), dtype, Device::Cpu, readonly, Arc::new(owner))
+    }?)
 }
 
 /// The typestr of a `struct`-module format (native or little-endian only).
@@ -198,4 +204,3 @@ fn buffer_format_typestr(format: &str, itemsize: usize) -> Option<String> {
     };
     Some(format!("<{kind}{itemsize}"))
 }
-

@@ -3,8 +3,8 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
 use arrow_schema::DataType;
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
@@ -43,7 +43,9 @@ fn parse_max_version(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u32, u32)
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
         Some(v) => {
-            let t = v.cast::<PyTuple>().map_err(|_| PyTypeError::new_err("max_version must be None or a tuple with two elements."))?;
+            let t = v.cast::<PyTuple>().map_err(|_| {
+                PyTypeError::new_err("max_version must be None or a tuple with two elements.")
+            })?;
             if t.len() != 2 {
                 return Err(PyTypeError::new_err("max_version must be None or a tuple with two elements."));
             }
@@ -53,7 +55,9 @@ fn parse_max_version(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u32, u32)
 }
 
 fn parse_device(v: &Bound<'_, PyAny>) -> PyResult<(i32, i32)> {
-    let t = v.cast::<PyTuple>().map_err(|_| PyTypeError::new_err("dl_device must be None or a (device_type, device_id) tuple"))?;
+    let t = v
+        .cast::<PyTuple>()
+        .map_err(|_| PyTypeError::new_err("dl_device must be None or a (device_type, device_id) tuple"))?;
     if t.len() != 2 {
         return Err(PyTypeError::new_err("dl_device must be None or a (device_type, device_id) tuple"));
     }
@@ -151,7 +155,11 @@ impl PyTensor {
         } else {
             t.clone()
         };
-        Ok(if versioned { capsule::versioned(py, export_versioned(tensor))? } else { capsule::legacy(py, export_legacy(tensor))? })
+        Ok(if versioned {
+            capsule::versioned(py, export_versioned(tensor))?
+        } else {
+            capsule::legacy(py, export_legacy(tensor))?
+        })
     }
 
     /// `(device_type, device_id)`, e.g. `(1, 0)` for the CPU.
@@ -164,7 +172,11 @@ impl PyTensor {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         if !self.inner.device().is_host_accessible() {
-            return Err(PyAttributeError::new_err(format!("__array_interface__: the tensor is on {}", self.inner.device())).into());
+            return Err(PyAttributeError::new_err(format!(
+                "__array_interface__: the tensor is on {}",
+                self.inner.device()
+            ))
+            .into());
         }
         let typestr = match self.inner.logical().map(|f| TypeStr::from_arrow(f.data_type())) {
             Some(Ok(ts)) if self.inner.ndim() <= 1 && ts.to_dtype().ok() == Some(self.inner.dtype()) => ts,
@@ -189,12 +201,21 @@ impl PyTensor {
     fn __array_struct__<'py>(slf: &Bound<'py, Self>) -> Result<Bound<'py, PyAny>> {
         let t = &slf.get().inner;
         if !t.device().is_host_accessible() {
-            return Err(PyAttributeError::new_err(format!("__array_struct__: the tensor is on {}", t.device())).into());
+            return Err(PyAttributeError::new_err(format!(
+                "__array_struct__: the tensor is on {}",
+                t.device()
+            ))
+            .into());
         }
         // The struct cannot say "datetime64[unit]"; numpy then falls back to
         // __array_interface__, whose typestr can.
-        if t.logical().is_some_and(|f| matches!(f.data_type(), DataType::Timestamp(..) | DataType::Date64 | DataType::Duration(_))) {
-            return Err(PyAttributeError::new_err("__array_struct__: datetimes are described by __array_interface__").into());
+        if t.logical().is_some_and(|f| {
+            matches!(f.data_type(), DataType::Timestamp(..) | DataType::Date64 | DataType::Duration(_))
+        }) {
+            return Err(PyAttributeError::new_err(
+                "__array_struct__: datetimes are described by __array_interface__",
+            )
+            .into());
         }
         let item = t.dtype().itemsize() as ffi::Py_ssize_t;
         let typekind = TypeStr::from_dtype(t.dtype()).kind as c_char;
@@ -247,7 +268,11 @@ impl PyTensor {
     /// Exports as an Arrow array (zero-copy where possible) through the Arrow PyCapsule
     /// interface, so `pyarrow.array(tensor)` works.
     #[pyo3(signature = (requested_schema=None))]
-    fn __arrow_c_array__<'py>(&self, py: Python<'py>, requested_schema: Option<Bound<'py, PyCapsule>>) -> Result<Bound<'py, PyTuple>> {
+    fn __arrow_c_array__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyCapsule>>,
+    ) -> Result<Bound<'py, PyTuple>> {
         let (field, array) = tensor_to_column_with(&self.inner, "", CopyPolicy::IfNeeded)?;
         Ok(pyo3_arrow::ffi::to_array_pycapsules(py, field, array.as_ref(), requested_schema)?)
     }

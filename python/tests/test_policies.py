@@ -129,3 +129,18 @@ def test_tensor_exports_back_to_arrow_and_polars():
     assert t.to_arrow().to_pylist() == [0, 1, 2]
     assert t.to_polars().to_list() == [0, 1, 2]
     assert "shape=[3]" in repr(t) and "readonly=True" in repr(t)
+
+
+def test_equal_length_lists_and_ragged_lists():
+    lists = pa.array([[1, 2, 3], [4, 5, 6]], pa.list_(pa.int32()))
+    got = np.from_dlpack(dlframe.to_dlpack(lists))
+    np.testing.assert_array_equal(got, [[1, 2, 3], [4, 5, 6]])
+    assert not dlframe.to_dlpack(lists).copied  # equal lengths: a view of the child values
+    large = pa.array([[1.0], [2.0]], pa.large_list(pa.float64()))
+    assert np.from_dlpack(dlframe.to_dlpack(large)).shape == (2, 1)
+    with pytest.raises(ValueError, match="row 1"):
+        dlframe.to_dlpack(pa.array([[1, 2], [3]]))
+    s = pl.Series("l", [[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.to_dlpack(s)), [[1, 2], [3, 4]])
+    with_nulls = pa.array([[1.0, None], [3.0, 4.0]], pa.list_(pa.float64()))
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.to_dlpack(with_nulls, fill_value=0)), [[1, 0], [3, 4]])

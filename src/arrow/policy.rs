@@ -75,6 +75,23 @@ pub struct Converted {
 /// [`CopyPolicy::Never`] when a copy is needed, [`Error::ValueOutOfRange`] for a fill value or
 /// cast that does not fit, and the errors of [`column_to_tensor`].
 pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
+    if matches!(field.data_type(), DataType::List(_) | DataType::LargeList(_)) {
+        let fixed = chunks.iter().map(|c| super::lists_as_fixed(field, c)).collect::<Result<Vec<_>>>()?;
+        let Some(((first, _), _)) = fixed.split_first() else {
+            return Err(Error::InvalidArgument(format!("list column '{}' has no chunks", field.name())));
+        };
+        if let Some((f, _)) = fixed.iter().find(|(f, _)| f.data_type() != first.data_type()) {
+            return Err(Error::InvalidArgument(format!(
+                "list column '{}' has chunks of different row lengths ({} and {})",
+                field.name(),
+                first.data_type(),
+                f.data_type()
+            )));
+        }
+        let field = first.clone();
+        let chunks: Vec<ArrayRef> = fixed.into_iter().map(|(_, a)| a).collect();
+        return to_tensor(&field, &chunks, opts);
+    }
     for c in chunks {
         if c.data_type() != field.data_type() {
             return Err(Error::InvalidArgument(format!(
@@ -102,7 +119,11 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
     } else if leaf == DType::Bool {
         Some(format!("column '{}' is boolean, which Arrow bit-packs", field.name()))
     } else {
-        let values = if null_count > 0 { zero_copy_ignoring_nulls(field, &chunks[0])? } else { column_to_tensor(field, chunks[0].as_ref())? };
+        let values = if null_count > 0 {
+            zero_copy_ignoring_nulls(field, &chunks[0])?
+        } else {
+            column_to_tensor(field, chunks[0].as_ref())?
+        };
         let mask = (null_count > 0).then(|| validity_mask(field, chunks, values.shape())).transpose()?;
         return Ok(Converted { values, mask });
     };
@@ -124,7 +145,11 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
 /// for non-numeric columns, [`Error::Nulls`] under [`NullPolicy::Error`],
 /// [`Error::CopyRequired`] under [`CopyPolicy::Never`] (a matrix is always a copy),
 /// [`Error::ValueOutOfRange`] for values or a fill that do not fit the dtype.
-pub fn columns_to_tensor(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Converted> {
+pub fn columns_to_tensor(
+    fields: &[FieldRef],
+    columns: &[Vec<ArrayRef>],
+    opts: &ExportOptions,
+) -> Result<Converted> {
     if fields.len() != columns.len() {
         return Err(Error::InvalidArgument(format!("{} fields for {} columns", fields.len(), columns.len())));
     }
@@ -133,7 +158,11 @@ pub fn columns_to_tensor(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &
     let n = lens.first().copied().unwrap_or(0);
     for (f, &len) in fields.iter().zip(&lens) {
         if len != n {
-            return Err(Error::LengthMismatch { what: format!("column '{}'", f.name()), expected: n, found: len });
+            return Err(Error::LengthMismatch {
+                what: format!("column '{}'", f.name()),
+                expected: n,
+                found: len,
+            });
         }
     }
     let mut dtypes = Vec::with_capacity(k);
@@ -172,7 +201,11 @@ pub fn columns_to_tensor(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
     let mut out = Output::new(target, n * k)?;
     for_segments(columns, |start, end, slices| {
-        let cols = slices.iter().zip(&names).map(|(a, name)| column_ref(a.as_ref(), name)).collect::<Result<Vec<_>>>()?;
+        let cols = slices
+            .iter()
+            .zip(&names)
+            .map(|(a, name)| column_ref(a.as_ref(), name))
+            .collect::<Result<Vec<_>>>()?;
         out.write_rows(&cols, opts.order, fill_for(opts.nulls), n, start, end)
     })?;
     let values = out.into_tensor(target, shape.clone(), strides.clone())?;
@@ -180,9 +213,13 @@ pub fn columns_to_tensor(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &
     let mask = if opts.nulls == NullPolicy::Mask && has_nulls {
         let mut m = Output::new(DType::UInt8, n * k)?;
         for_segments(columns, |start, end, slices| {
-            let bytes: Vec<Vec<u8>> = slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
-            let cols: Vec<Column> =
-                bytes.iter().zip(&names).map(|(v, name)| Column { values: ColumnRef::U8(v), validity: None, name }).collect();
+            let bytes: Vec<Vec<u8>> =
+                slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
+            let cols: Vec<Column> = bytes
+                .iter()
+                .zip(&names)
+                .map(|(v, name)| Column { values: ColumnRef::U8(v), validity: None, name })
+                .collect();
             m.write_rows(&cols, opts.order, None, n, start, end)
         })?;
         Some(m.into_tensor(DType::Bool, shape, strides)?)
@@ -201,7 +238,9 @@ pub fn columns_to_tensor(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &
 /// memory; the errors of [`tensor_to_column`].
 pub fn tensor_to_column_with(tensor: &Tensor, name: &str, copy: CopyPolicy) -> Result<(FieldRef, ArrayRef)> {
     let reason = if tensor.dtype() == DType::Bool {
-        Error::CopyRequired { reason: "bool tensors hold one byte per value and Arrow bit-packs booleans".into() }
+        Error::CopyRequired {
+            reason: "bool tensors hold one byte per value and Arrow bit-packs booleans".into(),
+        }
     } else if copy == CopyPolicy::Always {
         Error::CopyRequired { reason: "copy=True".into() }
     } else {
@@ -294,7 +333,15 @@ fn validity_mask(field: &FieldRef, chunks: &[ArrayRef], shape: &[i64]) -> Result
     let strides = strides.unwrap_or_else(|| c_strides(shape));
     // SAFETY: the same allocation and element count, with a permutation of C strides.
     let t = unsafe {
-        Tensor::from_raw_parts(t.data_ptr() as *mut u8, shape.to_vec(), Some(strides), DType::Bool, t.device(), false, t.owner().clone())
+        Tensor::from_raw_parts(
+            t.data_ptr() as *mut u8,
+            shape.to_vec(),
+            Some(strides),
+            DType::Bool,
+            t.device(),
+            false,
+            t.owner().clone(),
+        )
     }?;
     Ok(t.with_copied(true))
 }
@@ -415,7 +462,11 @@ fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
         DType::Float16 => typed!(F16, half::f16),
         DType::Float32 => typed!(F32, f32),
         DType::Float64 => typed!(F64, f64),
-        DType::Bool => return Err(Error::InvalidArgument(format!("column '{name}' is boolean; bools are unpacked, not cast"))),
+        DType::Bool => {
+            return Err(Error::InvalidArgument(format!(
+                "column '{name}' is boolean; bools are unpacked, not cast"
+            )));
+        }
     };
     let validity = match array.nulls() {
         Some(n) if n.null_count() > 0 => Some(BitSlice::new(n.validity(), n.offset(), n.len())?),
@@ -448,13 +499,18 @@ fn validity_bytes(array: &dyn Array) -> Result<Vec<u8>> {
 }
 
 /// Calls `f(start, end, slices)` for each row range over which every column is one chunk.
-fn for_segments(columns: &[Vec<ArrayRef>], mut f: impl FnMut(usize, usize, &[ArrayRef]) -> Result<()>) -> Result<()> {
+fn for_segments(
+    columns: &[Vec<ArrayRef>],
+    mut f: impl FnMut(usize, usize, &[ArrayRef]) -> Result<()>,
+) -> Result<()> {
     let mut bounds: Vec<usize> = columns
         .iter()
-        .flat_map(|chunks| chunks.iter().scan(0, |acc, c| {
-            *acc += c.len();
-            Some(*acc)
-        }))
+        .flat_map(|chunks| {
+            chunks.iter().scan(0, |acc, c| {
+                *acc += c.len();
+                Some(*acc)
+            })
+        })
         .collect();
     bounds.push(0);
     bounds.sort_unstable();
@@ -483,44 +539,80 @@ fn bool_column(t: &Tensor, name: &str) -> Result<(FieldRef, ArrayRef)> {
     })?;
     let mut packed = MutableBuffer::from_len_zeroed(bytes.len().div_ceil(8));
     kernels::pack_bits(bytes, packed.as_slice_mut());
-    let values = arrow_array::BooleanArray::new(arrow_buffer::BooleanBuffer::new(packed.into(), 0, bytes.len()), None);
+    let values =
+        arrow_array::BooleanArray::new(arrow_buffer::BooleanBuffer::new(packed.into(), 0, bytes.len()), None);
     let values: ArrayRef = Arc::new(values);
     let shape: Vec<i64> = if t.ndim() == 0 { vec![1] } else { t.shape().to_vec() };
     if shape.len() == 1 {
         return Ok((Arc::new(arrow_schema::Field::new(name, DataType::Boolean, false)), values));
     }
-    let meta = TensorMetadata { shape: shape[1..].iter().map(|&d| d as usize).collect(), dim_names: None, permutation: None };
+    let meta = TensorMetadata {
+        shape: shape[1..].iter().map(|&d| d as usize).collect(),
+        dim_names: None,
+        permutation: None,
+    };
     let item = Arc::new(arrow_schema::Field::new("item", DataType::Boolean, true));
-    let storage = arrow_array::FixedSizeListArray::try_new_with_length(item, meta.cell_size() as i32, values, None, shape[0] as usize)?;
-    let field = arrow_schema::Field::new(name, storage.data_type().clone(), false).with_metadata(meta.field_metadata());
+    let storage = arrow_array::FixedSizeListArray::try_new_with_length(
+        item,
+        meta.cell_size() as i32,
+        values,
+        None,
+        shape[0] as usize,
+    )?;
+    let field = arrow_schema::Field::new(name, storage.data_type().clone(), false)
+        .with_metadata(meta.field_metadata());
     Ok((Arc::new(field), Arc::new(storage)))
 }
 
 /// A fresh, 64-byte aligned output buffer, filled range by range by the kernels.
 struct Output {
     dtype: DType,
-    buf: MutableBuffer,
+    buf: kernels::HostBuffer,
 }
 
 impl Output {
     fn new(dtype: DType, len: usize) -> Result<Self> {
-        let bytes = len.checked_mul(dtype.itemsize()).ok_or_else(|| Error::layout(format!("{len} elements overflow")))?;
-        Ok(Output { dtype, buf: MutableBuffer::from_len_zeroed(bytes) })
+        let bytes = len
+            .checked_mul(dtype.itemsize())
+            .ok_or_else(|| Error::layout(format!("{len} elements overflow")))?;
+        Ok(Output { dtype, buf: kernels::HostBuffer::zeroed(bytes)? })
     }
 
     /// Writes rows `start..end` of a matrix with `n` rows and `cols.len()` columns.
-    fn write_rows(&mut self, cols: &[Column], order: Order, fill: Option<Scalar>, n: usize, start: usize, end: usize) -> Result<()> {
+    fn write_rows(
+        &mut self,
+        cols: &[Column],
+        order: Order,
+        fill: Option<Scalar>,
+        n: usize,
+        start: usize,
+        end: usize,
+    ) -> Result<()> {
         let k = cols.len();
         match order {
-            Order::C => kernels::interleave_into(self.dtype, cols, Order::C, fill, &mut self.buf, start * k..end * k),
+            Order::C => {
+                kernels::interleave_into(self.dtype, cols, Order::C, fill, &mut self.buf, start * k..end * k)
+            }
             Order::F => cols.iter().enumerate().try_for_each(|(j, col)| {
                 let range = j * n + start..j * n + end;
-                kernels::interleave_into(self.dtype, std::slice::from_ref(col), Order::C, fill, &mut self.buf, range)
+                kernels::interleave_into(
+                    self.dtype,
+                    std::slice::from_ref(col),
+                    Order::C,
+                    fill,
+                    &mut self.buf,
+                    range,
+                )
             }),
         }
     }
 
-    fn unpack_bools(&mut self, array: &dyn Array, nulls: NullPolicy, range: std::ops::Range<usize>) -> Result<()> {
+    fn unpack_bools(
+        &mut self,
+        array: &dyn Array,
+        nulls: NullPolicy,
+        range: std::ops::Range<usize>,
+    ) -> Result<()> {
         let data = array.to_data();
         let values = BitSlice::new(data.buffers()[0].as_slice(), data.offset(), data.len())?;
         let validity = data.nulls().map(|n| BitSlice::new(n.validity(), n.offset(), n.len())).transpose()?;
@@ -528,17 +620,21 @@ impl Output {
             Some(Scalar::Bool(b)) => b as u8,
             Some(Scalar::Int(i @ (0 | 1))) => i as u8,
             Some(other) => {
-                return Err(Error::ValueOutOfRange { value: format!("{other:?}"), place: "(fill_value)".into(), target: "bool".into() });
+                return Err(Error::ValueOutOfRange {
+                    value: format!("{other:?}"),
+                    place: "(fill_value)".into(),
+                    target: "bool".into(),
+                });
             }
             None => 0,
         };
-        kernels::unpack_bits_fill(values, validity, fill, &mut self.buf.as_slice_mut()[range])
+        kernels::unpack_bits_fill(values, validity, fill, &mut self.buf.as_mut_slice()[range])
     }
 
     fn fill_range(&mut self, nulls: NullPolicy, range: std::ops::Range<usize>) -> Result<()> {
         if self.dtype == DType::Bool {
             let fill = matches!(fill_for(nulls), Some(Scalar::Bool(true) | Scalar::Int(1))) as u8;
-            self.buf.as_slice_mut()[range].fill(fill);
+            self.buf.as_mut_slice()[range].fill(fill);
             return Ok(());
         }
         kernels::fill_range(self.dtype, fill_for(nulls), &mut self.buf, range)
@@ -547,7 +643,7 @@ impl Output {
     /// The buffer as a copied tensor, labelled `dtype` (the bool mask is written as u8).
     fn into_tensor(self, dtype: DType, shape: Vec<i64>, strides: Vec<i64>) -> Result<Tensor> {
         let label = if dtype == DType::Bool { DType::Bool } else { self.dtype };
-        Ok(Tensor::from_buffer(self.buf.into(), 0, shape, Some(strides), label)?.with_copied(true))
+        Ok(Tensor::from_buffer(self.buf.into_buffer(), 0, shape, Some(strides), label)?.with_copied(true))
     }
 }
 

@@ -41,6 +41,10 @@ pub fn column_to_tensor(field: &FieldRef, array: &dyn Array) -> Result<Tensor> {
             array.data_type()
         )));
     }
+    if matches!(array.data_type(), DataType::List(_) | DataType::LargeList(_)) {
+        let (field, array) = super::lists_as_fixed(field, &arrow_array::make_array(array.to_data()))?;
+        return column_to_tensor(&field, array.as_ref());
+    }
     let tensor = match TensorMetadata::from_field(field)? {
         Some(meta) => extension_tensor(field, array, &meta)?,
         None => {

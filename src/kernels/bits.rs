@@ -98,6 +98,17 @@ static SPREAD: [u64; 256] = spread_table();
 /// When the lengths differ (callers size `out` from the same array).
 pub fn unpack_bits(bits: BitSlice, out: &mut [u8]) {
     assert_eq!(bits.len(), out.len(), "unpack_bits: output length");
+    if bits.offset % 8 == 0 {
+        let src = &bits.bits[bits.offset / 8..];
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            unsafe { unpack_aligned_avx2(src, out) };
+            return;
+        }
+        unpack_aligned(src, out);
+        return;
+    }
     let mut chunks = out.chunks_exact_mut(64);
     let mut i = 0;
     for chunk in &mut chunks {
@@ -114,11 +125,64 @@ pub fn unpack_bits(bits: BitSlice, out: &mut [u8]) {
     }
 }
 
+/// Byte-aligned unpack in a form the compiler vectorises: each output byte is a mask test.
+#[inline(always)]
+fn unpack_aligned(src: &[u8], out: &mut [u8]) {
+    const MASKS: [u8; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+    let whole = out.len() / 8;
+    let mut chunks = out.chunks_exact_mut(8);
+    for (dst, &b) in (&mut chunks).zip(src) {
+        for j in 0..8 {
+            dst[j] = (b & MASKS[j] != 0) as u8;
+        }
+    }
+    let rest = chunks.into_remainder();
+    if let Some(&b) = src.get(whole) {
+        for (j, dst) in rest.iter_mut().enumerate() {
+            *dst = b >> j & 1;
+        }
+    }
+}
+
+/// Byte-aligned unpack with AVX2: 4 source bytes -> 32 output bytes per step (broadcast,
+/// byte shuffle, bit mask, compare).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn unpack_aligned_avx2(src: &[u8], out: &mut [u8]) {
+    use std::arch::x86_64::*;
+    let steps = out.len() / 32;
+    // Within each 128-bit lane, output byte i takes source byte (lane * 2 + i / 8).
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    );
+    let bit = _mm256_setr_epi8(
+        1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8,
+        16, 32, 64, -128,
+    );
+    let one = _mm256_set1_epi8(1);
+    for i in 0..steps {
+        let word = u32::from_le_bytes(src[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+        let v = _mm256_shuffle_epi8(_mm256_set1_epi32(word as i32), spread);
+        let r = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), one);
+        // SAFETY: 32 * i + 32 <= 32 * steps <= out.len(); storeu has no alignment requirement.
+        unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(32 * i).cast::<__m256i>(), r) };
+    }
+    unpack_aligned(&src[4 * steps..], &mut out[32 * steps..]);
+}
+
 /// Unpacks bool values, writing `fill` where `validity` is 0 (copies, one pass).
 ///
 /// # Errors
 /// [`Error::LengthMismatch`] when the lengths differ.
-pub fn unpack_bits_fill(values: BitSlice, validity: Option<BitSlice>, fill: u8, out: &mut [u8]) -> Result<()> {
+pub fn unpack_bits_fill(
+    values: BitSlice,
+    validity: Option<BitSlice>,
+    fill: u8,
+    out: &mut [u8],
+) -> Result<()> {
     check_len("bool values", values.len(), out.len())?;
     let Some(validity) = validity else {
         unpack_bits(values, out);
@@ -195,6 +259,25 @@ mod tests {
                 let mut packed = vec![0xffu8; len.div_ceil(8)];
                 pack_bits(&out, &mut packed);
                 assert_eq!(packed, bits_of(&v[off..off + len]));
+            }
+        }
+    }
+
+    #[test]
+    fn the_portable_and_simd_aligned_paths_agree() {
+        let v: Vec<bool> = (0..700).map(|i| (i * 13 + i / 7) % 3 == 0).collect();
+        let bytes = bits_of(&v);
+        for len in 0..700 {
+            let want: Vec<u8> = v[..len].iter().map(|&b| b as u8).collect();
+            let mut out = vec![9u8; len];
+            unpack_aligned(&bytes, &mut out);
+            assert_eq!(out, want, "portable, len {len}");
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let mut out = vec![9u8; len];
+                // SAFETY: AVX2 is present (checked above).
+                unsafe { unpack_aligned_avx2(&bytes, &mut out) };
+                assert_eq!(out, want, "avx2, len {len}");
             }
         }
     }

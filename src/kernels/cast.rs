@@ -166,13 +166,25 @@ fn promote(a: DType, b: DType) -> DType {
     };
     match (a, b) {
         (Bool, x) | (x, Bool) => x,
-        (x, y) if x.is_float() && y.is_float() => if x.itemsize() >= y.itemsize() { x } else { y },
+        (x, y) if x.is_float() && y.is_float() => {
+            if x.itemsize() >= y.itemsize() {
+                x
+            } else {
+                y
+            }
+        }
         (f, i) | (i, f) if f.is_float() => {
             // ints need a float with more mantissa bits than the int has value bits
             let need = float_for(i.itemsize());
             if need.itemsize() > f.itemsize() { need } else { f }
         }
-        (x, y) if signed(x) == signed(y) => if x.itemsize() >= y.itemsize() { x } else { y },
+        (x, y) if signed(x) == signed(y) => {
+            if x.itemsize() >= y.itemsize() {
+                x
+            } else {
+                y
+            }
+        }
         (s, u) | (u, s) if signed(s) && unsigned(u) => {
             if s.itemsize() > u.itemsize() {
                 s

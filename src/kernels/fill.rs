@@ -11,14 +11,21 @@ use crate::error::Result;
 ///
 /// # Errors
 /// [`crate::Error::LengthMismatch`] when the lengths differ.
-pub fn fill_nulls<T: Copy + Send + Sync>(values: &[T], validity: Option<BitSlice>, fill: T, out: &mut [T]) -> Result<()> {
+pub fn fill_nulls<T: Copy + Send + Sync>(
+    values: &[T],
+    validity: Option<BitSlice>,
+    fill: T,
+    out: &mut [T],
+) -> Result<()> {
     check_len("values", values.len(), out.len())?;
     let Some(validity) = validity else {
         copy(values, out);
         return Ok(());
     };
     check_len("validity", validity.len(), out.len())?;
-    let block = |start: usize, dst: &mut [T]| fill_block(&values[start..start + dst.len()], validity.slice(start, dst.len()), fill, dst);
+    let block = |start: usize, dst: &mut [T]| {
+        fill_block(&values[start..start + dst.len()], validity.slice(start, dst.len()), fill, dst)
+    };
     if std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES {
         out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(i, dst)| block(i * ROWS_PER_TASK, dst));
     } else {
@@ -30,15 +37,20 @@ pub fn fill_nulls<T: Copy + Send + Sync>(values: &[T], validity: Option<BitSlice
 #[inline]
 fn fill_block<T: Copy>(values: &[T], validity: BitSlice, fill: T, out: &mut [T]) {
     for (c, (dst, src)) in out.chunks_mut(64).zip(values.chunks(64)).enumerate() {
-        let w = validity.word(c * 64);
         let full = if dst.len() == 64 { u64::MAX } else { (1u64 << dst.len()) - 1 };
-        if w == full {
+        let mut nulls = !validity.word(c * 64) & full;
+        if nulls.count_ones() <= 16 {
+            // Sparse nulls: a vectorised copy of the block, then a store per null.
             dst.copy_from_slice(src);
-        } else if w == 0 {
+            while nulls != 0 {
+                dst[nulls.trailing_zeros() as usize] = fill;
+                nulls &= nulls - 1;
+            }
+        } else if nulls == full {
             dst.fill(fill);
         } else {
             for (j, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
-                *d = if w >> j & 1 == 1 { s } else { fill };
+                *d = if nulls >> j & 1 == 0 { s } else { fill };
             }
         }
     }
@@ -69,13 +81,19 @@ pub fn concat_into<T: Copy + Send + Sync + Default>(chunks: &[&[T]], out: &mut [
 ///
 /// # Errors
 /// [`crate::Error::LengthMismatch`] when the lengths do not add up.
-pub fn concat_fill_into<T: Copy + Send + Sync + Default>(chunks: &[(&[T], Option<BitSlice>)], fill: Option<T>, out: &mut [T]) -> Result<()> {
+pub fn concat_fill_into<T: Copy + Send + Sync + Default>(
+    chunks: &[(&[T], Option<BitSlice>)],
+    fill: Option<T>,
+    out: &mut [T],
+) -> Result<()> {
     let total: usize = chunks.iter().map(|(c, _)| c.len()).sum();
     check_len("chunks", total, out.len())?;
     let mut rest = out;
     for (values, validity) in chunks {
         if fill.is_none() && validity.is_some() {
-            return Err(crate::Error::InvalidArgument("a chunk has nulls but no fill value was given".into()));
+            return Err(crate::Error::InvalidArgument(
+                "a chunk has nulls but no fill value was given".into(),
+            ));
         }
         let (dst, tail) = rest.split_at_mut(values.len());
         fill_nulls(values, *validity, fill.unwrap_or_default(), dst)?;

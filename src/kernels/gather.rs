@@ -1,6 +1,6 @@
 //! Strided (also negative and zero strides) tensors -> one contiguous C-order buffer.
 
-use arrow_buffer::MutableBuffer;
+use super::alloc::HostBuffer;
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -36,7 +36,9 @@ pub unsafe fn gather_strided<T: Copy>(base: *const T, shape: &[usize], strides: 
             for (i, chunk) in out.chunks_exact_mut(inner).enumerate() {
                 // SAFETY: row i of the outer dimension is inside the extent; the rest recurses
                 // over the same promise.
-                unsafe { gather_strided(base.offset(i as isize * strides[0]), &shape[1..], &strides[1..], chunk) }
+                unsafe {
+                    gather_strided(base.offset(i as isize * strides[0]), &shape[1..], &strides[1..], chunk)
+                }
             }
         }
     }
@@ -49,15 +51,17 @@ pub unsafe fn gather_strided<T: Copy>(base: *const T, shape: &[usize], strides: 
 /// [`Error::CopyRequired`] for memory the CPU cannot read.
 pub fn contiguous_copy(t: &Tensor) -> Result<Tensor> {
     if !t.device().is_host_accessible() {
-        return Err(Error::CopyRequired { reason: format!("the tensor is on {}; copy it to the host first", t.device()) });
+        return Err(Error::CopyRequired {
+            reason: format!("the tensor is on {}; copy it to the host first", t.device()),
+        });
     }
     let item = t.dtype().itemsize();
-    let mut buf = MutableBuffer::from_len_zeroed(t.nbytes());
+    let mut buf = HostBuffer::zeroed(t.nbytes())?;
     let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
     let strides: Vec<isize> = t.strides().iter().map(|&s| s as isize).collect();
     macro_rules! go {
         ($ty:ty) => {{
-            let out: &mut [$ty] = buf.typed_data_mut();
+            let out: &mut [$ty] = buf.typed_mut();
             // SAFETY: the tensor's layout was validated at construction and its owner keeps
             // the memory alive; elements are plain bytes of this size.
             unsafe { gather_strided(t.data_ptr() as *const $ty, &shape, &strides, out) }
@@ -74,10 +78,10 @@ pub fn contiguous_copy(t: &Tensor) -> Result<Tensor> {
                 _ => go!(u64),
             }
         } else {
-            gather_bytes(t, &shape, &strides, buf.as_slice_mut());
+            gather_bytes(t, &shape, &strides, buf.as_mut_slice());
         }
     }
-    let copy = Tensor::from_buffer(buf.into(), 0, t.shape().to_vec(), None, t.dtype())?;
+    let copy = Tensor::from_buffer(buf.into_buffer(), 0, t.shape().to_vec(), None, t.dtype())?;
     Ok(copy.with_copied(true).with_logical(t.logical().cloned()))
 }
 
@@ -146,7 +150,15 @@ mod tests {
         let bytes = Tensor::from_vec((0u8..17).collect::<Vec<_>>(), vec![17]).unwrap();
         // SAFETY: 1 + 2 * 8 = 17 bytes are inside the allocation.
         let t = unsafe {
-            Tensor::from_raw_parts((bytes.data_ptr() as *mut u8).add(1), vec![2], None, DType::Float64, Device::Cpu, true, bytes.owner().clone())
+            Tensor::from_raw_parts(
+                (bytes.data_ptr() as *mut u8).add(1),
+                vec![2],
+                None,
+                DType::Float64,
+                Device::Cpu,
+                true,
+                bytes.owner().clone(),
+            )
         }
         .unwrap();
         let c = contiguous_copy(&t).unwrap();

@@ -7,6 +7,7 @@
 //! ([`interleave`]). Large outputs are split into row blocks over rayon's pool; below
 //! [`PARALLEL_THRESHOLD_BYTES`] they run on the calling thread.
 
+mod alloc;
 mod bits;
 mod cast;
 mod fill;
@@ -15,8 +16,9 @@ mod interleave;
 
 use std::ops::Range;
 
-use arrow_buffer::{ArrowNativeType, MutableBuffer};
+use arrow_buffer::ArrowNativeType;
 
+pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer};
 pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
 pub use cast::{Element, Scalar, common_dtype, fill_value};
 pub use fill::{concat_fill_into, concat_into, copy, fill_nulls};
@@ -35,24 +37,59 @@ pub const ROWS_PER_TASK: usize = 64 * 1024;
 macro_rules! with_numeric {
     ($dtype:expr, $D:ident => $body:expr) => {
         match $dtype {
-            DType::Int8 => { type $D = i8; $body }
-            DType::Int16 => { type $D = i16; $body }
-            DType::Int32 => { type $D = i32; $body }
-            DType::Int64 => { type $D = i64; $body }
-            DType::UInt8 => { type $D = u8; $body }
-            DType::UInt16 => { type $D = u16; $body }
-            DType::UInt32 => { type $D = u32; $body }
-            DType::UInt64 => { type $D = u64; $body }
-            DType::Float16 => { type $D = half::f16; $body }
-            DType::Float32 => { type $D = f32; $body }
-            DType::Float64 => { type $D = f64; $body }
-            DType::Bool => Err(Error::InvalidArgument("bool is not a numeric target dtype; cast booleans explicitly".into())),
+            DType::Int8 => {
+                type $D = i8;
+                $body
+            }
+            DType::Int16 => {
+                type $D = i16;
+                $body
+            }
+            DType::Int32 => {
+                type $D = i32;
+                $body
+            }
+            DType::Int64 => {
+                type $D = i64;
+                $body
+            }
+            DType::UInt8 => {
+                type $D = u8;
+                $body
+            }
+            DType::UInt16 => {
+                type $D = u16;
+                $body
+            }
+            DType::UInt32 => {
+                type $D = u32;
+                $body
+            }
+            DType::UInt64 => {
+                type $D = u64;
+                $body
+            }
+            DType::Float16 => {
+                type $D = half::f16;
+                $body
+            }
+            DType::Float32 => {
+                type $D = f32;
+                $body
+            }
+            DType::Float64 => {
+                type $D = f64;
+                $body
+            }
+            DType::Bool => Err(Error::InvalidArgument(
+                "bool is not a numeric target dtype; cast booleans explicitly".into(),
+            )),
         }
     };
 }
 
-fn typed_range<D: ArrowNativeType>(buf: &mut MutableBuffer, range: Range<usize>) -> Result<&mut [D]> {
-    let out: &mut [D] = buf.typed_data_mut();
+fn typed_range<D: ArrowNativeType>(buf: &mut HostBuffer, range: Range<usize>) -> Result<&mut [D]> {
+    let out: &mut [D] = buf.typed_mut();
     let len = out.len();
     out.get_mut(range.clone()).ok_or_else(|| Error::layout(format!("range {range:?} outside {len} elements")))
 }
@@ -62,7 +99,14 @@ fn typed_range<D: ArrowNativeType>(buf: &mut MutableBuffer, range: Range<usize>)
 ///
 /// # Errors
 /// As [`interleave`] and [`fill_value`]; bool targets are refused.
-pub fn interleave_into(dtype: DType, cols: &[Column], order: Order, fill: Option<Scalar>, buf: &mut MutableBuffer, range: Range<usize>) -> Result<()> {
+pub fn interleave_into(
+    dtype: DType,
+    cols: &[Column],
+    order: Order,
+    fill: Option<Scalar>,
+    buf: &mut HostBuffer,
+    range: Range<usize>,
+) -> Result<()> {
     with_numeric!(dtype, D => {
         let fill = fill.map(fill_value::<D>).transpose()?;
         interleave(cols, order, fill, typed_range::<D>(buf, range)?)
@@ -73,7 +117,12 @@ pub fn interleave_into(dtype: DType, cols: &[Column], order: Order, fill: Option
 ///
 /// # Errors
 /// As [`fill_value`]; bool targets are refused.
-pub fn fill_range(dtype: DType, fill: Option<Scalar>, buf: &mut MutableBuffer, range: Range<usize>) -> Result<()> {
+pub fn fill_range(
+    dtype: DType,
+    fill: Option<Scalar>,
+    buf: &mut HostBuffer,
+    range: Range<usize>,
+) -> Result<()> {
     with_numeric!(dtype, D => {
         let v = fill.map(fill_value::<D>).transpose()?.unwrap_or_default();
         typed_range::<D>(buf, range)?.fill(v);
