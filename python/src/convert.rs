@@ -241,8 +241,8 @@ pub fn from_dlpack<'py>(
         capsule::consume(cap)?.into_tensor()
     } else if x.hasattr("__dlpack__")? {
         via_dlpack(x, copy)?
-    } else if let Some(t) = interface::import(x)? {
-        t
+    } else if let Some(imported) = interface::import(x)? {
+        imported.tensor
     } else {
         return Err(PyAttributeError::new_err(format!(
             "from_dlpack needs __dlpack__, a DLPack capsule, __array_interface__, __array_struct__ or the \
@@ -273,7 +273,7 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
         return Ok(PyTensor::new(via_dlpack(x, None)?));
     }
     match interface::import(x)? {
-        Some(t) => Ok(PyTensor::new(t)),
+        Some(imported) => Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj)),
         None => Err(PyAttributeError::new_err(
             "expected __dlpack__, a capsule, __array_interface__, __array_struct__ or a buffer",
         )

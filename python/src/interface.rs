@@ -20,20 +20,99 @@ struct PyOwner(#[allow(dead_code)] Py<PyAny>);
 // A keep-alive only: never read, so no broken state can be observed after a panic.
 impl std::panic::RefUnwindSafe for PyOwner {}
 
-/// Tries the array interface, `__array_struct__`, then the buffer protocol. `Ok(None)` when
-/// the object offers none of them.
-pub fn import(x: &Bound<'_, PyAny>) -> Result<Option<Tensor>> {
+/// A tensor imported from a Python object, and the SYCL queue or context its memory belongs
+/// to when it came through `__sycl_usm_array_interface__`.
+pub struct Imported {
+    pub tensor: Tensor,
+    pub syclobj: Option<Py<PyAny>>,
+}
+
+/// Tries `__sycl_usm_array_interface__`, the array interface, `__array_struct__`, then the
+/// buffer protocol. `Ok(None)` when the object offers none of them.
+pub fn import(x: &Bound<'_, PyAny>) -> Result<Option<Imported>> {
+    let plain = |tensor| Ok(Some(Imported { tensor, syclobj: None }));
+    if let Ok(suai) = x.getattr("__sycl_usm_array_interface__") {
+        return from_sycl(x, &suai).map(Some);
+    }
     if let Ok(ai) = x.getattr("__array_interface__") {
-        return from_interface_dict(x, &ai).map(Some);
+        return plain(from_interface_dict(x, &ai)?);
     }
     if let Ok(cap) = x.getattr("__array_struct__") {
-        return from_array_struct(x, &cap).map(Some);
+        return plain(from_array_struct(x, &cap)?);
     }
     // SAFETY: CheckBuffer only inspects the type slots.
     if unsafe { ffi::PyObject_CheckBuffer(x.as_ptr()) } == 1 {
-        return from_buffer(x).map(Some);
+        return plain(from_buffer(x)?);
     }
     Ok(None)
+}
+
+/// `__sycl_usm_array_interface__` v1 (dpctl): strides and offset count elements. Only USM the
+/// host can read is imported without copying: shared and host allocations, and device
+/// allocations of a CPU device. dpctl tells which.
+fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> {
+    let bad = |m: &str| PyValueError::new_err(format!("invalid __sycl_usm_array_interface__: {m}"));
+    let d = suai.cast::<PyDict>().map_err(|_| bad("must be a dict"))?;
+    let get = |k: &str| d.get_item(k).ok().flatten().filter(|v| !v.is_none());
+    let version: i64 = get("version").ok_or_else(|| bad("missing version"))?.extract()?;
+    if version != 1 {
+        return Err(bad(&format!("version {version}; only version 1 is defined")).into());
+    }
+    let shape: Vec<i64> = get("shape").ok_or_else(|| bad("missing shape"))?.extract()?;
+    let typestr: String = get("typestr").ok_or_else(|| bad("missing typestr"))?.extract()?;
+    let typestr: TypeStr = typestr.parse()?;
+    if !"biuf".contains(typestr.kind) {
+        return Err(bad(&format!("typestr {typestr} (the interface allows kinds b, i, u, f, c)")).into());
+    }
+    let dtype = typestr.to_dtype()?;
+    let (ptr, readonly): (usize, bool) = get("data")
+        .ok_or_else(|| bad("missing data"))?
+        .extract()
+        .map_err(|_| bad("data must be (pointer, read_only)"))?;
+    let strides: Option<Vec<i64>> = get("strides").map(|s| s.extract()).transpose()?;
+    let offset: i64 = get("offset").map(|o| o.extract()).transpose()?.unwrap_or(0);
+    let syclobj = get("syclobj").ok_or_else(|| bad("missing syclobj"))?;
+    let usm = usm_kind(x)?;
+    if !usm.host_readable {
+        return Err(PyBufferError::new_err(format!(
+            "the SYCL memory is {} USM on a non-CPU device, which the host cannot read; copy it to \
+             the host first (e.g. dpctl.tensor.asnumpy)",
+            usm.kind
+        ))
+        .into());
+    }
+    let item = dtype.itemsize() as i64;
+    let data = offset
+        .checked_mul(item)
+        .and_then(|b| (ptr as i64).checked_add(b))
+        .filter(|&p| p >= 0)
+        .ok_or_else(|| bad("data + offset overflows"))? as usize;
+    if ptr == 0 && shape.iter().product::<i64>() != 0 {
+        return Err(bad("NULL data with elements").into());
+    }
+    let owner = Arc::new((PyOwner(x.clone().unbind()), PyOwner(syclobj.clone().unbind())));
+    // SAFETY: host-readable USM (checked through dpctl) that stays valid while the exporter and
+    // its queue or context live; the owner keeps both. The layout is checked by from_raw_parts.
+    let tensor = unsafe {
+        Tensor::from_raw_parts(data as *mut u8, shape, strides, dtype, Device::Cpu, readonly, owner)
+    }?;
+    Ok(Imported { tensor, syclobj: Some(syclobj.unbind()) })
+}
+
+struct UsmKind {
+    kind: String,
+    host_readable: bool,
+}
+
+fn usm_kind(x: &Bound<'_, PyAny>) -> Result<UsmKind> {
+    let memory = x.py().import("dpctl.memory").map_err(|_| {
+        PyBufferError::new_err("importing SYCL USM memory needs dpctl to tell its kind; pip install dpctl")
+    })?;
+    let mem = memory.call_method1("as_usm_memory", (x,))?;
+    let kind: String = mem.call_method0("get_usm_type")?.extract()?;
+    let on_cpu: bool = mem.getattr("sycl_device")?.getattr("is_cpu")?.extract()?;
+    let host_readable = matches!(kind.as_str(), "shared" | "host") || (kind == "device" && on_cpu);
+    Ok(UsmKind { kind, host_readable })
 }
 
 fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Tensor> {

@@ -21,11 +21,18 @@ use crate::error::Result;
 #[pyclass(name = "Tensor", module = "dlframe._native", frozen)]
 pub struct PyTensor {
     pub(crate) inner: Tensor,
+    /// The SYCL queue or context of USM memory imported through
+    /// `__sycl_usm_array_interface__`, re-exported through the same interface.
+    syclobj: Option<Py<PyAny>>,
 }
 
 impl PyTensor {
     pub fn new(inner: Tensor) -> Self {
-        PyTensor { inner }
+        PyTensor { inner, syclobj: None }
+    }
+
+    pub fn with_sycl(inner: Tensor, syclobj: Option<Py<PyAny>>) -> Self {
+        PyTensor { inner, syclobj }
     }
 }
 
@@ -275,6 +282,32 @@ impl PyTensor {
     ) -> Result<Bound<'py, PyTuple>> {
         let (field, array) = tensor_to_column_with(&self.inner, "", CopyPolicy::IfNeeded)?;
         Ok(pyo3_arrow::ffi::to_array_pycapsules(py, field, array.as_ref(), requested_schema)?)
+    }
+
+    /// `__sycl_usm_array_interface__` v1, for tensors over SYCL USM memory (strides and offset
+    /// in elements); other tensors have no such attribute.
+    #[getter]
+    fn __sycl_usm_array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
+        let Some(syclobj) = &self.syclobj else {
+            return Err(PyAttributeError::new_err(
+                "__sycl_usm_array_interface__: the tensor is not SYCL USM memory",
+            )
+            .into());
+        };
+        let t = &self.inner;
+        let d = PyDict::new(py);
+        d.set_item("data", (if t.numel() == 0 { 0 } else { t.data_ptr() as usize }, t.readonly()))?;
+        d.set_item("shape", PyTuple::new(py, t.shape())?)?;
+        if t.is_c_contiguous() {
+            d.set_item("strides", py.None())?;
+        } else {
+            d.set_item("strides", PyTuple::new(py, t.strides())?)?;
+        }
+        d.set_item("offset", 0)?;
+        d.set_item("typestr", TypeStr::from_dtype(t.dtype()).to_string())?;
+        d.set_item("syclobj", syclobj.bind(py))?;
+        d.set_item("version", 1)?;
+        Ok(d)
     }
 
     /// The extents.
