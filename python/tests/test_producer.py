@@ -159,6 +159,8 @@ def test_values_through_jax_legacy_path(dtype):  # item 14
 
 
 def test_pyarrow_consumes_versioned():  # item 14
+    if not hasattr(pa.Array, "from_dlpack"):
+        pytest.skip(f"pyarrow {pa.__version__} has no Array.from_dlpack")
     arr = column("float32")
     back = pa.Array.from_dlpack(dlframe.to_dlpack(arr))
     assert back.equals(arr)
@@ -240,3 +242,19 @@ def test_jax_array_is_a_copy_of_readonly_memory():  # item 4 via jax
     x = jax.dlpack.from_dlpack(dlframe.to_dlpack(arr))
     assert isinstance(x, jnp.ndarray)
     np.testing.assert_array_equal(np.asarray(x), arr.to_numpy())
+
+
+def test_cupy_refuses_cpu_tensors_when_installed():  # item 14: cupy on a CPU tensor
+    cupy = optional("cupy")
+    t = dlframe.to_dlpack(column("float32"))
+    with pytest.raises((TypeError, BufferError, RuntimeError, ValueError)):
+        cupy.from_dlpack(t)
+
+
+def test_torch_moves_a_filled_column_to_cuda_when_available():
+    torch = optional("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    arr = pa.array([1.0, None, 3.0], pa.float32())
+    x = torch.from_dlpack(dlframe.to_dlpack(arr, fill_value=0)).cuda()
+    assert x.device.type == "cuda" and x.cpu().tolist() == [1.0, 0.0, 3.0]
