@@ -2,10 +2,16 @@ import importlib
 
 import pytest
 
+HINTS = {
+    "torch": "install the 'torch' extra (DLFRAME_TORCH=1 bash scripts/test.sh)",
+    "cupy": "cupy needs a CUDA machine",
+    "dpctl": "pip install dpctl intel-opencl-rt",
+}
+
 
 def optional(name: str):
     """Imports an optional consumer or skips the test, printing why (shown by pytest -ra)."""
     try:
         return importlib.import_module(name)
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        pytest.skip(f"{name} is not installed ({e}); install the 'torch' extra to run this test")
+    except ImportError as e:  # depends on the environment
+        pytest.skip(f"{name} is not installed ({e}); {HINTS.get(name, 'install it to run this test')}")
