@@ -4,8 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== Rust: cargo test --workspace (unit, integration, property and doc tests)"
+echo "== Rust: cargo test --workspace (unit, integration, property and doc tests; the Python"
+echo "   crate turns on dlframe's cuda feature, so the CUDA layer is built and tested here too)"
 cargo test --workspace --locked
+echo "== Rust: CUDA tests, with their output (they say why they skip on a machine without a GPU)"
+cargo test --locked -p dlframe --features cuda --lib cuda -- --nocapture
 
 echo "== Python: virtualenv .venv with the real consumers (numpy, pyarrow, polars, datafusion, jax)"
 if [ ! -x .venv/bin/python ]; then

@@ -121,6 +121,9 @@ pub enum Error {
     /// A bad argument (an unknown option, an order other than C or F, ...).
     #[error("{0}")]
     InvalidArgument(String),
+    /// A CUDA driver, NVRTC or device error.
+    #[error("CUDA: {0}")]
+    Cuda(String),
     /// An error from arrow-rs.
     #[error(transparent)]
     Arrow(#[from] arrow_schema::ArrowError),
@@ -143,7 +146,7 @@ impl Error {
             | Error::LengthMismatch { .. }
             | Error::ValueOutOfRange { .. }
             | Error::InvalidArgument(_) => ErrorKind::Value,
-            Error::Arrow(_) => ErrorKind::Runtime,
+            Error::Arrow(_) | Error::Cuda(_) => ErrorKind::Runtime,
         }
     }
 

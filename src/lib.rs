@@ -40,6 +40,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod arrow;
+#[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+pub mod cuda;
 pub mod device;
 pub mod dlpack;
 pub mod dtype;

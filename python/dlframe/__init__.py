@@ -7,6 +7,6 @@
   returns a pyarrow array, sharing memory where possible.
 """
 
-from ._native import Tensor, __version__, from_dlpack, tensor, to_dlpack
+from ._native import Tensor, __version__, cuda_device_count, from_dlpack, tensor, to_dlpack
 
-__all__ = ["Tensor", "from_dlpack", "tensor", "to_dlpack", "__version__"]
+__all__ = ["Tensor", "cuda_device_count", "from_dlpack", "tensor", "to_dlpack", "__version__"]

@@ -20,6 +20,12 @@ class Tensor:
     def __array_interface__(self) -> dict[str, Any]: ...
     @property
     def __array_struct__(self) -> Any: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CUDA tensors only: v3, with the producer's stream (never 0)."""
+    @property
+    def __sycl_usm_array_interface__(self) -> dict[str, Any]:
+        """Tensors over SYCL USM memory only: v1, with their syclobj."""
     def __arrow_c_array__(self, requested_schema: Any | None = None) -> tuple[Any, Any]: ...
     @property
     def shape(self) -> tuple[int, ...]: ...
@@ -49,7 +55,7 @@ def to_dlpack(
     copy: bool | None = None,
     dtype: Any | None = None,
     order: Literal["C", "F"] = "C",
-    device: str | None = None,
+    device: str | None = None,  # "cpu", "cuda" or "cuda:N"
     columns: Literal["stack", "dict"] = "stack",
 ) -> Tensor | tuple[Tensor, Tensor] | dict[str, Any]:
     """Any Arrow producer as a tensor.
@@ -68,6 +74,9 @@ def from_dlpack(x: Any, *, copy: bool | None = None, device: str | None = None) 
     ``__array_struct__`` and the buffer protocol. N-d tensors become ``fixed_shape_tensor``
     arrays. The producer's memory stays alive exactly as long as the Arrow buffers.
     """
+
+def cuda_device_count() -> int:
+    """CUDA devices dlframe can use: 0 without a driver, a device, or CUDA support in the build."""
 
 def tensor(x: Any) -> Tensor:
     """Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor."""

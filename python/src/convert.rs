@@ -115,15 +115,10 @@ pub fn to_dlpack<'py>(
     device: Option<Bound<'py, PyAny>>,
     columns: &str,
 ) -> Result<Py<PyAny>> {
-    if let Some(d) = device.as_ref().filter(|d| !d.is_none()) {
-        let name: String = d.str()?.extract()?;
-        if name != "cpu" {
-            return Err(PyBufferError::new_err(format!(
-                "device={name:?}: this build exports to the CPU only (CUDA export is the `cuda` feature)"
-            ))
-            .into());
-        }
-    }
+    let target = match device.as_ref().filter(|d| !d.is_none()) {
+        None => None,
+        Some(d) => parse_target_device(&d.str()?.extract::<String>()?)?,
+    };
     let order = match order {
         "C" | "c" => Order::C,
         "F" | "f" => Order::F,
@@ -143,13 +138,14 @@ pub fn to_dlpack<'py>(
     if let Some((fields, cols)) = table_columns(&field, &chunks)? {
         return match columns {
             "stack" => {
-                let c = py.detach(|| columns_to_tensor(&fields, &cols, &opts))?;
+                let c = py
+                    .detach(|| columns_to_tensor(&fields, &cols, &opts).and_then(|c| on_device(c, target)))?;
                 Ok(wrap(py, c, nulls)?)
             }
             "dict" => {
                 let out = PyDict::new(py);
                 for (f, chunks) in fields.iter().zip(&cols) {
-                    let c = py.detach(|| to_tensor(f, chunks, &opts))?;
+                    let c = py.detach(|| column(f, chunks, &opts, target))?;
                     out.set_item(f.name(), wrap(py, c, nulls)?)?;
                 }
                 Ok(out.into_any().unbind())
@@ -159,8 +155,57 @@ pub fn to_dlpack<'py>(
             }
         };
     }
-    let c = py.detach(|| to_tensor(&field, &chunks, &opts))?;
+    let c = py.detach(|| column(&field, &chunks, &opts, target))?;
     Ok(wrap(py, c, nulls)?)
+}
+
+/// `None` for the CPU, `Some(ordinal)` for `"cuda"` / `"cuda:N"`.
+fn parse_target_device(name: &str) -> PyResult<Option<usize>> {
+    match name {
+        "cpu" => Ok(None),
+        "cuda" => Ok(Some(0)),
+        _ => match name.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
+            Some(i) => Ok(Some(i)),
+            None => {
+                Err(PyValueError::new_err(format!("device={name:?}: expected 'cpu', 'cuda' or 'cuda:N'")))
+            }
+        },
+    }
+}
+
+/// One column on the CPU or, with the `cuda` feature, on a CUDA device.
+fn column(
+    field: &FieldRef,
+    chunks: &[ArrayRef],
+    opts: &ExportOptions,
+    target: Option<usize>,
+) -> dlframe::Result<Converted> {
+    match target {
+        None => to_tensor(field, chunks, opts),
+        #[cfg(feature = "cuda")]
+        Some(i) => Ok(Converted { values: dlframe::cuda::to_device(field, chunks, opts, i)?, mask: None }),
+        #[cfg(not(feature = "cuda"))]
+        Some(_) => Err(no_cuda()),
+    }
+}
+
+/// A result made on the CPU, moved to the target device in one transfer (its mask too).
+fn on_device(c: Converted, target: Option<usize>) -> dlframe::Result<Converted> {
+    match target {
+        None => Ok(c),
+        #[cfg(feature = "cuda")]
+        Some(i) => Ok(Converted {
+            values: dlframe::cuda::upload(&c.values, i)?,
+            mask: c.mask.map(|m| dlframe::cuda::upload(&m, i)).transpose()?,
+        }),
+        #[cfg(not(feature = "cuda"))]
+        Some(_) => Err(no_cuda()),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn no_cuda() -> dlframe::Error {
+    dlframe::Error::CopyRequired { reason: "this build has no CUDA support (feature `cuda`)".into() }
 }
 
 fn host_device(ty: i32) -> bool {

@@ -11,12 +11,26 @@ mod tensor;
 
 use pyo3::prelude::*;
 
+/// Number of CUDA devices dlframe can use: 0 without a driver, a device, or the `cuda` feature.
+#[pyfunction]
+fn cuda_device_count() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        dlframe::cuda::device_count()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        0
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
     m.add_function(wrap_pyfunction!(convert::to_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -127,15 +127,40 @@ impl PyTensor {
     ) -> Result<Bound<'py, PyAny>> {
         let t = &self.inner;
         let own = t.device().to_dlpack();
-        if let Some(s) = stream.as_ref().filter(|s| !s.is_none()) {
-            let s: i64 = s.extract().map_err(|_| PyTypeError::new_err("stream must be None or an int"))?;
-            if !(matches!(t.device(), Device::Cuda(_) | Device::Rocm(_)) || s == -1) {
+        let stream: Option<i64> = match stream.as_ref().filter(|s| !s.is_none()) {
+            None => None,
+            Some(s) => Some(s.extract().map_err(|_| PyTypeError::new_err("stream must be None or an int"))?),
+        };
+        match (t.sync(), stream) {
+            // A device tensor: make the consumer's stream wait for our work (DLPack's rules:
+            // None and 1 are the legacy default stream, 2 the per-thread one, -1 no sync).
+            (Some(sync), s) => {
+                let handle = match s {
+                    None | Some(1) => Some(1usize),
+                    Some(-1) => None,
+                    Some(0) => {
+                        return Err(PyValueError::new_err(
+                            "stream=0 is ambiguous and disallowed; pass 1 for the legacy default stream",
+                        )
+                        .into());
+                    }
+                    Some(s) if s < 0 => {
+                        return Err(PyValueError::new_err(format!("stream={s} is not a stream")).into());
+                    }
+                    Some(s) => Some(s as usize),
+                };
+                if let Some(h) = handle {
+                    sync.wait_on(h)?;
+                }
+            }
+            (None, Some(s)) if s != -1 => {
                 return Err(PyValueError::new_err(format!(
                     "stream={s} is not valid for a {} tensor; only None (or -1) is accepted on the CPU",
                     t.device()
                 ))
                 .into());
             }
+            (None, _) => {}
         }
         if let Some(d) = dl_device.as_ref().filter(|d| !d.is_none()) {
             let (ty, id) = parse_device(d)?;
@@ -148,6 +173,13 @@ impl PyTensor {
             }
         }
         let versioned = parse_max_version(max_version.as_ref())?.is_some_and(|(major, _)| major >= 1);
+        if copy == Some(true) && !t.device().is_host_accessible() {
+            return Err(PyBufferError::new_err(format!(
+                "copy=True of a {} tensor is not supported yet; export it without a copy (it is already one)",
+                t.device()
+            ))
+            .into());
+        }
         let must_copy = copy == Some(true) || (!versioned && t.readonly());
         if !versioned && t.readonly() && copy == Some(false) {
             return Err(PyBufferError::new_err(
@@ -173,6 +205,33 @@ impl PyTensor {
     fn __dlpack_device__(&self) -> (i32, i32) {
         let d = self.inner.device().to_dlpack();
         (d.device_type, d.device_id)
+    }
+
+    /// `__cuda_array_interface__` v3 of a CUDA tensor: `stream` is the producer's stream (never
+    /// 0), on which consumers must order their work. No `mask`.
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
+        let t = &self.inner;
+        let (Device::Cuda(_), Some(sync)) = (t.device(), t.sync()) else {
+            return Err(PyAttributeError::new_err(format!(
+                "__cuda_array_interface__: the tensor is on {}",
+                t.device()
+            ))
+            .into());
+        };
+        let ai = ArrayInterface::from_tensor(t, TypeStr::from_dtype(t.dtype()));
+        let d = PyDict::new(py);
+        d.set_item("shape", PyTuple::new(py, &ai.shape)?)?;
+        d.set_item("typestr", ai.typestr.to_string())?;
+        d.set_item("descr", vec![(String::new(), ai.typestr.to_string())])?;
+        d.set_item("data", (ai.data.0, ai.data.1))?;
+        match &ai.strides {
+            Some(s) => d.set_item("strides", PyTuple::new(py, s)?)?,
+            None => d.set_item("strides", py.None())?,
+        }
+        d.set_item("version", 3)?;
+        d.set_item("stream", sync.producer_stream().max(1))?;
+        Ok(d)
     }
 
     /// numpy's array interface v3; `data` is `(pointer, read_only)`. No `mask` key, ever.

@@ -17,7 +17,7 @@
 pub mod extension;
 mod from_tensor;
 mod lists;
-mod policy;
+pub(crate) mod policy;
 mod to_tensor;
 
 pub use crate::kernels::{Order, Scalar};

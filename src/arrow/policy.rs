@@ -76,20 +76,7 @@ pub struct Converted {
 /// cast that does not fit, and the errors of [`column_to_tensor`].
 pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
     if matches!(field.data_type(), DataType::List(_) | DataType::LargeList(_)) {
-        let fixed = chunks.iter().map(|c| super::lists_as_fixed(field, c)).collect::<Result<Vec<_>>>()?;
-        let Some(((first, _), _)) = fixed.split_first() else {
-            return Err(Error::InvalidArgument(format!("list column '{}' has no chunks", field.name())));
-        };
-        if let Some((f, _)) = fixed.iter().find(|(f, _)| f.data_type() != first.data_type()) {
-            return Err(Error::InvalidArgument(format!(
-                "list column '{}' has chunks of different row lengths ({} and {})",
-                field.name(),
-                first.data_type(),
-                f.data_type()
-            )));
-        }
-        let field = first.clone();
-        let chunks: Vec<ArrayRef> = fixed.into_iter().map(|(_, a)| a).collect();
+        let (field, chunks) = lists_as_fixed_chunks(field, chunks)?;
         return to_tensor(&field, &chunks, opts);
     }
     for c in chunks {
@@ -135,6 +122,27 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
         .then(|| validity_mask(field, chunks, values.shape()))
         .transpose()?;
     Ok(Converted { values, mask })
+}
+
+/// Every chunk of a List/LargeList column as FixedSizeList views with one row length.
+pub(crate) fn lists_as_fixed_chunks(
+    field: &FieldRef,
+    chunks: &[ArrayRef],
+) -> Result<(FieldRef, Vec<ArrayRef>)> {
+    let fixed = chunks.iter().map(|c| super::lists_as_fixed(field, c)).collect::<Result<Vec<_>>>()?;
+    let Some(((first, _), _)) = fixed.split_first() else {
+        return Err(Error::InvalidArgument(format!("list column '{}' has no chunks", field.name())));
+    };
+    if let Some((f, _)) = fixed.iter().find(|(f, _)| f.data_type() != first.data_type()) {
+        return Err(Error::InvalidArgument(format!(
+            "list column '{}' has chunks of different row lengths ({} and {})",
+            field.name(),
+            first.data_type(),
+            f.data_type()
+        )));
+    }
+    let field = first.clone();
+    Ok((field, fixed.into_iter().map(|(_, a)| a).collect()))
 }
 
 /// Several same-length columns (each in chunks) as one `(n, k)` tensor in C or F order, with
@@ -262,7 +270,7 @@ pub fn tensor_to_column_with(tensor: &Tensor, name: &str, copy: CopyPolicy) -> R
 // ---------------------------------------------------------------------------------------------
 
 /// The dtype of the scalar leaf of a column (through FixedSizeLists and tensor extensions).
-fn leaf_dtype(field: &FieldRef) -> Result<DType> {
+pub(crate) fn leaf_dtype(field: &FieldRef) -> Result<DType> {
     let mut dt = field.data_type();
     while let DataType::FixedSizeList(child, _) = dt {
         dt = child.data_type();
@@ -272,7 +280,7 @@ fn leaf_dtype(field: &FieldRef) -> Result<DType> {
 
 /// The per-row cell shape of a column: `[]` for scalars, list sizes or the tensor's logical
 /// shape otherwise; plus the strides of the cell when the column is a permuted tensor.
-fn cell_layout(field: &FieldRef) -> Result<(Vec<i64>, Option<Vec<i64>>)> {
+pub(crate) fn cell_layout(field: &FieldRef) -> Result<(Vec<i64>, Option<Vec<i64>>)> {
     if let Some(meta) = TensorMetadata::from_field(field)? {
         return Ok((meta.logical_shape(), Some(meta.logical_strides())));
     }
@@ -286,7 +294,7 @@ fn cell_layout(field: &FieldRef) -> Result<(Vec<i64>, Option<Vec<i64>>)> {
 }
 
 /// Nulls at every level of a (possibly nested) column, counted in leaf slots covered.
-fn nested_null_count(array: &dyn Array) -> usize {
+pub(crate) fn nested_null_count(array: &dyn Array) -> usize {
     let own = array.null_count();
     match array.data_type() {
         DataType::FixedSizeList(..) => {
@@ -424,7 +432,7 @@ fn copy_column(field: &FieldRef, chunks: &[ArrayRef], target: DType, nulls: Null
 
 /// The leaf array of a (nested) chunk, and each list level's nulls with the number of leaf
 /// slots one of its rows covers (outermost first).
-fn leaf_of(array: &dyn Array) -> (ArrayRef, Vec<(usize, arrow_buffer::NullBuffer)>) {
+pub(crate) fn leaf_of(array: &dyn Array) -> (ArrayRef, Vec<(usize, arrow_buffer::NullBuffer)>) {
     let mut levels = Vec::new();
     let mut current = arrow_array::make_array(array.to_data());
     while let DataType::FixedSizeList(_, _) = current.data_type() {
@@ -649,7 +657,7 @@ impl Output {
 
 /// The value nulls become, if any: `Nan` is a float fill, `Mask` and `Error` fill zeros
 /// (masked slots; `Error` never reaches a null).
-fn fill_for(nulls: NullPolicy) -> Option<Scalar> {
+pub(crate) fn fill_for(nulls: NullPolicy) -> Option<Scalar> {
     match nulls {
         NullPolicy::Fill(s) => Some(s),
         NullPolicy::Nan => Some(Scalar::Float(f64::NAN)),

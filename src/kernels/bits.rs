@@ -1,8 +1,17 @@
-//! Bit-packed Arrow bitmaps (LSB first, any bit offset): unpack to bytes, pack from bytes.
+//! Bit-packed Arrow bitmaps (validity and boolean values): LSB-first, starting at any bit
+//! offset, 1 = valid/true. Unpacking to one byte per bit and packing back both copy.
+//!
+//! Bits are read 64 at a time ([`BitSlice::word`]); a byte-aligned offset skips the shifts.
+//! Unpacking spreads each byte through a 256-entry table of `u64`s (8 bits -> 8 bytes), which
+//! is safe code and runs faster than a memcpy of the bytes it writes.
 
+use rayon::prelude::*;
+
+use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
 use crate::error::{Error, Result};
 
-/// A read-only view of `len` bits starting `offset` bits into `bits` (Arrow's layout).
+/// A read-only view of `len` bits starting `offset` bits into `bits` (Arrow's layout:
+/// bit `i` is `bits[i / 8] >> (i % 8) & 1`).
 #[derive(Debug, Clone, Copy)]
 pub struct BitSlice<'a> {
     bits: &'a [u8],
@@ -11,14 +20,20 @@ pub struct BitSlice<'a> {
 }
 
 impl<'a> BitSlice<'a> {
-    /// A view of bits `offset..offset + len`.
+    /// A view of bits `offset..offset + len` of `bits` (without copying).
     ///
     /// # Errors
-    /// [`Error::InvalidLayout`] when the bits do not fit in `bits`.
+    /// [`Error::InvalidLayout`] when `offset + len` overflows or exceeds `bits.len() * 8`.
     pub fn new(bits: &'a [u8], offset: usize, len: usize) -> Result<Self> {
-        let end = offset.checked_add(len).ok_or_else(|| Error::layout("bit range overflows"))?;
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| Error::layout(format!("bit range {offset} + {len} overflows")))?;
         if end.div_ceil(8) > bits.len() {
-            return Err(Error::layout(format!("bits {offset}..{end} do not fit in {} bytes", bits.len())));
+            return Err(Error::layout(format!(
+                "bits {offset}..{end} do not fit in a bitmap of {} bytes ({} bits)",
+                bits.len(),
+                bits.len().saturating_mul(8)
+            )));
         }
         Ok(BitSlice { bits, offset, len })
     }
@@ -33,57 +48,71 @@ impl<'a> BitSlice<'a> {
         self.len == 0
     }
 
-    /// Bit `i` (panics when out of range, like slice indexing).
+    /// Bit `i`.
+    ///
+    /// # Panics
+    /// When `i >= self.len()`, like slice indexing.
     pub fn get(&self, i: usize) -> bool {
-        assert!(i < self.len, "bit {i} out of {}", self.len);
+        assert!(i < self.len, "bit {i} out of a bit slice of {}", self.len);
         let p = self.offset + i;
         self.bits[p / 8] >> (p % 8) & 1 == 1
     }
 
-    /// The sub-view of bits `start..start + len` (relative to this view).
+    /// The sub-view of bits `start..start + len`, relative to this view (without copying).
+    ///
+    /// # Panics
+    /// When the range is not inside this view.
     pub fn slice(&self, start: usize, len: usize) -> Self {
-        assert!(start + len <= self.len, "bit slice {start}+{len} out of {}", self.len);
+        assert!(
+            start.checked_add(len).is_some_and(|end| end <= self.len),
+            "bit slice {start}+{len} out of a bit slice of {}",
+            self.len
+        );
         BitSlice { bits: self.bits, offset: self.offset + start, len }
     }
 
-    /// Up to 64 bits starting at bit `i`, LSB first; bits past the end read as 0.
+    /// Bits `i..i + 64` as a word, bit `i` in the lowest bit; bits past the end read as 0.
     #[inline]
     pub fn word(&self, i: usize) -> u64 {
-        let n = (self.len - i.min(self.len)).min(64);
+        let n = self.len.saturating_sub(i).min(64);
         if n == 0 {
             return 0;
         }
         let p = self.offset + i;
         let (byte, shift) = (p / 8, p % 8);
-        let avail = self.bits.len() - byte;
-        let w = if avail >= 9 {
-            let lo = u64::from_le_bytes(self.bits[byte..byte + 8].try_into().expect("8 bytes"));
-            let hi = self.bits[byte + 8] as u64;
-            if shift == 0 { lo } else { (lo >> shift) | (hi << (64 - shift)) }
+        let src = &self.bits[byte..];
+        let w = if let Some(b) = src.get(..9) {
+            let lo = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            if shift == 0 { lo } else { (lo >> shift) | ((b[8] as u64) << (64 - shift)) }
         } else {
             let mut buf = [0u8; 16];
-            buf[..avail].copy_from_slice(&self.bits[byte..]);
+            buf[..src.len()].copy_from_slice(src);
             (u128::from_le_bytes(buf) >> shift) as u64
         };
         if n == 64 { w } else { w & ((1u64 << n) - 1) }
     }
 
-    /// Number of zero bits (nulls, for a validity bitmap).
+    /// Number of zero bits (the null count, for a validity bitmap).
     pub fn count_zeros(&self) -> usize {
-        (0..self.len).step_by(64).map(|i| (self.len - i).min(64) - self.word(i).count_ones() as usize).sum()
+        self.len - (0..self.len).step_by(64).map(|i| self.word(i).count_ones() as usize).sum::<usize>()
+    }
+
+    /// The whole bytes holding the bits, when the view starts on a byte boundary.
+    fn aligned_bytes(&self) -> Option<&'a [u8]> {
+        (self.offset % 8 == 0).then(|| &self.bits[self.offset / 8..(self.offset + self.len).div_ceil(8)])
     }
 }
 
-/// Byte `b` spread over 8 bytes, each 0 or 1, as a little-endian u64.
+/// Byte `b` spread over 8 bytes, each 0 or 1, bit `j` in byte `j` of the little-endian u64.
 const fn spread_table() -> [u64; 256] {
     let mut t = [0u64; 256];
     let mut b = 0;
     while b < 256 {
         let mut v = 0u64;
-        let mut i = 0;
-        while i < 8 {
-            v |= (((b >> i) & 1) as u64) << (8 * i);
-            i += 1;
+        let mut j = 0;
+        while j < 8 {
+            v |= (((b >> j) & 1) as u64) << (8 * j);
+            j += 1;
         }
         t[b] = v;
         b += 1;
@@ -92,91 +121,64 @@ const fn spread_table() -> [u64; 256] {
 }
 static SPREAD: [u64; 256] = spread_table();
 
-/// Unpacks bits to one byte each, 0 or 1 (copies). `out.len()` must equal `bits.len()`.
+#[inline(always)]
+fn spread(b: u8) -> u64 {
+    SPREAD[b as usize]
+}
+
+/// Runs `f(start, dst)` over blocks of `out` (a multiple of 64 elements each) in parallel
+/// when `out` is large, else once on the calling thread.
+pub(crate) fn by_blocks<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
+    if std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES {
+        out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(i, dst)| f(i * ROWS_PER_TASK, dst));
+    } else {
+        f(0, out);
+    }
+}
+
+/// Unpacks bits to one byte each, 0 or 1 (copies): bool values to a `kDLBool` tensor, or a
+/// validity bitmap to a byte mask. Parallel over blocks for large outputs.
 ///
 /// # Panics
-/// When the lengths differ (callers size `out` from the same array).
+/// When `out.len() != bits.len()` (callers size `out` from the same array).
 pub fn unpack_bits(bits: BitSlice, out: &mut [u8]) {
-    assert_eq!(bits.len(), out.len(), "unpack_bits: output length");
-    if bits.offset % 8 == 0 {
-        let src = &bits.bits[bits.offset / 8..];
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            unsafe { unpack_aligned_avx2(src, out) };
-            return;
-        }
-        unpack_aligned(src, out);
-        return;
-    }
-    let mut chunks = out.chunks_exact_mut(64);
-    let mut i = 0;
-    for chunk in &mut chunks {
-        let w = bits.word(i);
-        for (j, dst) in chunk.chunks_exact_mut(8).enumerate() {
-            dst.copy_from_slice(&SPREAD[(w >> (8 * j)) as u8 as usize].to_le_bytes());
-        }
-        i += 64;
-    }
-    let rest = chunks.into_remainder();
-    let w = bits.word(i);
-    for (j, dst) in rest.iter_mut().enumerate() {
-        *dst = (w >> j) as u8 & 1;
-    }
+    assert_eq!(out.len(), bits.len(), "unpack_bits: output length");
+    by_blocks(out, |start, dst| unpack_block(bits.slice(start, dst.len()), dst));
 }
 
-/// Byte-aligned unpack in a form the compiler vectorises: each output byte is a mask test.
-#[inline(always)]
-fn unpack_aligned(src: &[u8], out: &mut [u8]) {
-    const MASKS: [u8; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
-    let whole = out.len() / 8;
-    let mut chunks = out.chunks_exact_mut(8);
-    for (dst, &b) in (&mut chunks).zip(src) {
-        for j in 0..8 {
-            dst[j] = (b & MASKS[j] != 0) as u8;
-        }
+fn unpack_block(bits: BitSlice, out: &mut [u8]) {
+    let Some(bytes) = bits.aligned_bytes() else {
+        return blend_block(bits, None, 0, out);
+    };
+    let mut groups = out.chunks_exact_mut(8);
+    for (dst, &b) in (&mut groups).zip(bytes) {
+        dst.copy_from_slice(&spread(b).to_le_bytes());
     }
-    let rest = chunks.into_remainder();
-    if let Some(&b) = src.get(whole) {
-        for (j, dst) in rest.iter_mut().enumerate() {
-            *dst = b >> j & 1;
+    let tail = groups.into_remainder();
+    let done = bits.len() - tail.len();
+    blend_block(bits.slice(done, tail.len()), None, 0, tail);
+}
+
+/// The general unpack: 64 bits of values (and validity) per word, then 8 bytes at a time,
+/// `values & keep | fill & !keep` with `keep` = 0xff for valid bytes. `fills` is the fill
+/// byte repeated 8 times.
+fn blend_block(values: BitSlice, validity: Option<BitSlice>, fills: u64, out: &mut [u8]) {
+    for (c, dst) in out.chunks_mut(64).enumerate() {
+        let v = values.word(64 * c).to_le_bytes();
+        let ok = validity.map_or(u64::MAX, |m| m.word(64 * c)).to_le_bytes();
+        for (g, dst) in dst.chunks_mut(8).enumerate() {
+            let keep = spread(ok[g]) * 0xff;
+            let bytes = ((spread(v[g]) & keep) | (fills & !keep)).to_le_bytes();
+            dst.copy_from_slice(&bytes[..dst.len()]);
         }
     }
 }
 
-/// Byte-aligned unpack with AVX2: 4 source bytes -> 32 output bytes per step (broadcast,
-/// byte shuffle, bit mask, compare).
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn unpack_aligned_avx2(src: &[u8], out: &mut [u8]) {
-    use std::arch::x86_64::*;
-    let steps = out.len() / 32;
-    // Within each 128-bit lane, output byte i takes source byte (lane * 2 + i / 8).
-    let spread = _mm256_setr_epi8(
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
-    );
-    let bit = _mm256_setr_epi8(
-        1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8,
-        16, 32, 64, -128,
-    );
-    let one = _mm256_set1_epi8(1);
-    for i in 0..steps {
-        let word = u32::from_le_bytes(src[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-        let v = _mm256_shuffle_epi8(_mm256_set1_epi32(word as i32), spread);
-        let r = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), one);
-        // SAFETY: 32 * i + 32 <= 32 * steps <= out.len(); storeu has no alignment requirement.
-        unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(32 * i).cast::<__m256i>(), r) };
-    }
-    unpack_aligned(&src[4 * steps..], &mut out[32 * steps..]);
-}
-
-/// Unpacks bool values, writing `fill` where `validity` is 0 (copies, one pass).
+/// Unpacks bool values to bytes 0/1, writing `fill` where `validity` is 0, in one pass
+/// (copies). Branch-free: eight values at a time are blended with their validity.
 ///
 /// # Errors
-/// [`Error::LengthMismatch`] when the lengths differ.
+/// [`Error::LengthMismatch`] when `values`, `validity` and `out` differ in length.
 pub fn unpack_bits_fill(
     values: BitSlice,
     validity: Option<BitSlice>,
@@ -189,39 +191,54 @@ pub fn unpack_bits_fill(
         return Ok(());
     };
     check_len("validity", validity.len(), out.len())?;
-    for (c, chunk) in out.chunks_mut(64).enumerate() {
-        let (v, ok) = (values.word(c * 64), validity.word(c * 64));
-        for (j, dst) in chunk.iter_mut().enumerate() {
-            *dst = if ok >> j & 1 == 1 { (v >> j) as u8 & 1 } else { fill };
-        }
-    }
+    let fills = u64::from_le_bytes([fill; 8]);
+    by_blocks(out, |start, dst| {
+        let len = dst.len();
+        blend_block(values.slice(start, len), Some(validity.slice(start, len)), fills, dst)
+    });
     Ok(())
 }
 
-/// Packs bytes (nonzero = true) into an LSB-first bitmap (copies). `out` holds
-/// `src.len().div_ceil(8)` bytes; padding bits of the last byte are 0.
+/// Packs bytes into an LSB-first bitmap, nonzero = 1 (copies): a byte-bool tensor to an Arrow
+/// boolean buffer. `out` holds at least `src.len().div_ceil(8)` bytes; the padding bits of
+/// the last byte are written 0 and bytes past it are left alone.
+///
+/// `src` must be contiguous: gather a strided bool tensor first (the crate's
+/// `contiguous_copy`, or [`super::gather_strided`]).
 ///
 /// # Panics
 /// When `out` is too short.
 pub fn pack_bits(src: &[u8], out: &mut [u8]) {
-    assert!(out.len() >= src.len().div_ceil(8), "pack_bits: output too short");
-    let mut chunks = src.chunks_exact(8);
-    for (dst, c) in out.iter_mut().zip(&mut chunks) {
-        let mut x = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-        // Any set bit in a byte -> its lowest bit.
+    let need = src.len().div_ceil(8);
+    assert!(out.len() >= need, "pack_bits: {} output bytes for {} bits", out.len(), src.len());
+    let out = &mut out[..need];
+    if src.len() >= PARALLEL_THRESHOLD_BYTES {
+        let per_task = ROWS_PER_TASK / 8;
+        out.par_chunks_mut(per_task).zip(src.par_chunks(ROWS_PER_TASK)).for_each(|(d, s)| pack_block(s, d));
+    } else {
+        pack_block(src, out);
+    }
+}
+
+fn pack_block(src: &[u8], out: &mut [u8]) {
+    let mut groups = src.chunks_exact(8);
+    for (dst, g) in out.iter_mut().zip(&mut groups) {
+        let mut x = u64::from_le_bytes([g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]]);
+        // OR every bit of a byte into its lowest bit (bits shifted in from the next byte only
+        // reach bits 1..7, which the mask drops), then gather the 8 low bits into one byte.
         x |= x >> 4;
         x |= x >> 2;
         x |= x >> 1;
         x &= 0x0101_0101_0101_0101;
         *dst = (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8;
     }
-    let rest = chunks.remainder();
+    let rest = groups.remainder();
     if !rest.is_empty() {
-        let last = src.len() / 8;
-        out[last] = rest.iter().enumerate().fold(0u8, |acc, (j, &b)| acc | (((b != 0) as u8) << j));
+        out[src.len() / 8] = rest.iter().enumerate().fold(0, |acc, (j, &b)| acc | (((b != 0) as u8) << j));
     }
 }
 
+/// `Ok` when `found == expected`, else [`Error::LengthMismatch`] naming `what`.
 pub(crate) fn check_len(what: &str, found: usize, expected: usize) -> Result<()> {
     if found != expected {
         return Err(Error::LengthMismatch { what: what.to_string(), expected, found });
@@ -241,44 +258,43 @@ mod tests {
         out
     }
 
+    fn pattern(n: usize) -> Vec<bool> {
+        (0..n).map(|i| (i * 7 + i / 3) % 5 < 2).collect()
+    }
+
     #[test]
-    fn words_and_unpack_match_bit_by_bit_at_every_offset() {
-        let v: Vec<bool> = (0..300).map(|i| (i * 7 + i / 3) % 5 < 2).collect();
+    fn get_word_count_and_unpack_match_bit_by_bit_at_every_offset() {
+        let v = pattern(300);
         let bytes = bits_of(&v);
         for off in 0..70 {
-            for len in [0, 1, 7, 63, 64, 65, 130, 300 - off] {
+            for len in [0, 1, 7, 8, 9, 63, 64, 65, 130, 300 - off] {
                 if off + len > 300 {
                     continue;
                 }
                 let s = BitSlice::new(&bytes, off, len).unwrap();
+                let want: Vec<u8> = v[off..off + len].iter().map(|&b| b as u8).collect();
+                assert_eq!((0..len).map(|i| s.get(i) as u8).collect::<Vec<_>>(), want);
                 let mut out = vec![9u8; len];
                 unpack_bits(s, &mut out);
-                let want: Vec<u8> = v[off..off + len].iter().map(|&b| b as u8).collect();
                 assert_eq!(out, want, "off {off} len {len}");
                 assert_eq!(s.count_zeros(), want.iter().filter(|&&b| b == 0).count());
-                let mut packed = vec![0xffu8; len.div_ceil(8)];
-                pack_bits(&out, &mut packed);
-                assert_eq!(packed, bits_of(&v[off..off + len]));
+                for i in (0..len).step_by(13) {
+                    let w: u64 = (0..64.min(len - i)).map(|j| (want[i + j] as u64) << j).sum();
+                    assert_eq!(s.word(i), w, "word at {i}, off {off} len {len}");
+                }
             }
         }
     }
 
     #[test]
-    fn the_portable_and_simd_aligned_paths_agree() {
-        let v: Vec<bool> = (0..700).map(|i| (i * 13 + i / 7) % 3 == 0).collect();
-        let bytes = bits_of(&v);
-        for len in 0..700 {
-            let want: Vec<u8> = v[..len].iter().map(|&b| b as u8).collect();
-            let mut out = vec![9u8; len];
-            unpack_aligned(&bytes, &mut out);
-            assert_eq!(out, want, "portable, len {len}");
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                let mut out = vec![9u8; len];
-                // SAFETY: AVX2 is present (checked above).
-                unsafe { unpack_aligned_avx2(&bytes, &mut out) };
-                assert_eq!(out, want, "avx2, len {len}");
-            }
+    fn pack_inverts_unpack_and_clears_padding_bits() {
+        let v = pattern(200);
+        for len in 0..200 {
+            let bytes: Vec<u8> = v[..len].iter().map(|&b| b as u8 * (1 + (len % 200) as u8)).collect();
+            let mut packed = vec![0xffu8; len.div_ceil(8) + 1];
+            pack_bits(&bytes, &mut packed);
+            assert_eq!(&packed[..len.div_ceil(8)], &bits_of(&v[..len])[..], "len {len}");
+            assert_eq!(packed[len.div_ceil(8)], 0xff, "bytes past the bitmap are left alone");
         }
     }
 
@@ -287,14 +303,46 @@ mod tests {
         let mut out = [0u8; 2];
         pack_bits(&[0, 2, 0x80, 0, 1, 0, 0, 0x10, 3], &mut out);
         assert_eq!(out, [0b1001_0110, 0b1]);
+        let mut empty: [u8; 0] = [];
+        pack_bits(&[], &mut empty);
     }
 
     #[test]
-    fn out_of_range_views_are_errors() {
+    fn unpack_fill_blends_values_validity_and_fill() {
+        let v = pattern(150);
+        let ok: Vec<bool> = (0..150).map(|i| i % 3 != 0).collect();
+        let (vb, okb) = (bits_of(&v), bits_of(&ok));
+        for (voff, koff, len) in [(0, 0, 150), (3, 5, 140), (8, 0, 1), (1, 63, 80), (0, 0, 0), (149, 2, 1)] {
+            let values = BitSlice::new(&vb, voff, len).unwrap();
+            let validity = BitSlice::new(&okb, koff, len).unwrap();
+            let mut out = vec![7u8; len];
+            unpack_bits_fill(values, Some(validity), 5, &mut out).unwrap();
+            let want: Vec<u8> = (0..len).map(|i| if ok[koff + i] { v[voff + i] as u8 } else { 5 }).collect();
+            assert_eq!(out, want, "{voff} {koff} {len}");
+        }
+        let all_null = vec![0u8; 20];
+        let mut out = vec![0u8; 150];
+        let values = BitSlice::new(&vb, 0, 150).unwrap();
+        unpack_bits_fill(values, Some(BitSlice::new(&all_null, 0, 150).unwrap()), 1, &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == 1));
+    }
+
+    #[test]
+    fn out_of_range_views_and_wrong_lengths_are_errors() {
         assert!(BitSlice::new(&[0u8; 2], 10, 7).is_err());
         assert!(BitSlice::new(&[0u8; 2], usize::MAX, 2).is_err());
         assert!(BitSlice::new(&[0u8; 2], 9, 7).is_ok());
+        assert!(BitSlice::new(&[], 0, 0).is_ok());
+        let one = BitSlice::new(&[0u8], 0, 2).unwrap();
         let mut out = [0u8; 3];
-        assert!(unpack_bits_fill(BitSlice::new(&[0u8], 0, 2).unwrap(), None, 0, &mut out).is_err());
+        assert!(matches!(unpack_bits_fill(one, None, 0, &mut out), Err(Error::LengthMismatch { .. })));
+        let three = BitSlice::new(&[0u8], 0, 3).unwrap();
+        assert!(unpack_bits_fill(three, Some(one), 0, &mut out).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "output length")]
+    fn unpack_into_a_wrong_length_panics() {
+        unpack_bits(BitSlice::new(&[0u8], 0, 2).unwrap(), &mut [0u8; 3]);
     }
 }

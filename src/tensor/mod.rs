@@ -24,6 +24,25 @@ use crate::error::{Error, Result};
 pub trait Owner: Send + Sync + RefUnwindSafe + 'static {}
 impl<T: Send + Sync + RefUnwindSafe + 'static> Owner for T {}
 
+/// How a device tensor tells consumers when its data is ready (CUDA streams and events).
+/// Host tensors have none: their data is ready when they exist.
+pub trait DeviceSync: Send + Sync + RefUnwindSafe + 'static {
+    /// Makes the consumer's stream (a raw handle; 1 = legacy default, 2 = per-thread default)
+    /// wait until the data is ready, without blocking the host; the memory is then freed only
+    /// after the work queued on that stream.
+    ///
+    /// # Errors
+    /// A device error.
+    fn wait_on(&self, stream: usize) -> Result<()>;
+    /// Blocks the host until the data is ready.
+    ///
+    /// # Errors
+    /// A device error.
+    fn synchronize(&self) -> Result<()>;
+    /// The producer's stream handle, never 0.
+    fn producer_stream(&self) -> usize;
+}
+
 /// A Rust scalar with a tensor dtype.
 pub trait Native: Copy + Send + Sync + RefUnwindSafe + 'static {
     /// Its dtype.
@@ -46,6 +65,7 @@ pub struct Tensor {
     readonly: bool,
     copied: bool,
     logical: Option<FieldRef>,
+    sync: Option<Arc<dyn DeviceSync>>,
     owner: Arc<dyn Owner>,
 }
 
@@ -83,7 +103,18 @@ impl Tensor {
         if data.is_null() && extent.numel > 0 {
             return Err(Error::layout(format!("NULL data pointer for {} elements", extent.numel)));
         }
-        Ok(Tensor { data, shape, strides, dtype, device, readonly, copied: false, logical: None, owner })
+        Ok(Tensor {
+            data,
+            shape,
+            strides,
+            dtype,
+            device,
+            readonly,
+            copied: false,
+            logical: None,
+            sync: None,
+            owner,
+        })
     }
 
     /// A CPU tensor over an Arrow buffer, starting `byte_offset` bytes in (without copying).
@@ -196,6 +227,15 @@ impl Tensor {
     pub fn logical(&self) -> Option<&FieldRef> {
         self.logical.as_ref()
     }
+    /// How consumers wait for device data to be ready (`None` for host tensors).
+    pub fn sync(&self) -> Option<&Arc<dyn DeviceSync>> {
+        self.sync.as_ref()
+    }
+    /// Sets the device readiness hook.
+    pub fn with_sync(mut self, sync: Option<Arc<dyn DeviceSync>>) -> Self {
+        self.sync = sync;
+        self
+    }
     /// The owner that keeps the memory alive.
     pub fn owner(&self) -> &Arc<dyn Owner> {
         &self.owner
@@ -242,8 +282,8 @@ impl Tensor {
         Ok(unsafe { std::slice::from_raw_parts(self.data as *const T, self.numel()) })
     }
 
-    /// The reasons a zero-copy view as one contiguous host slice is impossible, if any.
-    pub(crate) fn check_host_contiguous(&self) -> Result<()> {
+    /// The reason a zero-copy view as one contiguous host slice is impossible, if any.
+    pub fn check_host_contiguous(&self) -> Result<()> {
         if !self.device.is_host_accessible() {
             return Err(Error::CopyRequired { reason: format!("the tensor is on {}", self.device) });
         }

@@ -1,0 +1,111 @@
+"""CUDA: columns onto the GPU in one transfer and one kernel, with DLPack stream semantics.
+
+Runs where a CUDA device and torch with CUDA are present; elsewhere each test skips and says why.
+"""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dlframe
+from conftest import optional
+
+
+@pytest.fixture(scope="module")
+def torch():
+    if dlframe.cuda_device_count() == 0:
+        pytest.skip("no CUDA device visible to dlframe (no driver, no GPU, or a build without the cuda feature)")
+    torch = optional("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    return torch
+
+
+def cpu_reference(col, **kw):
+    return np.from_dlpack(dlframe.to_dlpack(col, **kw))
+
+
+def random_column(rng, dtype, n, density, offset):
+    values = rng.integers(0, 100, n + offset).astype(dtype) if dtype != np.bool_ else rng.random(n + offset) < 0.5
+    mask = rng.random(n + offset) < density
+    return pa.array(values, mask=mask).slice(offset, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16, np.uint8, np.int64, np.float16, np.bool_])
+@pytest.mark.parametrize("density", [0.0, 0.1, 0.9])
+def test_device_kernels_match_the_cpu_kernels(torch, dtype, density):
+    rng = np.random.default_rng(int(density * 10) + np.dtype(dtype).itemsize)
+    for n, offset in [(1, 0), (1000, 3), (100_003, 13), (0, 0)]:
+        col = random_column(rng, dtype, n, density, offset)
+        fill = False if dtype == np.bool_ else 7
+        want = cpu_reference(col, fill_value=fill)
+        t = dlframe.to_dlpack(col, fill_value=fill, device="cuda:0")
+        assert t.device == "cuda:0" and t.__dlpack_device__() == (2, 0)
+        got = torch.from_dlpack(t)
+        assert got.is_cuda
+        np.testing.assert_array_equal(got.cpu().numpy(), want)
+
+
+def test_chunks_fixed_size_lists_and_tables(torch):
+    ch = pa.chunked_array([[1.0, None], [3.0], [4.0, 5.0]], pa.float32())
+    got = torch.from_dlpack(dlframe.to_dlpack(ch, fill_value=-1, device="cuda"))
+    assert got.cpu().tolist() == [1.0, -1.0, 3.0, 4.0, 5.0]
+    fsl = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(12, dtype=np.int32)), 3)
+    assert torch.from_dlpack(dlframe.to_dlpack(fsl, device="cuda:0")).cpu().tolist() == np.arange(12).reshape(4, 3).tolist()
+    tbl = pa.table({"a": pa.array([1, 2, 3], pa.int32()), "b": pa.array([0.5, None, 2.5])})
+    m = torch.from_dlpack(dlframe.to_dlpack(tbl, fill_value=0, device="cuda:0"))
+    assert m.is_cuda and m.cpu().tolist() == [[1, 0.5], [2, 0], [3, 2.5]]
+
+
+def test_cupy_consumes_dlpack_and_the_cuda_array_interface(torch):
+    cupy = optional("cupy")
+    col = pa.array([1.5, None, 3.5], pa.float32())
+    t = dlframe.to_dlpack(col, fill_value=0, device="cuda:0")
+    assert cupy.from_dlpack(t).get().tolist() == [1.5, 0.0, 3.5]
+    cai = t.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["stream"] not in (None, 0) and "mask" not in cai
+    assert cupy.asarray(t).get().tolist() == [1.5, 0.0, 3.5]
+    with pytest.raises(AttributeError):
+        dlframe.to_dlpack(col, fill_value=0).__cuda_array_interface__
+
+
+def test_stream_rules(torch):
+    t = dlframe.to_dlpack(pa.array([1, 2, 3], pa.int64()), device="cuda:0")
+    with pytest.raises(ValueError, match="stream=0"):
+        t.__dlpack__(max_version=(1, 3), stream=0)
+    for s in (None, 1, 2, -1, torch.cuda.Stream().cuda_stream):
+        assert t.__dlpack__(max_version=(1, 3), stream=s) is not None
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 3), dl_device=(1, 0))
+
+
+def test_consumer_stream_reads_correct_data_without_host_sync(torch):
+    n = 20_000_000
+    rng = np.random.default_rng(5)
+    values = rng.random(n, dtype=np.float32)
+    mask = rng.random(n) < 0.1
+    col = pa.array(values, mask=mask)
+    want = np.where(mask, np.float32(0), values)
+    # A long kernel on the legacy default stream: our (blocking) producer stream queues behind it.
+    torch.cuda._sleep(200_000_000)
+    t = dlframe.to_dlpack(col, fill_value=0, device="cuda:0")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.from_dlpack(t)  # torch passes s: s must wait for our event
+        y = x.clone()
+    s.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), want)
+    del x, y, t
+    torch.cuda.synchronize()
+
+
+def test_device_path_refusals_name_the_remedy(torch):
+    col = pa.array([1.0, None])
+    with pytest.raises(BufferError, match="nulls='fill'"):
+        dlframe.to_dlpack(col, device="cuda:0")
+    with pytest.raises(ValueError, match="mask"):
+        dlframe.to_dlpack(col, nulls="mask", device="cuda:0")
+    with pytest.raises(ValueError, match="cast"):
+        dlframe.to_dlpack(col, fill_value=0, dtype="float32", device="cuda:0")
+    with pytest.raises(RuntimeError, match="does not exist"):
+        dlframe.to_dlpack(col, fill_value=0, device="cuda:99")
