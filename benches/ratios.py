@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Prints the criterion results of `cargo bench` as ratios (markdown), with issue targets.
+"""Prints criterion results as ratios to their yardsticks (a markdown table), with targets.
 
-Reads target/criterion/<group>/<function>/new/estimates.json (mean, ns). Standard library only.
+Reads target/criterion/<group>/<function>/new/estimates.json (`mean.point_estimate`, ns),
+as written by `cargo bench --bench kernels` (and `--bench dlpack_roundtrip`). Python 3.11
+standard library only. Exits 1 when a measured ratio misses its target.
 """
 import json
 import pathlib
@@ -9,24 +11,28 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "target" / "criterion"
 
-# (group, numerator, denominator, target ratio, what)
+# (group, numerator, denominator, target ratio or None for information, what)
 ROWS = [
     ("null_fill_f32_10M_10pct", "kernel", "memcpy", 1.2, "null fill, f32, 10M rows, 10% nulls / memcpy of 40 MB"),
     ("bool_unpack_10M", "kernel", "memcpy", 1.5, "bool unpack, 10M / memcpy of the 10 MB written"),
     ("interleave_8xf32_2M_c", "kernel", "memcpy", 1.5, "8 f32 columns x 2M rows -> (2M, 8) C order / memcpy of 64 MB"),
+    ("chunk_concat_100x100k_f32", "kernel", "memcpy", 1.2, "chunk concat, 100 x 100K f32 / memcpy of 40 MB"),
     ("interleave_8xf32_2M_c", "to_tensor", "memcpy_fresh", 1.5, "same from Arrow columns, new tensor / copy into fresh memory"),
-    ("chunk_concat_100x100k_f32", "kernel", "memcpy", 1.2, "chunk concat, 100 x 100K f32 / memcpy"),
     ("chunk_concat_100x100k_f32", "arrow_to_tensor", "memcpy_fresh", 1.2, "same from Arrow chunks, new tensor / copy into fresh memory"),
-    ("chunk_concat_100x100k_f32", "memcpy_fresh", "memcpy", None, "fresh memory / reused memory, for a copy (info)"),
     ("null_fill_f32_10M_10pct", "kernel_parallel", "memcpy", None, "null fill on all cores / 1-thread memcpy (info)"),
+    ("bool_unpack_10M", "kernel_parallel", "memcpy", None, "bool unpack on all cores / 1-thread memcpy (info)"),
+    ("interleave_8xf32_2M_c", "kernel_parallel", "memcpy", None, "interleave on all cores / 1-thread memcpy (info)"),
+    ("chunk_concat_100x100k_f32", "kernel_parallel", "memcpy", None, "chunk concat on all cores / 1-thread memcpy (info)"),
     ("interleave_8xf32_2M_c", "to_tensor_parallel", "memcpy_fresh", None, "to_tensor on all cores / 1-thread fresh copy (info)"),
+    ("chunk_concat_100x100k_f32", "memcpy_fresh", "memcpy", None, "fresh memory / reused memory, for a copy (info)"),
     ("dlpack_constant_cost", "export/10000000", "export/1000", 1.5, "Arrow -> DLPack export, 10M rows / 1K rows"),
     ("dlpack_constant_cost", "import/10000000", "import/1000", 1.5, "DLPack import -> Arrow, 10M / 1K"),
     ("dlpack_constant_cost", "round_trip/10000000", "round_trip/1000", 1.5, "whole round trip, 10M / 1K"),
 ]
 
 
-def mean(group, name):
+def mean_ns(group, name):
+    """The mean time of one benchmark in ns, or None when it has not been run."""
     f = ROOT / group / name / "new" / "estimates.json"
     if not f.exists():
         return None
@@ -34,20 +40,25 @@ def mean(group, name):
 
 
 def main():
-    print("| what | ratio | target | |")
-    print("|---|---|---|---|")
-    missing = 0
+    print("| group | what | ratio | target | |")
+    print("|---|---|---|---|---|")
+    missing, failed = [], 0
     for group, num, den, target, what in ROWS:
-        a, b = mean(group, num), mean(group, den)
+        a, b = mean_ns(group, num), mean_ns(group, den)
         if a is None or b is None:
-            missing += 1
+            missing.append(f"{group}/{num if a is None else den}")
             continue
         r = a / b
-        verdict = "" if target is None else ("meets" if r <= target else "misses")
-        print(f"| {what} | {r:.2f}x | {'-' if target is None else f'<= {target}x'} | {verdict} |")
+        if target is None:
+            verdict, shown = "", "-"
+        else:
+            verdict, shown = ("pass" if r <= target else "fail"), f"<= {target}x"
+            failed += verdict == "fail"
+        print(f"| {group} | {what} | {r:.2f}x | {shown} | {verdict} |")
     if missing:
-        print(f"\n({missing} rows not measured: run `cargo bench` first)", file=sys.stderr)
+        print(f"\nnot measured (run `cargo bench` first): {', '.join(missing)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -14,6 +14,15 @@ use crate::ffi::dlpack::{
 };
 use crate::tensor::{Native, Tensor};
 
+/// Packs bools into an LSB-first Arrow bitmap, bit by bit: the reference for bit kernels.
+pub fn pack_bools(v: &[bool]) -> Vec<u8> {
+    let mut out = vec![0u8; v.len().div_ceil(8)];
+    for (i, &b) in v.iter().enumerate() {
+        out[i / 8] |= (b as u8) << (i % 8);
+    }
+    out
+}
+
 /// Counts how many times something was dropped or deleted.
 #[derive(Clone, Default)]
 pub struct Counter(Arc<AtomicUsize>);

@@ -1,6 +1,12 @@
-//! Fresh output buffers for the kernels: 64-byte aligned, zero-initialised, and for large
-//! outputs on Linux backed by transparent huge pages (as numpy does for its own arrays), so a
-//! new tensor costs a few faults per 2 MiB instead of one per 4 KiB.
+//! Fresh output buffers for the kernels: 64-byte aligned, and for large outputs on Linux
+//! backed by transparent huge pages (as numpy does for its own arrays), so a new tensor costs a
+//! few faults per 2 MiB instead of one per 4 KiB.
+//!
+//! Large mappings are recycled: when a buffer drops, its mapping goes to a small pool (at most
+//! [`POOL_BUFFERS`] mappings and [`POOL_BYTES`] in all) instead of back to the kernel, and
+//! [`HostBuffer::for_overwrite`] hands it out again without zeroing, as glibc does for numpy's
+//! repeated allocations. Recycled bytes are initialised (they held an earlier tensor), and only
+//! writers that overwrite every byte may ask for them.
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -12,6 +18,10 @@ use crate::error::{Error, Result};
 
 /// Outputs at least this large are mapped with `MADV_HUGEPAGE`.
 pub const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
+/// Most recycled mappings kept.
+pub const POOL_BUFFERS: usize = 4;
+/// Most bytes kept in recycled mappings.
+pub const POOL_BYTES: usize = 1 << 30;
 #[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 << 20;
 const ALIGN: usize = 64;
@@ -54,6 +64,21 @@ impl HostBuffer {
         let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
             .ok_or_else(|| Error::layout(format!("could not allocate {len} bytes")))?;
         Ok(HostBuffer { ptr, len, backing: Backing::Heap(layout) })
+    }
+
+    /// `len` bytes for a writer that overwrites every one of them: a recycled mapping when one
+    /// fits (its bytes are those of an earlier tensor), else a fresh zeroed buffer.
+    ///
+    /// # Errors
+    /// As [`HostBuffer::zeroed`].
+    pub fn for_overwrite(len: usize) -> Result<Self> {
+        #[cfg(target_os = "linux")]
+        if len >= HUGE_PAGE_THRESHOLD
+            && let Some(b) = pool::take(len)
+        {
+            return Ok(b);
+        }
+        Self::zeroed(len)
     }
 
     #[cfg(target_os = "linux")]
@@ -121,16 +146,82 @@ impl Drop for HostBuffer {
             Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) },
             #[cfg(target_os = "linux")]
             Backing::Mapped { base, len } => {
-                // SAFETY: the mapping made in `mapped`, unmapped once.
-                unsafe { libc::munmap(base, len) };
+                let start = self.ptr.as_ptr() as usize - base as usize;
+                if !pool::give(pool::Mapping { base: base as usize, len, start }) {
+                    // SAFETY: the mapping made in `mapped`, unmapped once (not pooled).
+                    unsafe { libc::munmap(base, len) };
+                }
             }
         }
+    }
+}
+
+/// Recycled huge-page mappings.
+#[cfg(target_os = "linux")]
+mod pool {
+    use std::ptr::NonNull;
+    use std::sync::Mutex;
+
+    use super::{Backing, HUGE_PAGE, HostBuffer, POOL_BUFFERS, POOL_BYTES};
+
+    /// A whole mapping (`base`, `len`) whose usable, aligned part starts `start` bytes in.
+    pub(super) struct Mapping {
+        pub(super) base: usize,
+        pub(super) len: usize,
+        pub(super) start: usize,
+    }
+
+    static POOL: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+
+    /// Keeps a mapping for reuse; false when the pool is full (the caller unmaps it).
+    pub(super) fn give(m: Mapping) -> bool {
+        let Ok(mut pool) = POOL.lock() else { return false };
+        let held: usize = pool.iter().map(|m| m.len).sum();
+        if pool.len() >= POOL_BUFFERS || held + m.len > POOL_BYTES {
+            return false;
+        }
+        pool.push(m);
+        true
+    }
+
+    /// A pooled mapping that holds `len` bytes without wasting more than half of itself.
+    pub(super) fn take(len: usize) -> Option<HostBuffer> {
+        let mut pool = POOL.lock().ok()?;
+        let fits = |m: &Mapping| {
+            let usable = m.len - m.start;
+            usable >= len && usable <= 2 * len + HUGE_PAGE
+        };
+        let i = pool.iter().position(fits)?;
+        let m = pool.swap_remove(i);
+        let ptr = NonNull::new((m.base + m.start) as *mut u8)?;
+        Some(HostBuffer {
+            ptr,
+            len,
+            backing: Backing::Mapped { base: m.base as *mut libc::c_void, len: m.len },
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn large_mappings_are_recycled_for_overwriting_writers_only() {
+        let len = HUGE_PAGE_THRESHOLD + 4096;
+        let mut a = HostBuffer::zeroed(len).unwrap();
+        a.as_mut_slice()[7] = 42;
+        let ptr = a.as_mut_slice().as_ptr();
+        drop(a);
+        let mut fresh = HostBuffer::zeroed(len).unwrap();
+        assert!(fresh.as_mut_slice().iter().all(|&b| b == 0), "zeroed never recycles");
+        drop(fresh);
+        let mut again = HostBuffer::for_overwrite(len).unwrap();
+        assert_eq!(again.len(), len);
+        assert_eq!(again.as_mut_slice().as_ptr() as usize % ALIGN, 0);
+        let _ = ptr; // which pooled mapping comes back is the pool's choice
+    }
 
     #[test]
     fn small_and_large_buffers_are_zeroed_aligned_and_become_arrow_buffers() {

@@ -1,134 +1,220 @@
-//! Element types for the kernels, checked casts, fill values and dtype promotion.
+//! Element types of the kernels, value casts (unchecked where lossless, checked where not),
+//! fill values, and numpy's dtype promotion.
+//!
+//! Casting follows numpy's `same_kind` idea with a range check: integer -> float and float ->
+//! narrower float are allowed and round (int64 above 2^53 included, as numpy does); a cast
+//! that can lose an integer (narrowing, signed <-> unsigned, float -> int) is checked value
+//! by value and refuses out-of-range integers and non-finite or fractional floats.
 
 use half::f16;
 
+use super::interleave::ColumnRef;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// A fill value, as the user gave it; converted to the tensor dtype with a range check.
+/// A fill value as the user gave it; [`fill_value`] converts it to the tensor dtype with a
+/// range check.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Scalar {
     /// A signed integer.
     Int(i64),
     /// A float.
     Float(f64),
-    /// A boolean.
+    /// A boolean (1 or 0).
     Bool(bool),
 }
 
-/// A tensor element the kernels can read, write and cast.
-pub trait Element: Copy + Send + Sync + Default + PartialEq + std::fmt::Display + 'static {
-    /// Its dtype.
-    const DTYPE: DType;
-    /// The value as an integer, for integer types.
-    fn to_int(self) -> Option<i128>;
-    /// The value as f64 (exact for every integer up to 2^53 and every float).
-    fn to_f64(self) -> f64;
-    /// The integer, if this type holds it exactly.
-    fn from_int(v: i128) -> Option<Self>;
-    /// The float, if this type holds it: floats round (numpy's same-kind casting), integers
-    /// need a finite, whole value in range.
-    fn from_f64(v: f64) -> Option<Self>;
-
-    /// Casts one value, or says which value does not fit.
-    #[inline]
-    fn cast_from<S: Element>(s: S) -> Option<Self> {
-        match s.to_int() {
-            Some(i) => Self::from_int(i),
-            None => Self::from_f64(s.to_f64()),
-        }
+impl From<i64> for Scalar {
+    fn from(v: i64) -> Self {
+        Scalar::Int(v)
     }
 }
 
+impl From<f64> for Scalar {
+    fn from(v: f64) -> Self {
+        Scalar::Float(v)
+    }
+}
+
+impl From<bool> for Scalar {
+    fn from(v: bool) -> Self {
+        Scalar::Bool(v)
+    }
+}
+
+/// A value on its way between element types: an exact integer, or a float.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Num {
+    /// A signed integer.
+    Int(i64),
+    /// An unsigned integer.
+    UInt(u64),
+    /// A float (exact for every f16, f32 and f64).
+    Float(f64),
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A tensor element the kernels read, write and cast: `i8..i64`, `u8..u64`, `f16`, `f32`,
+/// `f64`. Sealed; the conversions go through [`Num`] and fold away once monomorphised.
+pub trait Element:
+    sealed::Sealed + Copy + Send + Sync + Default + PartialEq + std::fmt::Debug + std::fmt::Display + 'static
+{
+    /// Its dtype.
+    const DTYPE: DType;
+    /// The value as a [`Num`] (exact).
+    fn to_num(self) -> Num;
+    /// The value in this type, if it fits: integers need an in-range, whole, finite value;
+    /// floats take anything and round (overflow gives infinity).
+    fn from_num(n: Num) -> Option<Self>;
+    /// The value in this type like Rust's `as` (wrapping integers, saturating floats); the
+    /// unchecked cast, used only where [`always_fits`] holds.
+    fn from_num_lossy(n: Num) -> Self;
+    /// The column's values, when they are of this type (without copying).
+    fn values(col: ColumnRef<'_>) -> Option<&[Self]>;
+}
+
 macro_rules! int_element {
-    ($($t:ty => $d:ident),*) => {$(
+    ($($t:ty => $d:ident, $num:ident, $variant:ident);* $(;)?) => {$(
+        impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$d;
-            #[inline] fn to_int(self) -> Option<i128> { Some(self as i128) }
-            #[inline] fn to_f64(self) -> f64 { self as f64 }
-            #[inline] fn from_int(v: i128) -> Option<Self> { <$t>::try_from(v).ok() }
-            #[inline] fn from_f64(v: f64) -> Option<Self> {
-                (v.is_finite() && v.fract() == 0.0 && v >= <$t>::MIN as f64 && v <= <$t>::MAX as f64
-                    && (v as $t) as f64 == v).then(|| v as $t)
+            #[inline(always)]
+            fn to_num(self) -> Num {
+                Num::$num(self as _)
+            }
+            #[inline(always)]
+            fn from_num(n: Num) -> Option<Self> {
+                match n {
+                    Num::Int(v) => <$t>::try_from(v).ok(),
+                    Num::UInt(v) => <$t>::try_from(v).ok(),
+                    // MAX as f64 + 1.0 is the power of two just above MAX, exactly.
+                    Num::Float(v) => (v.fract() == 0.0 && v >= <$t>::MIN as f64 && v < <$t>::MAX as f64 + 1.0)
+                        .then_some(v as $t),
+                }
+            }
+            #[inline(always)]
+            fn from_num_lossy(n: Num) -> Self {
+                match n {
+                    Num::Int(v) => v as $t,
+                    Num::UInt(v) => v as $t,
+                    Num::Float(v) => v as $t,
+                }
+            }
+            #[inline(always)]
+            fn values(col: ColumnRef<'_>) -> Option<&[Self]> {
+                match col {
+                    ColumnRef::$variant(s) => Some(s),
+                    _ => None,
+                }
             }
         }
     )*};
 }
-int_element!(i8 => Int8, i16 => Int16, i32 => Int32, i64 => Int64, u8 => UInt8, u16 => UInt16, u32 => UInt32, u64 => UInt64);
+int_element!(
+    i8 => Int8, Int, I8; i16 => Int16, Int, I16; i32 => Int32, Int, I32; i64 => Int64, Int, I64;
+    u8 => UInt8, UInt, U8; u16 => UInt16, UInt, U16; u32 => UInt32, UInt, U32; u64 => UInt64, UInt, U64;
+);
 
-impl Element for f32 {
-    const DTYPE: DType = DType::Float32;
-    #[inline]
-    fn to_int(self) -> Option<i128> {
-        None
-    }
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    #[inline]
-    fn from_int(v: i128) -> Option<Self> {
-        Some(v as f32)
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Option<Self> {
-        Some(v as f32)
+macro_rules! float_element {
+    ($($t:ty => $d:ident, $variant:ident, $from:expr, $to:expr);* $(;)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+            #[inline(always)]
+            fn to_num(self) -> Num {
+                Num::Float($to(self))
+            }
+            #[inline(always)]
+            fn from_num(n: Num) -> Option<Self> {
+                Some(Self::from_num_lossy(n))
+            }
+            #[inline(always)]
+            fn from_num_lossy(n: Num) -> Self {
+                match n {
+                    Num::Int(v) => $from(v as f64, v as f32),
+                    Num::UInt(v) => $from(v as f64, v as f32),
+                    Num::Float(v) => $from(v, v as f32),
+                }
+            }
+            #[inline(always)]
+            fn values(col: ColumnRef<'_>) -> Option<&[Self]> {
+                match col {
+                    ColumnRef::$variant(s) => Some(s),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+// Each target rounds once from the exact value: f32 takes `v as f32` straight from the
+// integer or f64 (no double rounding through f64); f16 rounds from f64, which is exact for
+// every integer that does not overflow f16 anyway.
+float_element!(
+    f16 => Float16, F16, |d: f64, _| f16::from_f64(d), |x: f16| x.to_f64();
+    f32 => Float32, F32, |_, s: f32| s, |x: f32| x as f64;
+    f64 => Float64, F64, |d: f64, _| d, |x: f64| x;
+);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Bool,
+    Signed,
+    Unsigned,
+    Float,
+}
+
+const fn kind(d: DType) -> Kind {
+    match d {
+        DType::Bool => Kind::Bool,
+        DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 => Kind::Signed,
+        DType::UInt8 | DType::UInt16 | DType::UInt32 | DType::UInt64 => Kind::Unsigned,
+        DType::Float16 | DType::Float32 | DType::Float64 => Kind::Float,
     }
 }
 
-impl Element for f64 {
-    const DTYPE: DType = DType::Float64;
-    #[inline]
-    fn to_int(self) -> Option<i128> {
-        None
-    }
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self
-    }
-    #[inline]
-    fn from_int(v: i128) -> Option<Self> {
-        Some(v as f64)
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Option<Self> {
-        Some(v)
+/// True when every value of `from` converts to `to` without a check: integer widening that
+/// keeps every value, and any cast to a float (which may round, as numpy's `same_kind`
+/// allows). Such casts run unchecked; the others go through the range check of [`cast()`].
+pub const fn always_fits(from: DType, to: DType) -> bool {
+    let (a, b) = (from.itemsize(), to.itemsize());
+    match (kind(from), kind(to)) {
+        (_, Kind::Float) => true,
+        (Kind::Signed, Kind::Signed) | (Kind::Unsigned, Kind::Unsigned) => b >= a,
+        (Kind::Unsigned, Kind::Signed) => b > a,
+        (Kind::Bool, _) => true,
+        _ => false,
     }
 }
 
-impl Element for f16 {
-    const DTYPE: DType = DType::Float16;
-    #[inline]
-    fn to_int(self) -> Option<i128> {
-        None
-    }
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-    #[inline]
-    fn from_int(v: i128) -> Option<Self> {
-        Some(f16::from_f64(v as f64))
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Option<Self> {
-        Some(f16::from_f64(v))
+/// Casts one value from `S` to `D`: unchecked when [`always_fits`], else `None` for a value
+/// that does not fit (out-of-range integers; NaN, infinite or fractional floats into ints).
+#[inline(always)]
+pub fn cast<S: Element, D: Element>(s: S) -> Option<D> {
+    if always_fits(S::DTYPE, D::DTYPE) {
+        Some(D::from_num_lossy(s.to_num()))
+    } else {
+        D::from_num(s.to_num())
     }
 }
 
-/// Converts a user's fill value to `D`, refusing values that do not fit exactly (300 into
-/// uint8, 1.5 into int32, NaN into an integer type).
+/// Converts a user's fill value to `D` (copies), refusing one that does not fit: 300 into
+/// uint8, 1.5 into int32, NaN into any integer type, 1e300 into float32 (a finite value that
+/// would become infinite). A float fill into a float type rounds, as casts do.
 ///
 /// # Errors
 /// [`Error::ValueOutOfRange`] with place `(fill_value)`.
 pub fn fill_value<D: Element>(s: Scalar) -> Result<D> {
-    let v = match s {
-        Scalar::Int(i) => D::from_int(i as i128),
-        Scalar::Bool(b) => D::from_int(b as i128),
-        Scalar::Float(f) if D::DTYPE.is_float() => D::from_f64(f),
-        Scalar::Float(f) => D::from_f64(f),
+    let n = match s {
+        Scalar::Int(i) => Num::Int(i),
+        Scalar::Float(f) => Num::Float(f),
+        Scalar::Bool(b) => Num::Int(b as i64),
     };
-    v.ok_or_else(|| Error::ValueOutOfRange {
+    let finite = !matches!(n, Num::Float(f) if !f.is_finite());
+    let overflows = |v: &D| finite && matches!(v.to_num(), Num::Float(f) if f.is_infinite());
+    D::from_num(n).filter(|v| !overflows(v)).ok_or_else(|| Error::ValueOutOfRange {
         value: match s {
             Scalar::Int(i) => i.to_string(),
             Scalar::Float(f) => f.to_string(),
@@ -139,63 +225,36 @@ pub fn fill_value<D: Element>(s: Scalar) -> Result<D> {
     })
 }
 
-/// numpy's result type for stacking these dtypes (bool < ints < floats; a signed and an
-/// unsigned int of the same width widen; int64 with uint64 gives float64; int32/64 with
-/// float16/32 gives float64).
-pub fn common_dtype(dtypes: &[DType]) -> DType {
-    dtypes.iter().copied().reduce(promote).unwrap_or(DType::Float64)
+/// numpy's "safe" casting table: every value of `from` is exactly a value of `to`
+/// (int64 and uint64 into float64 are allowed, as numpy allows them).
+pub const fn can_cast_safely(from: DType, to: DType) -> bool {
+    let (a, b) = (from.itemsize(), to.itemsize());
+    match (kind(from), kind(to)) {
+        (Kind::Bool, _) => true,
+        (_, Kind::Bool) => false,
+        (Kind::Signed, Kind::Signed) | (Kind::Unsigned, Kind::Unsigned) | (Kind::Float, Kind::Float) => {
+            b >= a
+        }
+        (Kind::Unsigned, Kind::Signed) => b > a,
+        (Kind::Signed | Kind::Unsigned, Kind::Float) => b > a || (a == 8 && b == 8),
+        _ => false,
+    }
 }
 
-fn promote(a: DType, b: DType) -> DType {
+/// The dtype numpy's `result_type` gives for stacking columns of these dtypes: the smallest
+/// dtype every one of them casts to safely ([`can_cast_safely`]). So int8 + uint8 -> int16,
+/// int64 + uint64 -> float64, int32 + float32 -> float64, int16 + float32 -> float32,
+/// int8 + float16 -> float16, and the result does not depend on the order. No dtypes gives
+/// float64 (numpy's default).
+pub fn common_dtype(dtypes: &[DType]) -> DType {
     use DType::*;
-    if a == b {
-        return a;
+    // Ordered so that the first dtype everything casts to is numpy's answer.
+    const LADDER: [DType; 12] =
+        [Bool, UInt8, Int8, UInt16, Int16, Float16, UInt32, Int32, Float32, UInt64, Int64, Float64];
+    if dtypes.is_empty() {
+        return Float64;
     }
-    let signed = |d| matches!(d, Int8 | Int16 | Int32 | Int64);
-    let unsigned = |d| matches!(d, UInt8 | UInt16 | UInt32 | UInt64);
-    let float_for = |bytes: usize| match bytes {
-        1 => Float16,
-        2 => Float32,
-        _ => Float64,
-    };
-    let int_of = |bytes: usize| match bytes {
-        1 => Int8,
-        2 => Int16,
-        4 => Int32,
-        _ => Int64,
-    };
-    match (a, b) {
-        (Bool, x) | (x, Bool) => x,
-        (x, y) if x.is_float() && y.is_float() => {
-            if x.itemsize() >= y.itemsize() {
-                x
-            } else {
-                y
-            }
-        }
-        (f, i) | (i, f) if f.is_float() => {
-            // ints need a float with more mantissa bits than the int has value bits
-            let need = float_for(i.itemsize());
-            if need.itemsize() > f.itemsize() { need } else { f }
-        }
-        (x, y) if signed(x) == signed(y) => {
-            if x.itemsize() >= y.itemsize() {
-                x
-            } else {
-                y
-            }
-        }
-        (s, u) | (u, s) if signed(s) && unsigned(u) => {
-            if s.itemsize() > u.itemsize() {
-                s
-            } else if u.itemsize() < 8 {
-                int_of(u.itemsize() * 2)
-            } else {
-                Float64
-            }
-        }
-        _ => Float64,
-    }
+    LADDER.into_iter().find(|&t| dtypes.iter().all(|&d| can_cast_safely(d, t))).unwrap_or(Float64)
 }
 
 #[cfg(test)]
@@ -203,47 +262,110 @@ mod tests {
     use super::*;
     use DType::*;
 
+    /// `np.promote_types(a, b)` for every pair, from numpy 2.4 (row = a, column = b, in this
+    /// order: b u1 i1 u2 i2 f2 u4 i4 f4 u8 i8 f8).
+    const NUMPY_PAIRS: [&str; 12] = [
+        "b u1 i1 u2 i2 f2 u4 i4 f4 u8 i8 f8",
+        "u1 u1 i2 u2 i2 f2 u4 i4 f4 u8 i8 f8",
+        "i1 i2 i1 i4 i2 f2 i8 i4 f4 f8 i8 f8",
+        "u2 u2 i4 u2 i4 f4 u4 i4 f4 u8 i8 f8",
+        "i2 i2 i2 i4 i2 f4 i8 i4 f4 f8 i8 f8",
+        "f2 f2 f2 f4 f4 f2 f8 f8 f4 f8 f8 f8",
+        "u4 u4 i8 u4 i8 f8 u4 i8 f8 u8 i8 f8",
+        "i4 i4 i4 i4 i4 f8 i8 i4 f8 f8 i8 f8",
+        "f4 f4 f4 f4 f4 f4 f8 f8 f4 f8 f8 f8",
+        "u8 u8 f8 u8 f8 f8 u8 f8 f8 u8 f8 f8",
+        "i8 i8 i8 i8 i8 f8 i8 i8 f8 f8 i8 f8",
+        "f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8",
+    ];
+    const ORDER: [DType; 12] =
+        [Bool, UInt8, Int8, UInt16, Int16, Float16, UInt32, Int32, Float32, UInt64, Int64, Float64];
+
+    fn short(d: DType) -> &'static str {
+        ["b", "u1", "i1", "u2", "i2", "f2", "u4", "i4", "f4", "u8", "i8", "f8"]
+            [ORDER.iter().position(|&x| x == d).unwrap()]
+    }
+
     #[test]
-    fn promotion_follows_numpy() {
-        let cases = [
-            (vec![Int8, UInt8], Int16),
-            (vec![Int64, UInt64], Float64),
-            (vec![Int32, Float32], Float64),
-            (vec![Int16, Float32], Float32),
-            (vec![Int8, Float16], Float16),
-            (vec![UInt8, Float16], Float16),
-            (vec![Int32, Int64, UInt16], Int64),
-            (vec![UInt32, Int32], Int64),
-            (vec![Bool, UInt8], UInt8),
-            (vec![Float32, Float64], Float64),
-            (vec![Float32; 8], Float32),
-        ];
-        for (input, want) in cases {
-            assert_eq!(common_dtype(&input), want, "{input:?}");
+    fn promotion_matches_numpy_for_every_pair_and_is_order_free() {
+        for (a, row) in ORDER.iter().zip(NUMPY_PAIRS) {
+            for (b, want) in ORDER.iter().zip(row.split(' ')) {
+                assert_eq!(short(common_dtype(&[*a, *b])), want, "{a} + {b}");
+            }
         }
+        // numpy's result_type is order-free where a left fold of pairs is not.
+        assert_eq!(common_dtype(&[Int8, UInt8, Float16]), Float16);
+        assert_eq!(common_dtype(&[Float16, Int8, UInt8]), Float16);
+        assert_eq!(common_dtype(&[Int8, UInt16, Float32]), Float32);
+        assert_eq!(common_dtype(&[Float32; 8]), Float32);
+        assert_eq!(common_dtype(&[]), Float64);
     }
 
     #[test]
     fn checked_casts_refuse_what_does_not_fit() {
-        assert_eq!(u8::cast_from(255i32), Some(255));
-        assert_eq!(u8::cast_from(256i32), None);
-        assert_eq!(u8::cast_from(-1i8), None);
-        assert_eq!(i32::cast_from(2.0f64), Some(2));
-        assert_eq!(i32::cast_from(2.5f64), None);
-        assert_eq!(i64::cast_from(f64::NAN), None);
-        assert_eq!(i64::cast_from(9.3e18f64), None);
-        assert_eq!(u64::cast_from(u64::MAX), Some(u64::MAX));
-        assert_eq!(f32::cast_from(1e300f64), Some(f32::INFINITY));
-        assert_eq!(f64::cast_from(i64::MAX), Some(i64::MAX as f64));
+        assert_eq!(cast::<i32, u8>(255), Some(255));
+        assert_eq!(cast::<i32, u8>(256), None);
+        assert_eq!(cast::<i8, u8>(-1), None);
+        assert_eq!(cast::<u64, i64>(u64::MAX), None);
+        assert_eq!(cast::<u64, i64>(i64::MAX as u64), Some(i64::MAX));
+        assert_eq!(cast::<f64, i32>(2.0), Some(2));
+        assert_eq!(cast::<f64, i32>(2.5), None);
+        assert_eq!(cast::<f64, i32>(-0.0), Some(0));
+        assert_eq!(cast::<f64, i64>(f64::NAN), None);
+        assert_eq!(cast::<f64, i64>(f64::INFINITY), None);
+        // 2^63 is one past i64::MAX: `as` would saturate it to i64::MAX.
+        assert_eq!(cast::<f64, i64>(9_223_372_036_854_775_808.0), None);
+        assert_eq!(cast::<f64, i64>(-9_223_372_036_854_775_808.0), Some(i64::MIN));
+        assert_eq!(cast::<f64, u64>(18_446_744_073_709_551_616.0), None);
+        assert_eq!(cast::<f32, u8>(255.0), Some(255));
+        assert_eq!(cast::<f32, u8>(256.0), None);
+        assert_eq!(cast::<f16, i8>(f16::from_f32(-128.0)), Some(-128));
+        assert_eq!(cast::<f16, u8>(f16::from_f32(0.5)), None);
+        assert_eq!(cast::<u64, u64>(u64::MAX), Some(u64::MAX));
+    }
+
+    #[test]
+    fn casts_to_floats_round_once_and_never_fail() {
+        assert_eq!(cast::<f64, f32>(1e300), Some(f32::INFINITY));
+        assert_eq!(cast::<i64, f64>(i64::MAX), Some(i64::MAX as f64));
+        // 2^24 + 1 rounds to even in f32, straight from the integer.
+        assert_eq!(cast::<i64, f32>(16_777_217), Some(16_777_216.0));
+        // A value where rounding through f64 first would differ from rounding once.
+        let v = (1i64 << 62) + (1 << 38) + 1;
+        assert_eq!(cast::<i64, f32>(v), Some(v as f32));
+        assert_eq!(cast::<u64, f32>(u64::MAX), Some(u64::MAX as f32));
+        assert_eq!(cast::<i32, f16>(70_000), Some(f16::INFINITY));
+        assert_eq!(cast::<u8, f16>(255), Some(f16::from_f32(255.0)));
+        assert!(cast::<f32, f64>(f32::NAN).unwrap().is_nan());
+    }
+
+    #[test]
+    fn always_fits_matches_the_ranges() {
+        assert!(always_fits(Int8, Int64) && always_fits(UInt8, Int16) && always_fits(UInt32, UInt64));
+        assert!(always_fits(Int64, Float16) && always_fits(Float64, Float32));
+        assert!(!always_fits(Int16, Int8) && !always_fits(Int8, UInt64) && !always_fits(UInt8, Int8));
+        assert!(!always_fits(Float16, Int64) && !always_fits(UInt64, Int64));
+        for from in DType::ALL {
+            assert!(always_fits(from, from));
+        }
     }
 
     #[test]
     fn fill_values_are_range_checked() {
-        assert_eq!(fill_value::<u8>(Scalar::Int(7)).unwrap(), 7);
-        assert!(fill_value::<u8>(Scalar::Int(300)).unwrap_err().to_string().contains("fill_value"));
-        assert!(fill_value::<i32>(Scalar::Float(1.5)).is_err());
-        assert!(fill_value::<i32>(Scalar::Float(f64::NAN)).is_err());
-        assert!(fill_value::<f32>(Scalar::Float(f64::NAN)).unwrap().is_nan());
-        assert_eq!(fill_value::<f64>(Scalar::Bool(true)).unwrap(), 1.0);
+        assert_eq!(fill_value::<u8>(7.into()).unwrap(), 7);
+        let e = fill_value::<u8>(300.into()).unwrap_err();
+        assert!(matches!(&e, Error::ValueOutOfRange { place, .. } if place == "(fill_value)"), "{e}");
+        assert!(e.to_string().contains("300") && e.to_string().contains("uint8"), "{e}");
+        assert!(fill_value::<u8>((-1).into()).is_err());
+        assert!(fill_value::<i32>(1.5.into()).is_err());
+        assert_eq!(fill_value::<i32>((-2.0).into()).unwrap(), -2);
+        assert!(fill_value::<i64>(f64::NAN.into()).is_err());
+        assert!(fill_value::<f32>(f64::NAN.into()).unwrap().is_nan());
+        assert_eq!(fill_value::<f32>(f64::NEG_INFINITY.into()).unwrap(), f32::NEG_INFINITY);
+        assert!(fill_value::<f32>(1e300.into()).is_err());
+        assert!(fill_value::<f16>(70_000.into()).is_err());
+        assert_eq!(fill_value::<f16>(0.1.into()).unwrap(), f16::from_f64(0.1));
+        assert_eq!(fill_value::<f64>(true.into()).unwrap(), 1.0);
+        assert_eq!(fill_value::<u64>(Scalar::Int(i64::MAX)).unwrap(), i64::MAX as u64);
     }
 }

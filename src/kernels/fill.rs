@@ -1,16 +1,17 @@
-//! Null fill fused into the copy, and chunk concatenation into a preallocated destination.
+//! Null fill fused into the copy: one read of the values and the validity, one write.
 
-use rayon::prelude::*;
-
-use super::bits::{BitSlice, check_len};
-use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
+use super::bits::{BitSlice, by_blocks, check_len};
 use crate::error::Result;
 
-/// Copies `values` into `out`, writing `fill` where `validity` is 0: one read of the values
-/// and the validity, one write (copies). Parallel over row blocks for large outputs.
+/// Copies `values` into `out`, writing `fill` where `validity` is 0 (copies, one pass).
+/// `None` validity means no nulls: a plain copy. Parallel over row blocks for large outputs.
+///
+/// Validity is read 64 bits at a time: an all-valid word copies its 64 values as one block,
+/// an all-null word fills, a word with a few nulls copies the block and then patches the
+/// nulls, and a dense mix selects per element without branches.
 ///
 /// # Errors
-/// [`crate::Error::LengthMismatch`] when the lengths differ.
+/// [`crate::Error::LengthMismatch`] when `values`, `validity` and `out` differ in length.
 pub fn fill_nulls<T: Copy + Send + Sync>(
     values: &[T],
     validity: Option<BitSlice>,
@@ -18,86 +19,93 @@ pub fn fill_nulls<T: Copy + Send + Sync>(
     out: &mut [T],
 ) -> Result<()> {
     check_len("values", values.len(), out.len())?;
-    let Some(validity) = validity else {
-        copy(values, out);
-        return Ok(());
-    };
-    check_len("validity", validity.len(), out.len())?;
-    let block = |start: usize, dst: &mut [T]| {
-        fill_block(&values[start..start + dst.len()], validity.slice(start, dst.len()), fill, dst)
-    };
-    if std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES {
-        out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(i, dst)| block(i * ROWS_PER_TASK, dst));
-    } else {
-        block(0, out);
+    if let Some(v) = validity {
+        check_len("validity", v.len(), out.len())?;
     }
+    by_blocks(out, |start, dst| {
+        let src = &values[start..start + dst.len()];
+        match validity {
+            Some(v) => fill_block(src, v.slice(start, dst.len()), fill, dst),
+            None => dst.copy_from_slice(src),
+        }
+    });
     Ok(())
 }
 
-#[inline]
 fn fill_block<T: Copy>(values: &[T], validity: BitSlice, fill: T, out: &mut [T]) {
-    for (c, (dst, src)) in out.chunks_mut(64).zip(values.chunks(64)).enumerate() {
-        let full = if dst.len() == 64 { u64::MAX } else { (1u64 << dst.len()) - 1 };
-        let mut nulls = !validity.word(c * 64) & full;
-        if nulls.count_ones() <= 16 {
-            // Sparse nulls: a vectorised copy of the block, then a store per null.
-            dst.copy_from_slice(src);
-            while nulls != 0 {
-                dst[nulls.trailing_zeros() as usize] = fill;
-                nulls &= nulls - 1;
+    let mut dsts = out.chunks_exact_mut(64);
+    for (c, (dst, src)) in (&mut dsts).zip(values.chunks_exact(64)).enumerate() {
+        match validity.word(64 * c) {
+            u64::MAX => dst.copy_from_slice(src),
+            0 => dst.fill(fill),
+            valid if valid.count_zeros() <= 16 => {
+                dst.copy_from_slice(src);
+                let mut nulls = !valid;
+                while nulls != 0 {
+                    dst[nulls.trailing_zeros() as usize] = fill;
+                    nulls &= nulls - 1;
+                }
             }
-        } else if nulls == full {
-            dst.fill(fill);
-        } else {
-            for (j, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
-                *d = if nulls >> j & 1 == 0 { s } else { fill };
+            valid => select(src, valid, fill, dst),
+        }
+    }
+    let tail = dsts.into_remainder();
+    let start = values.len() - tail.len();
+    select(&values[start..], validity.word(start), fill, tail);
+}
+
+/// `out[i] = if valid bit i { src[i] } else { fill }`, for up to 64 elements.
+#[inline(always)]
+fn select<T: Copy>(src: &[T], valid: u64, fill: T, out: &mut [T]) {
+    for (j, (d, &s)) in out.iter_mut().zip(src).enumerate() {
+        *d = if valid >> j & 1 == 1 { s } else { fill };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::testing::pack_bools as bits_of;
+
+    fn check(valid: &[bool], off: usize) {
+        let len = valid.len() - off;
+        let bits = bits_of(valid);
+        let values: Vec<u32> = (0..len as u32).collect();
+        let mut out = vec![7u32; len];
+        fill_nulls(&values, Some(BitSlice::new(&bits, off, len).unwrap()), u32::MAX, &mut out).unwrap();
+        let want: Vec<u32> = (0..len).map(|i| if valid[off + i] { i as u32 } else { u32::MAX }).collect();
+        assert_eq!(out, want, "off {off} len {len}");
+    }
+
+    #[test]
+    fn every_word_shape_and_offset_matches_the_reference() {
+        let shapes: [fn(usize) -> bool; 6] = [
+            |_| true,
+            |_| false,
+            |i| i % 9 != 0,
+            |i| i % 2 == 0,
+            |i| (i / 64) % 2 == 0,
+            |i| (i * 31 + i / 5) % 7 < 3,
+        ];
+        for shape in shapes {
+            for n in [0, 1, 63, 64, 65, 200] {
+                for off in 0..64 {
+                    let valid: Vec<bool> = (0..n + off).map(shape).collect();
+                    check(&valid, off);
+                }
             }
         }
     }
-}
 
-/// A plain copy, parallel for large outputs.
-pub fn copy<T: Copy + Send + Sync>(src: &[T], out: &mut [T]) {
-    if std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES {
-        out.par_chunks_mut(ROWS_PER_TASK)
-            .zip(src.par_chunks(ROWS_PER_TASK))
-            .for_each(|(d, s)| d.copy_from_slice(s));
-    } else {
-        out.copy_from_slice(src);
+    #[test]
+    fn no_validity_copies_and_lengths_are_checked() {
+        let mut out = [0i8; 3];
+        fill_nulls(&[1i8, 2, 3], None, 0, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3]);
+        assert!(fill_nulls(&[1i8, 2], None, 0, &mut out).is_err());
+        let bits = BitSlice::new(&[0xff], 0, 2).unwrap();
+        assert!(fill_nulls(&[1i8, 2, 3], Some(bits), 0, &mut out).is_err());
+        fill_nulls::<f64>(&[], None, 0.0, &mut []).unwrap();
     }
-}
-
-/// Concatenates chunks into `out` in one pass (copies); the lengths must add up.
-///
-/// # Errors
-/// [`crate::Error::LengthMismatch`] when they do not.
-pub fn concat_into<T: Copy + Send + Sync + Default>(chunks: &[&[T]], out: &mut [T]) -> Result<()> {
-    let parts: Vec<(&[T], Option<BitSlice>)> = chunks.iter().map(|c| (*c, None)).collect();
-    concat_fill_into(&parts, None, out)
-}
-
-/// Concatenates chunks with validity into `out`, filling nulls, in one pass (copies).
-/// `fill` may be `None` only when no chunk has a validity bitmap.
-///
-/// # Errors
-/// [`crate::Error::LengthMismatch`] when the lengths do not add up.
-pub fn concat_fill_into<T: Copy + Send + Sync + Default>(
-    chunks: &[(&[T], Option<BitSlice>)],
-    fill: Option<T>,
-    out: &mut [T],
-) -> Result<()> {
-    let total: usize = chunks.iter().map(|(c, _)| c.len()).sum();
-    check_len("chunks", total, out.len())?;
-    let mut rest = out;
-    for (values, validity) in chunks {
-        if fill.is_none() && validity.is_some() {
-            return Err(crate::Error::InvalidArgument(
-                "a chunk has nulls but no fill value was given".into(),
-            ));
-        }
-        let (dst, tail) = rest.split_at_mut(values.len());
-        fill_nulls(values, *validity, fill.unwrap_or_default(), dst)?;
-        rest = tail;
-    }
-    Ok(())
 }

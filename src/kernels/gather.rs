@@ -1,109 +1,195 @@
-//! Strided (also negative and zero strides) tensors -> one contiguous C-order buffer.
+//! Strided tensors (negative and zero strides too) gathered into one contiguous C-order
+//! buffer.
+//!
+//! Dimensions of size 1 are dropped and dimensions that are contiguous with each other are
+//! merged first, so a sliced or broadcast tensor copies whole rows with `copy_from_slice`
+//! wherever its innermost stride is 1.
+
+use rayon::prelude::*;
 
 use super::alloc::HostBuffer;
-
+use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-/// Copies the elements of a strided view into `out` in C order (copies).
+/// Copies the elements of the strided view at `base` into `out` in C order (copies).
+/// `strides` are in elements and may be negative or zero (broadcast); `shape` may be empty
+/// (one element) or contain zeros (nothing is read). Parallel over rows for large outputs.
+///
+/// # Errors
+/// [`Error::InvalidLayout`] when `shape` and `strides` differ in length or the element count
+/// overflows; [`Error::LengthMismatch`] when `out.len()` is not the product of `shape`.
+/// Nothing is read then.
 ///
 /// # Safety
-/// For every index `i` in the index space of `shape`, `base.offset(sum(i_k * strides_k))` is a
-/// valid read of a `T` (the caller validated the extent), and `out.len()` is the product of
-/// `shape`.
-pub unsafe fn gather_strided<T: Copy>(base: *const T, shape: &[usize], strides: &[isize], out: &mut [T]) {
-    debug_assert_eq!(out.len(), shape.iter().product::<usize>());
-    if out.is_empty() {
-        return;
+/// For every index `i` of the index space of `shape`, `base.offset(sum(i_k * strides_k))`
+/// must be valid for a read of a `T`, properly aligned (the caller validated the extent), and
+/// the memory must not be written while this runs.
+pub unsafe fn gather_strided<T: Copy + Send + Sync>(
+    base: *const T,
+    shape: &[usize],
+    strides: &[isize],
+    out: &mut [T],
+) -> Result<()> {
+    if shape.len() != strides.len() {
+        return Err(Error::layout(format!("{} strides for {} dimensions", strides.len(), shape.len())));
     }
-    match shape.len() {
-        0 => {
-            // SAFETY: a 0-d tensor has one element at base.
-            out[0] = unsafe { *base };
+    let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let numel = numel.ok_or_else(|| Error::layout(format!("shape {shape:?} overflows")))?;
+    if out.len() != numel {
+        return Err(Error::LengthMismatch {
+            what: format!("the output of shape {shape:?}"),
+            expected: numel,
+            found: out.len(),
+        });
+    }
+    if numel == 0 {
+        return Ok(());
+    }
+    let dims = coalesce(shape, strides);
+    let (&(len, step), outer) = dims.split_last().unwrap_or((&(1, 0), &[]));
+    let src = Source(base);
+    let rows = |first: usize, dst: &mut [T]| {
+        // SAFETY: `dst` is whole rows (out.len() = rows * len, split in multiples of len), so
+        // rows first..first + dst.len() / len exist in the index space, all of whose elements
+        // the caller promised readable.
+        unsafe { gather_rows(src.get(), outer, len, step, first, dst) }
+    };
+    if std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES {
+        let per_task = (ROWS_PER_TASK / len).max(1);
+        out.par_chunks_mut(per_task * len).enumerate().for_each(|(t, dst)| rows(t * per_task, dst));
+    } else {
+        rows(0, out);
+    }
+    Ok(())
+}
+
+/// The source pointer, shared read-only between the threads of one gather.
+#[derive(Clone, Copy)]
+struct Source<T>(*const T);
+// SAFETY: the gather only reads through the pointer, the caller promises nobody writes the
+// memory meanwhile, and T: Sync makes shared reads from several threads sound.
+unsafe impl<T: Sync> Send for Source<T> {}
+// SAFETY: as for Send.
+unsafe impl<T: Sync> Sync for Source<T> {}
+impl<T> Source<T> {
+    /// A method, so closures capture the whole (Send) wrapper and not the raw field.
+    fn get(self) -> *const T {
+        self.0
+    }
+}
+
+/// `(size, stride)` pairs with size-1 dimensions dropped and each dimension merged into the
+/// one outside it when the outer stride is `size * stride` of the inner (so they walk memory
+/// as one dimension). Empty for a single element.
+fn coalesce(shape: &[usize], strides: &[isize]) -> Vec<(usize, isize)> {
+    let mut dims: Vec<(usize, isize)> = Vec::with_capacity(shape.len());
+    for (&size, &stride) in shape.iter().zip(strides).filter(|(d, _)| **d != 1) {
+        match dims.last_mut() {
+            Some(last) if last.1 == stride.wrapping_mul(size as isize) => *last = (last.0 * size, stride),
+            _ => dims.push((size, stride)),
         }
-        1 if strides[0] == 1 => {
-            // SAFETY: shape[0] contiguous elements from base are readable.
-            out.copy_from_slice(unsafe { std::slice::from_raw_parts(base, shape[0]) });
-        }
-        1 => {
-            for (i, o) in out.iter_mut().enumerate() {
-                // SAFETY: i * stride is inside the validated extent.
-                *o = unsafe { *base.offset(i as isize * strides[0]) };
-            }
-        }
-        _ => {
-            let inner: usize = shape[1..].iter().product();
-            for (i, chunk) in out.chunks_exact_mut(inner).enumerate() {
-                // SAFETY: row i of the outer dimension is inside the extent; the rest recurses
-                // over the same promise.
-                unsafe {
-                    gather_strided(base.offset(i as isize * strides[0]), &shape[1..], &strides[1..], chunk)
+    }
+    dims
+}
+
+/// Writes rows `first..` (each `len` elements along `step`) of the index space into `out`,
+/// walking the outer dimensions with an odometer.
+///
+/// # Safety
+/// As [`gather_strided`], for the dimensions `outer` + `(len, step)` after [`coalesce`].
+unsafe fn gather_rows<T: Copy>(
+    base: *const T,
+    outer: &[(usize, isize)],
+    len: usize,
+    step: isize,
+    first: usize,
+    out: &mut [T],
+) {
+    // The multi-index of row `first` over the outer dimensions, and its element offset.
+    let mut index = vec![0usize; outer.len()];
+    let mut offset = 0isize;
+    let mut rest = first;
+    for (k, &(size, stride)) in outer.iter().enumerate().rev() {
+        index[k] = rest % size;
+        offset += index[k] as isize * stride;
+        rest /= size;
+    }
+    for dst in out.chunks_exact_mut(len) {
+        // SAFETY: `offset` is the offset of element 0 of an in-bounds row; the row's other
+        // elements are at offset + i * step for i < len, all inside the validated extent.
+        unsafe {
+            let row = base.offset(offset);
+            match step {
+                1 => dst.copy_from_slice(std::slice::from_raw_parts(row, len)),
+                0 => dst.fill(*row),
+                _ => {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        *d = *row.offset(i as isize * step);
+                    }
                 }
             }
+        }
+        // Next row: bump the innermost outer index, carrying into the outer ones.
+        for (k, &(size, stride)) in outer.iter().enumerate().rev() {
+            // Wrapping: past the last row the offset may leave the extent; it is never used.
+            index[k] += 1;
+            offset = offset.wrapping_add(stride);
+            if index[k] < size {
+                break;
+            }
+            offset = offset.wrapping_sub((size as isize).wrapping_mul(stride));
+            index[k] = 0;
         }
     }
 }
 
 /// A fresh, writable, C-contiguous, 64-byte aligned copy of a host tensor, marked copied;
-/// the logical type carries over (copies).
+/// the logical type carries over (copies). Elements are moved as byte arrays of their size,
+/// so misaligned foreign memory copies too.
 ///
 /// # Errors
-/// [`Error::CopyRequired`] for memory the CPU cannot read.
+/// [`Error::CopyRequired`] for memory the CPU cannot read; layout errors as
+/// [`gather_strided`].
 pub fn contiguous_copy(t: &Tensor) -> Result<Tensor> {
     if !t.device().is_host_accessible() {
         return Err(Error::CopyRequired {
             reason: format!("the tensor is on {}; copy it to the host first", t.device()),
         });
     }
-    let item = t.dtype().itemsize();
-    let mut buf = HostBuffer::zeroed(t.nbytes())?;
+    // The gather below writes every element, so a recycled buffer is fine.
+    let mut buf = HostBuffer::for_overwrite(t.nbytes())?;
     let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
     let strides: Vec<isize> = t.strides().iter().map(|&s| s as isize).collect();
-    macro_rules! go {
-        ($ty:ty) => {{
-            let out: &mut [$ty] = buf.typed_mut();
-            // SAFETY: the tensor's layout was validated at construction and its owner keeps
-            // the memory alive; elements are plain bytes of this size.
-            unsafe { gather_strided(t.data_ptr() as *const $ty, &shape, &strides, out) }
-        }};
-    }
-    // Elements are copied as unsigned integers of their size: alignment of the source is not
-    // assumed (misaligned foreign memory is copied byte-wise).
-    if t.numel() > 0 {
-        if (t.data_ptr() as usize) % item == 0 {
-            match item {
-                1 => go!(u8),
-                2 => go!(u16),
-                4 => go!(u32),
-                _ => go!(u64),
-            }
-        } else {
-            gather_bytes(t, &shape, &strides, buf.as_mut_slice());
-        }
+    let out = buf.as_mut_slice();
+    match t.dtype().itemsize() {
+        1 => gather_bytes::<1>(t, &shape, &strides, out)?,
+        2 => gather_bytes::<2>(t, &shape, &strides, out)?,
+        4 => gather_bytes::<4>(t, &shape, &strides, out)?,
+        8 => gather_bytes::<8>(t, &shape, &strides, out)?,
+        n => return Err(Error::layout(format!("no gather for {n}-byte elements"))),
     }
     let copy = Tensor::from_buffer(buf.into_buffer(), 0, t.shape().to_vec(), None, t.dtype())?;
     Ok(copy.with_copied(true).with_logical(t.logical().cloned()))
 }
 
-/// The unaligned fallback: element by element through byte arrays (alignment 1).
-fn gather_bytes(t: &Tensor, shape: &[usize], strides: &[isize], out: &mut [u8]) {
-    macro_rules! go {
-        ($n:literal) => {{
-            let (head, elems, _) = {
-                // SAFETY: [u8; N] has alignment 1, so any byte slice of whole elements casts.
-                unsafe { out.align_to_mut::<[u8; $n]>() }
-            };
-            debug_assert!(head.is_empty());
-            // SAFETY: as in contiguous_copy; [u8; N] reads have no alignment requirement.
-            unsafe { gather_strided(t.data_ptr() as *const [u8; $n], shape, strides, elems) }
-        }};
-    }
-    match t.dtype().itemsize() {
-        1 => go!(1),
-        2 => go!(2),
-        4 => go!(4),
-        _ => go!(8),
-    }
+/// [`gather_strided`] over elements viewed as `[u8; N]` (alignment 1).
+fn gather_bytes<const N: usize>(
+    t: &Tensor,
+    shape: &[usize],
+    strides: &[isize],
+    out: &mut [u8],
+) -> Result<()> {
+    // SAFETY: [u8; N] has alignment 1 and every bit pattern is valid, so the middle part is
+    // all of `out` but a tail shorter than N (`as_chunks_mut` does this safely but is newer
+    // than the crate's MSRV).
+    let (head, elems, tail) = unsafe { out.align_to_mut::<[u8; N]>() };
+    debug_assert!(head.is_empty() && tail.is_empty());
+    // SAFETY: the tensor's layout was validated at construction, so every reachable element
+    // is inside memory its owner keeps alive and host-readable (checked by the caller); like
+    // every reader of a Tensor we rely on its contract that nobody writes it meanwhile; a
+    // [u8; N] read needs no alignment.
+    unsafe { gather_strided(t.data_ptr() as *const [u8; N], shape, strides, elems) }
 }
 
 #[cfg(test)]
@@ -111,6 +197,78 @@ mod tests {
     use super::*;
     use crate::DType;
     use crate::device::Device;
+
+    /// A nested-loop reference: the C-order flat index decomposed into a multi-index.
+    fn reference(data: &[i32], start: isize, shape: &[usize], strides: &[isize]) -> Vec<i32> {
+        let numel: usize = shape.iter().product();
+        (0..numel)
+            .map(|flat| {
+                let (mut rem, mut off) = (flat, start);
+                for (&d, &s) in shape.iter().zip(strides).rev() {
+                    off += (rem % d) as isize * s;
+                    rem /= d;
+                }
+                data[off as usize]
+            })
+            .collect()
+    }
+
+    fn gather(data: &[i32], start: isize, shape: &[usize], strides: &[isize]) -> Vec<i32> {
+        let mut out = vec![-1; shape.iter().product()];
+        // SAFETY: the tests pick views inside `data` (the reference indexes it with checks).
+        unsafe { gather_strided(data.as_ptr().offset(start), shape, strides, &mut out) }.unwrap();
+        out
+    }
+
+    #[test]
+    fn transposes_reversals_broadcasts_and_degenerate_shapes_match_the_reference() {
+        let data: Vec<i32> = (0..120).collect();
+        let cases: &[(isize, &[usize], &[isize])] = &[
+            (0, &[], &[]),
+            (7, &[], &[]),
+            (0, &[0], &[1]),
+            (0, &[3, 0, 2], &[6, 2, 1]),
+            (5, &[1], &[1]),
+            (0, &[4, 6], &[6, 1]),
+            (0, &[6, 4], &[1, 6]),
+            (119, &[120], &[-1]),
+            (5, &[3, 2], &[0, 1]),
+            (5, &[3, 2], &[1, 0]),
+            (3, &[4, 1, 5], &[20, 7, 2]),
+            (100, &[2, 3, 4], &[-40, 8, -1]),
+            (0, &[2, 3, 4], &[60, 20, 5]),
+            (0, &[2, 3, 4, 5], &[60, 20, 5, 1]),
+            (59, &[2, 3, 4, 5], &[60, -20, -5, -1]),
+            (0, &[5, 1, 1, 4], &[0, 3, 9, 1]),
+        ];
+        for &(start, shape, strides) in cases {
+            assert_eq!(
+                gather(&data, start, shape, strides),
+                reference(&data, start, shape, strides),
+                "{shape:?} {strides:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        let data = [1i32; 4];
+        let mut out = [0i32; 3];
+        // SAFETY: every call is refused before reading.
+        unsafe {
+            assert!(gather_strided(data.as_ptr(), &[2, 2], &[2, 1], &mut out).is_err());
+            assert!(gather_strided(data.as_ptr(), &[3], &[], &mut out).is_err());
+            assert!(gather_strided(data.as_ptr(), &[usize::MAX, 3], &[0, 0], &mut out).is_err());
+        }
+    }
+
+    #[test]
+    fn coalescing_merges_contiguous_dimensions() {
+        assert_eq!(coalesce(&[2, 3, 4], &[12, 4, 1]), vec![(24, 1)]);
+        assert_eq!(coalesce(&[2, 1, 4], &[8, 99, 1]), vec![(2, 8), (4, 1)]);
+        assert_eq!(coalesce(&[1, 1], &[5, 5]), vec![]);
+        assert_eq!(coalesce(&[3, 4], &[0, 0]), vec![(12, 0)]);
+    }
 
     fn view(t: &Tensor, offset: isize, shape: Vec<i64>, strides: Vec<i64>) -> Tensor {
         // SAFETY: the tests pick views inside the 24-element allocation.
@@ -129,20 +287,14 @@ mod tests {
     }
 
     #[test]
-    fn gathers_transposes_reversals_and_broadcasts() {
+    fn contiguous_copies_are_fresh_writable_and_c_ordered() {
         let base = Tensor::from_vec((0..24).collect::<Vec<i32>>(), vec![4, 6]).unwrap();
-        let t = view(&base, 0, vec![6, 4], vec![1, 6]);
-        let c = contiguous_copy(&t).unwrap();
+        let c = contiguous_copy(&view(&base, 0, vec![6, 4], vec![1, 6])).unwrap();
         assert!(c.copied() && !c.readonly() && c.is_c_contiguous());
         assert_eq!(&c.as_slice::<i32>().unwrap()[..5], &[0, 6, 12, 18, 1]);
-        let r = contiguous_copy(&view(&base, 23, vec![24], vec![-1])).unwrap();
-        assert_eq!(r.as_slice::<i32>().unwrap()[0], 23);
-        let b = contiguous_copy(&view(&base, 5, vec![3, 2], vec![0, 1])).unwrap();
-        assert_eq!(b.as_slice::<i32>().unwrap(), &[5, 6, 5, 6, 5, 6]);
         let s = contiguous_copy(&view(&base, 7, vec![], vec![])).unwrap();
         assert_eq!(s.as_slice::<i32>().unwrap(), &[7]);
-        let e = contiguous_copy(&view(&base, 0, vec![0, 3], vec![3, 1])).unwrap();
-        assert_eq!(e.numel(), 0);
+        assert_eq!(contiguous_copy(&view(&base, 0, vec![0, 3], vec![3, 1])).unwrap().numel(), 0);
     }
 
     #[test]

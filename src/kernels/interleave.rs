@@ -1,13 +1,17 @@
 //! Several columns -> one `(n, k)` matrix in C or F order, with the cast and the null fill
 //! fused into the one pass that writes it.
-
-use std::any::TypeId;
+//!
+//! C order is written in tiles of rows, so the output tile stays in cache while each column
+//! is written into it; columns that already have the target type and no nulls (the common
+//! case) are written whole rows at a time for `k <= 8`. F order is one contiguous copy (or
+//! cast) per column.
 
 use half::f16;
 use rayon::prelude::*;
 
-use super::bits::BitSlice;
-use super::cast::Element;
+use super::bits::{BitSlice, check_len};
+use super::cast::{Element, cast};
+use super::fill::fill_nulls;
 use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -15,39 +19,38 @@ use crate::error::{Error, Result};
 /// Memory order of a matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Order {
-    /// Row-major.
+    /// Row-major: element `(r, c)` at `r * k + c`.
     #[default]
     C,
-    /// Column-major.
+    /// Column-major: element `(r, c)` at `c * n + r`.
     F,
 }
 
-/// The typed values of one column.
+/// The typed values of one column (borrowed, never copied by itself).
 #[derive(Debug, Clone, Copy)]
-#[allow(missing_docs)]
 pub enum ColumnRef<'a> {
+    /// `i8` values.
     I8(&'a [i8]),
+    /// `i16` values.
     I16(&'a [i16]),
+    /// `i32` values.
     I32(&'a [i32]),
+    /// `i64` values.
     I64(&'a [i64]),
+    /// `u8` values.
     U8(&'a [u8]),
+    /// `u16` values.
     U16(&'a [u16]),
+    /// `u32` values.
     U32(&'a [u32]),
+    /// `u64` values.
     U64(&'a [u64]),
+    /// `f16` values.
     F16(&'a [f16]),
+    /// `f32` values.
     F32(&'a [f32]),
+    /// `f64` values.
     F64(&'a [f64]),
-}
-
-/// One input column of [`interleave`]: values, validity, and a name for error messages.
-#[derive(Debug, Clone, Copy)]
-pub struct Column<'a> {
-    /// The values.
-    pub values: ColumnRef<'a>,
-    /// Validity (1 = valid); `None` means no nulls.
-    pub validity: Option<BitSlice<'a>>,
-    /// The column's name, used in errors.
-    pub name: &'a str,
 }
 
 macro_rules! each_ref {
@@ -68,158 +71,188 @@ macro_rules! each_ref {
     };
 }
 
+macro_rules! column_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl<'a> From<&'a [$t]> for ColumnRef<'a> {
+            fn from(s: &'a [$t]) -> Self {
+                ColumnRef::$v(s)
+            }
+        }
+    )*};
+}
+column_from!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64,
+             f16 => F16, f32 => F32, f64 => F64);
+
+impl ColumnRef<'_> {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        each_ref!(self, s => s.len())
+    }
+
+    /// True when there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values' dtype.
+    pub fn dtype(&self) -> DType {
+        fn of<S: Element>(_: &[S]) -> DType {
+            S::DTYPE
+        }
+        each_ref!(self, s => of(s))
+    }
+}
+
+/// One input column of [`interleave`]: values, validity, and a name for error messages.
+#[derive(Debug, Clone, Copy)]
+pub struct Column<'a> {
+    /// The values.
+    pub values: ColumnRef<'a>,
+    /// Validity (1 = valid, as long as the values); `None` means no nulls.
+    pub validity: Option<BitSlice<'a>>,
+    /// The column's name for errors; empty means "use its position".
+    pub name: &'a str,
+}
+
 impl<'a> Column<'a> {
+    /// A column without nulls and without a name (errors name it by position).
+    pub fn new(values: impl Into<ColumnRef<'a>>) -> Self {
+        Column { values: values.into(), validity: None, name: "" }
+    }
+
+    /// The same column with a validity bitmap.
+    pub fn with_validity(self, validity: Option<BitSlice<'a>>) -> Self {
+        Column { validity, ..self }
+    }
+
+    /// The same column with a name for errors.
+    pub fn named(self, name: &'a str) -> Self {
+        Column { name, ..self }
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
-        each_ref!(self.values, s => s.len())
+        self.values.len()
     }
+
     /// True when the column has no rows.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
     /// The values' dtype.
     pub fn dtype(&self) -> DType {
-        each_ref!(self.values, s => element_dtype(s))
+        self.values.dtype()
     }
-    /// Rows `start..start + len`.
-    pub fn slice(&self, start: usize, len: usize) -> Column<'a> {
-        let values = match self.values {
-            ColumnRef::I8(s) => ColumnRef::I8(&s[start..start + len]),
-            ColumnRef::I16(s) => ColumnRef::I16(&s[start..start + len]),
-            ColumnRef::I32(s) => ColumnRef::I32(&s[start..start + len]),
-            ColumnRef::I64(s) => ColumnRef::I64(&s[start..start + len]),
-            ColumnRef::U8(s) => ColumnRef::U8(&s[start..start + len]),
-            ColumnRef::U16(s) => ColumnRef::U16(&s[start..start + len]),
-            ColumnRef::U32(s) => ColumnRef::U32(&s[start..start + len]),
-            ColumnRef::U64(s) => ColumnRef::U64(&s[start..start + len]),
-            ColumnRef::F16(s) => ColumnRef::F16(&s[start..start + len]),
-            ColumnRef::F32(s) => ColumnRef::F32(&s[start..start + len]),
-            ColumnRef::F64(s) => ColumnRef::F64(&s[start..start + len]),
-        };
-        Column { values, validity: self.validity.map(|v| v.slice(start, len)), name: self.name }
+
+    /// How errors name column `j`: `'name'`, or its position when it has no name.
+    fn label(&self, j: usize) -> String {
+        if self.name.is_empty() { j.to_string() } else { format!("'{}'", self.name) }
     }
 }
 
-fn element_dtype<S: Element>(_: &[S]) -> DType {
-    S::DTYPE
-}
-
-/// Writes `cols` as the columns of `out` (`n` rows, `k = cols.len()`), in `order`, casting each
-/// value to `D` and writing `fill` for nulls, in one pass (copies).
+/// Writes `cols` as the columns of `out` (`n` rows, `k = cols.len()`) in `order`, casting
+/// each value to `D` and writing `fill` for nulls, in one pass (copies). Parallel over row
+/// blocks for large outputs.
+///
+/// Lossless casts (widening, any int -> float, float narrowing, which rounds) run unchecked;
+/// the others check every value (see [`super::always_fits`] and [`super::cast()`]).
 ///
 /// # Errors
-/// [`Error::LengthMismatch`] for columns of different lengths or a wrong `out` size,
-/// [`Error::ValueOutOfRange`] for a value that does not fit `D` (named by row and column),
-/// [`Error::InvalidArgument`] for nulls without a fill value.
+/// - [`Error::LengthMismatch`] for columns (or validities) of different lengths, or `out` not
+///   `n * k` long;
+/// - [`Error::InvalidArgument`] for a column with nulls when `fill` is `None`;
+/// - [`Error::ValueOutOfRange`] for a value that does not fit `D`, placed "at row r of column
+///   'name'" (or "column j" for an unnamed column); with several threads, the value reported
+///   is one of the bad ones, not necessarily the first. `out` is then partly written.
+///
+/// Lengths and nulls are checked before anything is written.
 pub fn interleave<D: Element>(cols: &[Column], order: Order, fill: Option<D>, out: &mut [D]) -> Result<()> {
     let k = cols.len();
     let n = cols.first().map_or(0, Column::len);
-    for c in cols {
-        if c.len() != n {
-            return Err(Error::LengthMismatch {
-                what: format!("column '{}'", c.name),
-                expected: n,
-                found: c.len(),
-            });
+    for (j, c) in cols.iter().enumerate() {
+        check_len(&format!("column {}", c.label(j)), c.len(), n)?;
+        if let Some(v) = c.validity {
+            check_len(&format!("the validity of column {}", c.label(j)), v.len(), n)?;
         }
     }
-    if out.len() != n * k {
-        return Err(Error::LengthMismatch {
-            what: "the output matrix".into(),
-            expected: n * k,
-            found: out.len(),
-        });
+    check_len("the output matrix", out.len(), n.saturating_mul(k))?;
+    if fill.is_none() {
+        for (j, c) in cols.iter().enumerate() {
+            let nulls = c.validity.map_or(0, |v| v.count_zeros());
+            if nulls > 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "column {} has {nulls} null(s) and no fill value was given",
+                    c.label(j)
+                )));
+            }
+        }
     }
-    if k == 0 || n == 0 {
+    if out.is_empty() {
         return Ok(());
     }
+    let fill = fill.unwrap_or_default();
     let parallel = std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES;
-    if order == Order::C && try_same_type(cols, out, parallel) {
-        return Ok(());
-    }
     match order {
-        Order::F => {
-            let job = |(j, dst): (usize, &mut [D])| write_column(&cols[j], fill, dst, 1, 0, 0);
-            if parallel {
-                out.par_chunks_mut(n).enumerate().try_for_each(job)
-            } else {
-                out.chunks_mut(n).enumerate().try_for_each(job)
-            }
-        }
+        Order::F => try_chunks(out, n, parallel, |j, column| {
+            try_chunks(column, ROWS_PER_TASK, parallel, |b, dst| {
+                write_column(j, &cols[j], b * ROWS_PER_TASK, fill, dst, 1, 0)
+            })
+        }),
         Order::C => {
-            // Tiles of rows keep the output block in cache while each column is written;
-            // parallel tasks take bigger tiles.
-            let rows = if parallel { (ROWS_PER_TASK / k).max(64) } else { 1024 };
-            let job = |(b, dst): (usize, &mut [D])| {
-                let start = b * rows;
-                let len = dst.len() / k;
-                cols.iter()
-                    .enumerate()
-                    .try_for_each(|(j, c)| write_column(&c.slice(start, len), fill, dst, k, j, start))
-            };
-            if parallel {
-                out.par_chunks_mut(rows * k).enumerate().try_for_each(job)
-            } else {
-                out.chunks_mut(rows * k).enumerate().try_for_each(job)
-            }
+            let dense: Option<Vec<&[D]>> =
+                cols.iter().map(|c| c.validity.is_none().then(|| D::values(c.values)).flatten()).collect();
+            // Whole tiles per task, and about ROWS_PER_TASK elements per task.
+            let tile = (4096 / k).max(1).next_multiple_of(64);
+            let task = if parallel { (ROWS_PER_TASK / k).max(1).next_multiple_of(tile) } else { n };
+            try_chunks(out, task * k, parallel, |t, dst| {
+                if let Some(dense) = dense.as_deref().filter(|_| k <= 8) {
+                    rows_k(dense, t * task, dst);
+                    return Ok(());
+                }
+                dst.chunks_mut(tile * k).enumerate().try_for_each(|(i, tile_out)| {
+                    let r0 = t * task + i * tile;
+                    cols.iter()
+                        .enumerate()
+                        .try_for_each(|(j, c)| write_column(j, c, r0, fill, tile_out, k, j))
+                })
+            })
         }
     }
 }
 
-/// The common fast case: every column already has type `D` and no nulls, and `k <= 8`.
-/// Writes whole rows at a time so the compiler can turn the strided stores into shuffles and
-/// wide stores. Returns false (having written nothing) when the case does not apply.
-fn try_same_type<D: Element>(cols: &[Column], out: &mut [D], parallel: bool) -> bool {
-    let mut typed: Vec<&[D]> = Vec::with_capacity(cols.len());
-    for c in cols {
-        if c.validity.is_some() || c.dtype() != D::DTYPE {
-            return false;
-        }
-        each_ref!(c.values, s => {
-            // SAFETY: the dtype equals D's (checked above), so the element types are the same.
-            typed.push(unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<D>(), s.len()) })
-        });
-    }
-    macro_rules! rows {
-        ($k:literal) => {{
-            let cols: [&[D]; $k] = typed[..].try_into().expect("k columns");
-            let block = (ROWS_PER_TASK / $k).max(64);
-            let job = |(b, dst): (usize, &mut [D])| rows_k::<$k, D>(&cols, b * block, dst);
-            if parallel {
-                out.par_chunks_mut(block * $k).enumerate().for_each(job);
-            } else {
-                out.chunks_mut(block * $k).enumerate().for_each(job);
-            }
-            true
-        }};
-    }
-    match typed.len() {
-        1 => rows!(1),
-        2 => rows!(2),
-        3 => rows!(3),
-        4 => rows!(4),
-        5 => rows!(5),
-        6 => rows!(6),
-        7 => rows!(7),
-        8 => rows!(8),
-        _ => false,
+/// Calls `f(i, chunk)` for the `chunk`-element pieces of `out`, in parallel if asked.
+fn try_chunks<T: Send>(
+    out: &mut [T],
+    chunk: usize,
+    parallel: bool,
+    f: impl Fn(usize, &mut [T]) -> Result<()> + Sync + Send,
+) -> Result<()> {
+    if parallel {
+        out.par_chunks_mut(chunk).enumerate().try_for_each(|(i, dst)| f(i, dst))
+    } else {
+        out.chunks_mut(chunk).enumerate().try_for_each(|(i, dst)| f(i, dst))
     }
 }
 
-fn rows_k<const K: usize, D: Copy>(cols: &[&[D]; K], start: usize, dst: &mut [D]) {
+/// Rows `r0..` of `k <= 8` dense columns of the target type, whole rows at a time.
+fn rows_k<D: Copy>(cols: &[&[D]], r0: usize, dst: &mut [D]) {
+    match cols.len() {
+        1 => rows_const::<1, D>(cols, r0, dst),
+        2 => rows_const::<2, D>(cols, r0, dst),
+        3 => rows_const::<3, D>(cols, r0, dst),
+        4 => rows_const::<4, D>(cols, r0, dst),
+        5 => rows_const::<5, D>(cols, r0, dst),
+        6 => rows_const::<6, D>(cols, r0, dst),
+        7 => rows_const::<7, D>(cols, r0, dst),
+        8 => rows_const::<8, D>(cols, r0, dst),
+        k => unreachable!("rows_k is only called for 1..=8 columns, not {k}"),
+    }
+}
+
+fn rows_const<const K: usize, D: Copy>(cols: &[&[D]], r0: usize, dst: &mut [D]) {
     let n = dst.len() / K;
-    let cols: [&[D]; K] = std::array::from_fn(|j| &cols[j][start..start + n]);
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        unsafe { rows_k_avx2::<K, D>(&cols, dst) };
-        return;
-    }
-    rows_k_plain::<K, D>(&cols, dst);
-}
-
-#[inline(always)]
-fn rows_k_plain<const K: usize, D: Copy>(cols: &[&[D]; K], dst: &mut [D]) {
+    let cols: [&[D]; K] = std::array::from_fn(|j| &cols[j][r0..r0 + n]);
     for (r, row) in dst.chunks_exact_mut(K).enumerate() {
         for j in 0..K {
             row[j] = cols[j][r];
@@ -227,90 +260,66 @@ fn rows_k_plain<const K: usize, D: Copy>(cols: &[&[D]; K], dst: &mut [D]) {
     }
 }
 
-/// [`rows_k_plain`] compiled for AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn rows_k_avx2<const K: usize, D: Copy>(cols: &[&[D]; K], dst: &mut [D]) {
-    rows_k_plain::<K, D>(cols, dst)
-}
-
-/// Writes one column into every `stride`-th element of `dst` starting at `j`.
+/// Writes rows `r0..` of column `j` into every `stride`-th element of `dst`, starting at
+/// `pos` (`stride == 1`: a contiguous piece of an F-order matrix).
 fn write_column<D: Element>(
+    j: usize,
     col: &Column,
-    fill: Option<D>,
+    r0: usize,
+    fill: D,
     dst: &mut [D],
     stride: usize,
-    j: usize,
-    row0: usize,
+    pos: usize,
 ) -> Result<()> {
-    each_ref!(col.values, s => write_typed(s, col, fill, dst, stride, j, row0))
+    let rows = dst.len() / stride;
+    let validity = col.validity.map(|v| v.slice(r0, rows));
+    if let Some(src) = D::values(col.values) {
+        let src = &src[r0..r0 + rows];
+        if stride == 1 {
+            return fill_nulls(src, validity, fill, dst);
+        }
+        // A copy refuses nothing, so there is no row to report.
+        return strided(src, validity, fill, dst, stride, pos, Some).map_err(|_| unreachable!());
+    }
+    each_ref!(col.values, src => {
+        let src = &src[r0..r0 + rows];
+        let written = if stride == 1 {
+            strided(src, validity, fill, dst, 1, 0, cast)
+        } else {
+            strided(src, validity, fill, dst, stride, pos, cast)
+        };
+        written.map_err(|r| Error::ValueOutOfRange {
+            value: src[r].to_string(),
+            place: format!("at row {} of column {}", r0 + r, col.label(j)),
+            target: D::DTYPE.to_string(),
+        })
+    })
 }
 
-#[inline]
-fn write_typed<S: Element, D: Element>(
+/// `dst[r * stride + pos] = conv(src[r])`, or `fill` where `validity` is 0; `Err(r)` names
+/// the first valid row whose value `conv` refuses. Inlined, so a `conv` that never refuses
+/// (a lossless cast) and a constant `stride` of 1 compile to a plain vectorisable loop.
+#[inline(always)]
+fn strided<S: Copy, D: Copy>(
     src: &[S],
-    col: &Column,
-    fill: Option<D>,
+    validity: Option<BitSlice>,
+    fill: D,
     dst: &mut [D],
     stride: usize,
-    j: usize,
-    row0: usize,
-) -> Result<()> {
-    let same = TypeId::of::<S>() == TypeId::of::<D>();
-    let bad = |r: usize, s: S| Error::ValueOutOfRange {
-        value: s.to_string(),
-        place: format!("at row {} of column '{}'", row0 + r, col.name),
-        target: D::DTYPE.to_string(),
-    };
-    let conv = |r: usize, s: S| -> Result<D> {
-        if same {
-            // SAFETY: S and D are the same type (checked by TypeId).
-            Ok(unsafe { std::mem::transmute_copy::<S, D>(&s) })
-        } else {
-            D::cast_from(s).ok_or_else(|| bad(r, s))
-        }
-    };
-    match col.validity {
-        Some(validity) if same && stride == 1 && fill.is_some() => {
-            // One contiguous column of the target type: the tuned null-fill kernel.
-            // SAFETY: S and D are the same type (checked by TypeId).
-            let src: &[D] = unsafe { std::slice::from_raw_parts(src.as_ptr().cast(), src.len()) };
-            super::fill::fill_nulls(src, Some(validity), fill.unwrap_or_default(), dst)?;
-        }
-        None if same && stride == 1 => {
-            // SAFETY: S and D are the same type, so the slices have the same layout.
-            let src: &[D] = unsafe { std::slice::from_raw_parts(src.as_ptr().cast(), src.len()) };
-            dst.copy_from_slice(src);
-        }
-        None if same => {
-            // SAFETY: as above.
-            let src: &[D] = unsafe { std::slice::from_raw_parts(src.as_ptr().cast(), src.len()) };
-            for (row, &s) in dst.chunks_exact_mut(stride).zip(src) {
-                row[j] = s;
-            }
-        }
+    pos: usize,
+    conv: impl Fn(S) -> Option<D>,
+) -> std::result::Result<(), usize> {
+    match validity {
         None => {
             for (r, (row, &s)) in dst.chunks_exact_mut(stride).zip(src).enumerate() {
-                row[j] = conv(r, s)?;
+                row[pos] = conv(s).ok_or(r)?;
             }
         }
-        Some(validity) => {
+        Some(v) => {
             for (c, (rows, srcs)) in dst.chunks_mut(64 * stride).zip(src.chunks(64)).enumerate() {
-                let w = validity.word(c * 64);
+                let w = v.word(64 * c);
                 for (i, (row, &s)) in rows.chunks_exact_mut(stride).zip(srcs).enumerate() {
-                    row[j] = if w >> i & 1 == 1 {
-                        conv(c * 64 + i, s)?
-                    } else {
-                        fill.ok_or_else(|| {
-                            Error::InvalidArgument(format!(
-                                "column '{}' has nulls and no fill value was given",
-                                col.name
-                            ))
-                        })?
-                    };
+                    row[pos] = if w >> i & 1 == 1 { conv(s).ok_or(64 * c + i)? } else { fill };
                 }
             }
         }
@@ -328,12 +337,8 @@ mod tests {
         let b = [0.5f32, 1.5, 2.5];
         let valid = [0b101u8];
         let cols = [
-            Column {
-                values: ColumnRef::I32(&a),
-                validity: Some(BitSlice::new(&valid, 0, 3).unwrap()),
-                name: "a",
-            },
-            Column { values: ColumnRef::F32(&b), validity: None, name: "b" },
+            Column::new(&a[..]).with_validity(Some(BitSlice::new(&valid, 0, 3).unwrap())).named("a"),
+            Column::new(&b[..]),
         ];
         let mut c = [0f64; 6];
         interleave(&cols, Order::C, Some(-1.0), &mut c).unwrap();
@@ -341,30 +346,65 @@ mod tests {
         let mut f = [0f64; 6];
         interleave(&cols, Order::F, Some(-1.0), &mut f).unwrap();
         assert_eq!(f, [1.0, -1.0, 3.0, 0.5, 1.5, 2.5]);
-        assert!(interleave(&cols, Order::C, None::<f64>, &mut c).unwrap_err().to_string().contains("'a'"));
+        let e = interleave(&cols, Order::C, None::<f64>, &mut c).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("column 'a' has 1 null")), "{e}");
     }
 
     #[test]
-    fn the_portable_row_path_matches_the_dispatched_one() {
-        let cols: Vec<Vec<u16>> = (0..5).map(|j| (0..333).map(|i| (i * 5 + j) as u16).collect()).collect();
-        let refs: [&[u16]; 5] = std::array::from_fn(|j| cols[j].as_slice());
-        let mut plain = vec![0u16; 333 * 5];
-        rows_k_plain::<5, u16>(&refs, &mut plain);
-        let mut dispatched = vec![0u16; 333 * 5];
-        rows_k::<5, u16>(&refs, 0, &mut dispatched);
-        assert_eq!(plain, dispatched);
-        assert_eq!(&plain[..6], &[0, 1, 2, 3, 4, 5]);
+    fn dense_same_type_rows_match_the_general_path_for_every_k() {
+        let n = 333;
+        let data: Vec<Vec<u16>> = (0..9).map(|j| (0..n).map(|i| (i * 9 + j) as u16).collect()).collect();
+        for k in 1..=9 {
+            let cols: Vec<Column> = data[..k].iter().map(|v| Column::new(&v[..])).collect();
+            let mut out = vec![0u16; n * k];
+            interleave(&cols, Order::C, None, &mut out).unwrap();
+            assert!(out.iter().enumerate().all(|(at, &v)| v == data[at % k][at / k]), "k {k}");
+            // A validity of all ones takes the general path and must agree.
+            let ones = vec![0xffu8; n.div_ceil(8)];
+            let valid: Vec<Column> =
+                cols.iter().map(|c| c.with_validity(Some(BitSlice::new(&ones, 0, n).unwrap()))).collect();
+            let mut general = vec![0u16; n * k];
+            interleave(&valid, Order::C, None, &mut general).unwrap();
+            assert_eq!(out, general, "k {k}");
+        }
     }
 
     #[test]
     fn narrowing_casts_name_row_and_column() {
         let a = [1i64, 300];
-        let cols = [Column { values: ColumnRef::I64(&a), validity: None, name: "x" }];
+        let cols = [Column::new(&a[..]).named("x")];
         let mut out = [0u8; 2];
-        let e = interleave(&cols, Order::C, None, &mut out).unwrap_err().to_string();
-        assert!(e.contains("300") && e.contains("row 1") && e.contains("'x'"), "{e}");
-        let short = [1i64];
-        let bad = [cols[0], Column { values: ColumnRef::I64(&short), validity: None, name: "y" }];
-        assert!(interleave(&bad, Order::C, None, &mut [0u8; 4]).is_err());
+        let e = interleave(&cols, Order::C, None, &mut out).unwrap_err();
+        assert!(
+            matches!(&e, Error::ValueOutOfRange { value, place, target }
+            if value == "300" && place == "at row 1 of column 'x'" && target == "uint8"),
+            "{e}"
+        );
+        let f = [0.0f64, 1.0, 2.5];
+        let e = interleave(&[Column::new(&a[..1]), Column::new(&f[..1])], Order::F, None, &mut [0i32; 2]);
+        assert!(e.is_ok());
+        let e = interleave(&[Column::new(&a[..]), Column::new(&f[1..])], Order::F, None, &mut [0i32; 4]);
+        assert!(matches!(e, Err(Error::ValueOutOfRange { place, .. }) if place == "at row 1 of column 1"));
+        // A bad value under a null is not read.
+        let nulls = [0b01u8];
+        let masked = [Column::new(&a[..]).with_validity(Some(BitSlice::new(&nulls, 0, 2).unwrap()))];
+        interleave(&masked, Order::C, Some(7u8), &mut out).unwrap();
+        assert_eq!(out, [1, 7]);
+    }
+
+    #[test]
+    fn wrong_lengths_are_errors() {
+        let (a, b) = ([1i64, 2], [1i64]);
+        let bad = [Column::new(&a[..]), Column::new(&b[..]).named("y")];
+        let e = interleave(&bad, Order::C, None, &mut [0u8; 4]).unwrap_err();
+        assert!(matches!(&e, Error::LengthMismatch { what, .. } if what == "column 'y'"), "{e}");
+        assert!(interleave(&[Column::new(&a[..])], Order::C, None, &mut [0u8; 3]).is_err());
+        let short = BitSlice::new(&[0xff], 0, 1).unwrap();
+        assert!(
+            interleave(&[Column::new(&a[..]).with_validity(Some(short))], Order::F, Some(0u8), &mut [0u8; 2])
+                .is_err()
+        );
+        interleave::<f32>(&[], Order::C, None, &mut []).unwrap();
+        interleave::<f32>(&[Column::new(&[0f32; 0][..])], Order::F, None, &mut []).unwrap();
     }
 }

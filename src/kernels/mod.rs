@@ -1,15 +1,33 @@
-//! CPU fused copy kernels: the one pass dlframe makes where zero-copy is impossible.
+//! CPU copy kernels: the one fused pass dlframe makes where zero-copy is impossible.
 //!
-//! Every function here copies. Each reads its inputs once and writes its output once: null
-//! fill fused into the copy ([`fill_nulls`]), bit unpacking and packing ([`unpack_bits`],
-//! [`pack_bits`]), chunk concatenation into a preallocated buffer ([`concat_fill_into`]),
-//! strided gathers ([`contiguous_copy`]), and column interleaving with a fused cast and fill
-//! ([`interleave`]). Large outputs are split into row blocks over rayon's pool; below
-//! [`PARALLEL_THRESHOLD_BYTES`] they run on the calling thread.
+//! Every function here copies. Each reads its inputs once and writes its output once:
+//!
+//! | kernel | from | to |
+//! |---|---|---|
+//! | [`fill_nulls`] | values + validity bitmap | values with `fill` in the null slots |
+//! | [`unpack_bits`], [`unpack_bits_fill`] | bit-packed bools or validity | one byte (0/1) per bit |
+//! | [`pack_bits`] | one byte per bool | an LSB-first bitmap |
+//! | [`concat_into`], [`concat_fill_into`] | chunks (with validity) | one preallocated buffer |
+//! | [`gather_strided`], [`contiguous_copy`] | a strided view (negative, zero strides) | C order |
+//! | [`interleave`] | `k` columns of any numeric types (with validity) | an `(n, k)` matrix, C or F order, cast |
+//!
+//! Arrow bitmaps are LSB-first, may start at any bit offset (sliced arrays), and 1 means
+//! valid/true ([`BitSlice`]). Casts follow numpy: [`common_dtype`] is `np.result_type`,
+//! lossless casts run unchecked and lossy ones are checked value by value ([`cast()`]); fill
+//! values are range-checked by [`fill_value`].
+//!
+//! Outputs of [`PARALLEL_THRESHOLD_BYTES`] or more are split into blocks of
+//! [`ROWS_PER_TASK`] rows over rayon's current pool; smaller ones run on the calling thread.
+//! To force one thread, call a kernel inside a one-thread pool's `install`.
+//!
+//! Fresh outputs come from [`HostBuffer`]: 64-byte aligned, zeroed, huge pages for large ones.
+//! The only `unsafe` here is that allocation and the raw-pointer reads of
+//! [`gather_strided`]; the kernels themselves are safe code the compiler vectorises.
 
 mod alloc;
 mod bits;
 mod cast;
+mod concat;
 mod fill;
 mod gather;
 mod interleave;
@@ -20,17 +38,20 @@ use arrow_buffer::ArrowNativeType;
 
 pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer};
 pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
-pub use cast::{Element, Scalar, common_dtype, fill_value};
-pub use fill::{concat_fill_into, concat_into, copy, fill_nulls};
+pub use cast::{Element, Num, Scalar, always_fits, can_cast_safely, cast, common_dtype, fill_value};
+pub use concat::{concat_fill_into, concat_into};
+pub use fill::fill_nulls;
 pub use gather::{contiguous_copy, gather_strided};
 pub use interleave::{Column, ColumnRef, Order, interleave};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// Outputs at least this large are split over threads; smaller ones stay on one.
+/// Outputs at least this large (in bytes) are split over rayon's threads; smaller ones stay
+/// on the calling thread.
 pub const PARALLEL_THRESHOLD_BYTES: usize = 4 << 20;
-/// Elements per parallel task (a multiple of 64, so validity words stay aligned).
+/// Rows (elements) per parallel task: a multiple of 64, so each task's validity bits start
+/// at the same bit position within a byte as the whole bitmap's.
 pub const ROWS_PER_TASK: usize = 64 * 1024;
 
 /// Calls `$body` with `$D` bound to the Rust type of a numeric dtype.
