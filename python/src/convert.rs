@@ -12,6 +12,7 @@ use pyo3_arrow::input::AnyArray;
 use dlframe::arrow::{
     Converted, ExportOptions, NullPolicy, Scalar, columns_to_tensor, tensor_to_column_with, to_tensor,
 };
+use dlframe::ffi::dlpack::DLDevice;
 use dlframe::kernels::Order;
 use dlframe::{Device, Tensor};
 
@@ -208,10 +209,6 @@ fn no_cuda() -> dlframe::Error {
     dlframe::Error::CopyRequired { reason: "this build has no CUDA support (feature `cuda`)".into() }
 }
 
-fn host_device(ty: i32) -> bool {
-    matches!(ty, 1 | 3 | 11 | 13)
-}
-
 /// Imports through `__dlpack__`, following the consumer ladder of CONFORMANCE.md item 16.
 fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
     let py = x.py();
@@ -219,7 +216,8 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
         Ok(f) => f.call0()?.extract()?,
         Err(_) => (1, 0),
     };
-    let host = host_device(ty);
+    let host =
+        Device::from_dlpack(DLDevice { device_type: ty, device_id: 0 }).is_ok_and(|d| d.is_host_accessible());
     if !host && copy == Some(false) {
         return Err(PyBufferError::new_err(format!(
             "the tensor is on DLPack device type {ty}; Arrow needs host memory, which takes a copy, but copy=False"

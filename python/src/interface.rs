@@ -146,17 +146,43 @@ fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Te
     Ok(t)
 }
 
+/// numpy's `PyArrayInterface`, the payload of an `__array_struct__` capsule (both directions).
 #[repr(C)]
-struct PyArrayInterface {
-    two: c_int,
-    nd: c_int,
-    typekind: c_char,
-    itemsize: c_int,
-    flags: c_int,
-    shape: *mut ffi::Py_ssize_t,
-    strides: *mut ffi::Py_ssize_t,
-    data: *mut c_void,
-    descr: *mut ffi::PyObject,
+pub(crate) struct PyArrayInterface {
+    pub(crate) two: c_int,
+    pub(crate) nd: c_int,
+    pub(crate) typekind: c_char,
+    pub(crate) itemsize: c_int,
+    pub(crate) flags: c_int,
+    pub(crate) shape: *mut ffi::Py_ssize_t,
+    pub(crate) strides: *mut ffi::Py_ssize_t,
+    pub(crate) data: *mut c_void,
+    pub(crate) descr: *mut ffi::PyObject,
+}
+
+/// `PyArrayInterface.flags` bits.
+pub(crate) const NPY_C_CONTIGUOUS: c_int = 0x1;
+pub(crate) const NPY_ALIGNED: c_int = 0x100;
+pub(crate) const NPY_NOTSWAPPED: c_int = 0x200;
+pub(crate) const NPY_WRITEABLE: c_int = 0x400;
+
+/// An array-interface description as the Python dict numpy and CUDA consumers read; `stream`
+/// is written only when the description has one. Never a `mask` key.
+pub(crate) fn interface_dict<'py>(py: Python<'py>, ai: &ArrayInterface) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("shape", pyo3::types::PyTuple::new(py, &ai.shape)?)?;
+    d.set_item("typestr", ai.typestr.to_string())?;
+    d.set_item("descr", vec![(String::new(), ai.typestr.to_string())])?;
+    d.set_item("data", (ai.data.0, ai.data.1))?;
+    match &ai.strides {
+        Some(s) => d.set_item("strides", pyo3::types::PyTuple::new(py, s)?)?,
+        None => d.set_item("strides", py.None())?,
+    }
+    d.set_item("version", ai.version)?;
+    if let Some(stream) = ai.stream {
+        d.set_item("stream", stream)?;
+    }
+    Ok(d)
 }
 
 fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Tensor> {
@@ -174,7 +200,7 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
     if s.two != 2 || s.nd < 0 || s.itemsize <= 0 {
         return Err(bad("the struct does not start with two == 2").into());
     }
-    if s.flags & 0x200 == 0 {
+    if s.flags & NPY_NOTSWAPPED == 0 {
         return Err(PyBufferError::new_err("__array_struct__ data is byte-swapped; byteswap it first").into());
     }
     let nd = s.nd as usize;
@@ -200,7 +226,7 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
         }
         Some(v)
     };
-    let readonly = s.flags & 0x400 == 0;
+    let readonly = s.flags & NPY_WRITEABLE == 0;
     let owner = Arc::new((PyOwner(x.clone().unbind()), PyOwner(cap.clone().into_any().unbind())));
     // SAFETY: the struct's memory stays valid while the exporter and the capsule live, and the
     // owner keeps both.

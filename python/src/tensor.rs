@@ -15,6 +15,9 @@ use dlframe::{DType, Device, Tensor, export_legacy, export_versioned, kernels};
 
 use crate::capsule;
 use crate::error::Result;
+use crate::interface::{
+    NPY_ALIGNED, NPY_C_CONTIGUOUS, NPY_NOTSWAPPED, NPY_WRITEABLE, PyArrayInterface, interface_dict,
+};
 
 /// A tensor over Arrow (or foreign) memory. Shared Arrow memory is read-only; copies are
 /// writable and marked `copied`.
@@ -71,20 +74,6 @@ fn parse_device(v: &Bound<'_, PyAny>) -> PyResult<(i32, i32)> {
     Ok((t.get_item(0)?.extract()?, t.get_item(1)?.extract()?))
 }
 
-/// `numpy`'s `PyArrayInterface`, for `__array_struct__`.
-#[repr(C)]
-struct PyArrayInterface {
-    two: c_int,
-    nd: c_int,
-    typekind: c_char,
-    itemsize: c_int,
-    flags: c_int,
-    shape: *mut ffi::Py_ssize_t,
-    strides: *mut ffi::Py_ssize_t,
-    data: *mut c_void,
-    descr: *mut ffi::PyObject,
-}
-
 /// The struct and the arrays it points to, freed together by the capsule destructor.
 #[repr(C)]
 struct StructHolder {
@@ -92,11 +81,6 @@ struct StructHolder {
     shape: Vec<ffi::Py_ssize_t>,
     strides: Vec<ffi::Py_ssize_t>,
 }
-
-const NPY_C_CONTIGUOUS: c_int = 0x1;
-const NPY_ALIGNED: c_int = 0x100;
-const NPY_NOTSWAPPED: c_int = 0x200;
-const NPY_WRITEABLE: c_int = 0x400;
 
 unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
     // SAFETY: installed only on our unnamed __array_struct__ capsules, whose pointer is a
@@ -219,19 +203,9 @@ impl PyTensor {
             ))
             .into());
         };
-        let ai = ArrayInterface::from_tensor(t, TypeStr::from_dtype(t.dtype()));
-        let d = PyDict::new(py);
-        d.set_item("shape", PyTuple::new(py, &ai.shape)?)?;
-        d.set_item("typestr", ai.typestr.to_string())?;
-        d.set_item("descr", vec![(String::new(), ai.typestr.to_string())])?;
-        d.set_item("data", (ai.data.0, ai.data.1))?;
-        match &ai.strides {
-            Some(s) => d.set_item("strides", PyTuple::new(py, s)?)?,
-            None => d.set_item("strides", py.None())?,
-        }
-        d.set_item("version", 3)?;
-        d.set_item("stream", sync.producer_stream().max(1))?;
-        Ok(d)
+        let mut ai = ArrayInterface::from_tensor(t, TypeStr::from_dtype(t.dtype()));
+        ai.stream = Some(sync.producer_stream().max(1) as i64);
+        Ok(interface_dict(py, &ai)?)
     }
 
     /// numpy's array interface v3; `data` is `(pointer, read_only)`. No `mask` key, ever.
@@ -248,18 +222,7 @@ impl PyTensor {
             Some(Ok(ts)) if self.inner.ndim() <= 1 && ts.to_dtype().ok() == Some(self.inner.dtype()) => ts,
             _ => TypeStr::from_dtype(self.inner.dtype()),
         };
-        let ai = ArrayInterface::from_tensor(&self.inner, typestr);
-        let d = PyDict::new(py);
-        d.set_item("shape", PyTuple::new(py, &ai.shape)?)?;
-        d.set_item("typestr", ai.typestr.to_string())?;
-        d.set_item("descr", vec![(String::new(), ai.typestr.to_string())])?;
-        d.set_item("data", (ai.data.0, ai.data.1))?;
-        match &ai.strides {
-            Some(s) => d.set_item("strides", PyTuple::new(py, s)?)?,
-            None => d.set_item("strides", py.None())?,
-        }
-        d.set_item("version", 3)?;
-        Ok(d)
+        Ok(interface_dict(py, &ArrayInterface::from_tensor(&self.inner, typestr))?)
     }
 
     /// numpy's legacy `__array_struct__`: an unnamed capsule whose context holds this tensor.
