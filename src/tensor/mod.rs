@@ -282,6 +282,49 @@ impl Tensor {
         Ok(unsafe { std::slice::from_raw_parts(self.data as *const T, self.numel()) })
     }
 
+    /// The raw bytes, when the tensor is CPU-readable and C-contiguous (without copying). Any
+    /// alignment is fine: bytes have none.
+    ///
+    /// # Errors
+    /// [`Error::CopyRequired`] for memory that the CPU cannot read in place or that is strided.
+    pub fn as_bytes(&self) -> Result<&[u8]> {
+        match self.check_host_contiguous() {
+            Ok(()) | Err(Error::Misaligned { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        if self.numel() == 0 {
+            return Ok(&[]);
+        }
+        // SAFETY: host-readable, C-contiguous (checked above) nbytes bytes kept alive by
+        // self.owner for the lifetime of &self; u8 needs no alignment.
+        Ok(unsafe { std::slice::from_raw_parts(self.data as *const u8, self.nbytes()) })
+    }
+
+    /// The same elements under another C-order shape (without copying). The logical Arrow
+    /// type is dropped, since it described the old shape.
+    ///
+    /// # Errors
+    /// [`Error::CopyRequired`] when the tensor is not C-contiguous; [`Error::LengthMismatch`]
+    /// when `shape` does not hold exactly [`Tensor::numel`] elements; [`Error::InvalidLayout`]
+    /// for a negative or overflowing shape.
+    pub fn reshape(&self, shape: Vec<i64>) -> Result<Tensor> {
+        if !self.is_c_contiguous() {
+            return Err(Error::CopyRequired {
+                reason: format!("shape {:?} with strides {:?} is not C-contiguous", self.shape, self.strides),
+            });
+        }
+        let strides = c_strides(&shape);
+        let extent = check_layout(&shape, &strides, self.dtype.itemsize())?;
+        if extent.numel != self.numel() {
+            return Err(Error::LengthMismatch {
+                what: format!("a reshape of {:?} to {shape:?}", self.shape),
+                expected: self.numel(),
+                found: extent.numel,
+            });
+        }
+        Ok(Tensor { shape, strides, logical: None, ..self.clone() })
+    }
+
     /// The reason a zero-copy view as one contiguous host slice is impossible, if any.
     pub fn check_host_contiguous(&self) -> Result<()> {
         if !self.device.is_host_accessible() {
