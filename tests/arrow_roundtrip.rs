@@ -339,3 +339,21 @@ fn equal_length_lists_are_viewed_without_copying_and_ragged_ones_name_the_row() 
     let e = array_to_tensor(ragged.as_ref()).unwrap_err().to_string();
     assert!(e.contains("row 1") && e.contains("expected 2"), "{e}");
 }
+
+#[test]
+fn sliced_chunks_concatenate_in_order_without_nulls_or_casts() {
+    let field_of = |a: &ArrayRef| Arc::new(Field::new("c", a.data_type().clone(), false)) as FieldRef;
+    let whole: ArrayRef = Arc::new(Int32Array::from_iter_values(0..100));
+    let chunks: Vec<ArrayRef> =
+        vec![whole.slice(3, 10), whole.slice(50, 0), whole.slice(60, 7), whole.slice(0, 1)];
+    let t = dlframe::arrow::to_tensor(&field_of(&whole), &chunks, &Default::default()).unwrap().values;
+    let expected: Vec<i32> = (3..13).chain(60..67).chain(0..1).collect();
+    assert_eq!(t.as_slice::<i32>().unwrap(), expected.as_slice());
+    assert!(t.copied());
+    let lists = fsl(Arc::new(Float64Array::from_iter_values((0..40).map(f64::from))), 4);
+    let parts: Vec<ArrayRef> = vec![lists.slice(1, 2), lists.slice(7, 3)];
+    let t = dlframe::arrow::to_tensor(&field_of(&lists), &parts, &Default::default()).unwrap().values;
+    assert_eq!(t.shape(), &[5, 4]);
+    let expected: Vec<f64> = (4..12).chain(28..40).map(f64::from).collect();
+    assert_eq!(t.as_slice::<f64>().unwrap(), expected.as_slice());
+}

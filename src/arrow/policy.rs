@@ -182,7 +182,7 @@ pub fn columns_to_tensor(
                     remedy: "a matrix stacks scalar columns; convert list columns on their own",
                 });
             }
-            dt => storage_dtype(dt)?,
+            dt => storage_dtype(dt).map_err(|e| name_column(e, f))?,
         };
         let nulls: usize = chunks.iter().map(|c| c.null_count()).sum();
         if nulls > 0 && opts.nulls == NullPolicy::Error {
@@ -275,7 +275,17 @@ pub(crate) fn leaf_dtype(field: &FieldRef) -> Result<DType> {
     while let DataType::FixedSizeList(child, _) = dt {
         dt = child.data_type();
     }
-    storage_dtype(dt)
+    storage_dtype(dt).map_err(|e| name_column(e, field))
+}
+
+/// Puts the column's name into an unsupported-type error.
+fn name_column(e: Error, field: &FieldRef) -> Error {
+    match e {
+        Error::UnsupportedArrowType { what, remedy } => {
+            Error::UnsupportedArrowType { what: format!("column '{}' of type {what}", field.name()), remedy }
+        }
+        e => e,
+    }
 }
 
 /// The per-row cell shape of a column: `[]` for scalars, list sizes or the tensor's logical
@@ -401,8 +411,13 @@ fn copy_column(field: &FieldRef, chunks: &[ArrayRef], target: DType, nulls: Null
     }
     check_nan_policy(nulls, target)?;
     let mut out = Output::new(target, n * cell_size)?;
+    let plain =
+        leaf != DType::Bool && target == leaf && chunks.iter().all(|c| nested_null_count(c.as_ref()) == 0);
+    if plain {
+        concat_plain(chunks, target, out.buf.as_mut_slice())?;
+    }
     let mut pos = 0;
-    for chunk in chunks {
+    for chunk in chunks.iter().filter(|_| !plain) {
         let (leaf_array, list_nulls) = leaf_of(chunk.as_ref());
         let slots = chunk.len() * cell_size;
         if leaf == DType::Bool {
@@ -428,6 +443,30 @@ fn copy_column(field: &FieldRef, chunks: &[ArrayRef], target: DType, nulls: Null
     };
     let logical = (target == leaf).then(|| field.clone());
     Ok(out.into_tensor(target, shape, strides)?.with_logical(logical))
+}
+
+/// Concatenates chunks without nulls or casts: each chunk's leaf bytes are copied to their
+/// place, chunks in parallel (copies).
+fn concat_plain(chunks: &[ArrayRef], dtype: DType, out: &mut [u8]) -> Result<()> {
+    use rayon::prelude::*;
+    let item = dtype.itemsize();
+    let leaves: Vec<ArrayData> = chunks.iter().map(|c| leaf_of(c.as_ref()).0.to_data()).collect();
+    let mut pieces = Vec::with_capacity(leaves.len());
+    let mut rest = out;
+    for data in &leaves {
+        let bytes = data.buffers()[0].as_slice();
+        let src = bytes.get(data.offset() * item..(data.offset() + data.len()) * item).ok_or_else(|| {
+            Error::layout(format!("a chunk of {} values has a buffer of {} bytes", data.len(), bytes.len()))
+        })?;
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(src.len());
+        pieces.push((src, dst));
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return Err(Error::layout(format!("{} output bytes left after the chunks", rest.len())));
+    }
+    pieces.into_par_iter().with_min_len(4).for_each(|(src, dst)| dst.copy_from_slice(src));
+    Ok(())
 }
 
 /// The leaf array of a (nested) chunk, and each list level's nulls with the number of leaf
