@@ -63,7 +63,9 @@ def to_dlpack(
     A column (chunked or not) becomes one tensor: zero-copy for one chunk of numeric data
     without nulls, otherwise one fused copy. A table or record batch becomes an ``(n, k)``
     matrix (``columns="stack"``, one fused interleave + cast pass) or a dict of column tensors
-    (``columns="dict"``). ``nulls="mask"`` returns ``(values, mask)`` pairs. ``copy=False``
+    (``columns="dict"``); a table whose only column is a list or tensor column (such as a
+    ``SELECT to_tensor(...)`` result) becomes that column's ``(n, *cell_shape)`` tensor.
+    ``nulls="mask"`` returns ``(values, mask)`` pairs. ``copy=False``
     raises BufferError when a copy would be needed; ``copy=True`` always copies.
     """
 
@@ -82,3 +84,16 @@ def tensor(x: Any) -> Tensor:
     """Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor."""
 
 __version__: str
+
+class ScalarUDF:
+    """One dlframe SQL function, exported to datafusion-python as a datafusion-ffi capsule."""
+
+    @property
+    def name(self) -> str: ...
+    def __datafusion_scalar_udf__(self) -> object: ...
+
+def datafusion_udfs() -> list[ScalarUDF]:
+    """Every dlframe SQL function; register them with ``dlframe.datafusion.register(ctx)``."""
+
+def datafusion_version() -> str:
+    """The DataFusion version the SQL functions are built against."""

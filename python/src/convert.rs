@@ -138,6 +138,12 @@ pub fn to_dlpack<'py>(
     let (chunks, field) = chunked.into_inner();
     if let Some((fields, cols)) = table_columns(&field, &chunks)? {
         return match columns {
+            // One list or tensor column (a `SELECT to_tensor(...)` result) is that column's
+            // tensor, `(n, *cell_shape)`: there is nothing to stack.
+            "stack" if fields.len() == 1 && is_list_like(fields[0].data_type()) => {
+                let c = py.detach(|| column(&fields[0], &cols[0], &opts, target))?;
+                Ok(wrap(py, c, nulls)?)
+            }
             "stack" => {
                 let c = py
                     .detach(|| columns_to_tensor(&fields, &cols, &opts).and_then(|c| on_device(c, target)))?;
@@ -158,6 +164,10 @@ pub fn to_dlpack<'py>(
     }
     let c = py.detach(|| column(&field, &chunks, &opts, target))?;
     Ok(wrap(py, c, nulls)?)
+}
+
+fn is_list_like(dt: &DataType) -> bool {
+    matches!(dt, DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..))
 }
 
 /// `None` for the CPU, `Some(ordinal)` for `"cuda"` / `"cuda:N"`.

@@ -7,6 +7,7 @@ mod capsule;
 mod convert;
 mod error;
 mod interface;
+mod sql_udfs;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -31,6 +32,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
+    m.add_class::<sql_udfs::PyScalarUDF>()?;
+    m.add_function(wrap_pyfunction!(sql_udfs::datafusion_udfs, m)?)?;
+    m.add_function(wrap_pyfunction!(sql_udfs::datafusion_version, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

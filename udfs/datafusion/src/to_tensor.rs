@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, FixedSizeListArray};
 use arrow_schema::{DataType, Field, FieldRef};
 use datafusion::common::{Result, plan_err};
@@ -82,7 +83,10 @@ fn plan(func: &str, options: Options, args: &ReturnFieldArgs) -> Result<FieldRef
                     f.name()
                 );
             }
-            dtypes.push(storage_dtype(f.data_type()).map_err(|e| plan_error(func, e))?);
+            match storage_dtype(f.data_type()) {
+                Ok(d) => dtypes.push(d),
+                Err(e) => return plan_err!("{func}: column '{}': {e}", f.name()),
+            }
         }
         let dtype = requested.unwrap_or_else(|| common_dtype(&dtypes));
         let meta = TensorMetadata { shape: vec![data.len()], dim_names: None, permutation: None };
@@ -162,16 +166,8 @@ fn invoke(func: &str, options: Options, args: ScalarFunctionArgs) -> Result<Colu
             data_fields[0].data_type().clone(),
             data_fields[0].is_nullable(),
         ));
+        check_row_lengths(func, &plain, first.as_ref(), &out)?;
         let converted = dlframe::arrow::to_tensor(&plain, &[first], &opts).map_err(to_df_err)?;
-        let cell: i64 = converted.values.shape()[1..].iter().product();
-        if n > 0 && cell as usize != out.cell {
-            return datafusion::common::exec_err!(
-                "{func}: column '{}' has rows of {cell} elements but the shape {:?} needs {}",
-                data_fields[0].name(),
-                out.physical().shape,
-                out.cell
-            );
-        }
         converted.values
     } else {
         let mut columns = vec![vec![first]];
@@ -182,6 +178,26 @@ fn invoke(func: &str, options: Options, args: ScalarFunctionArgs) -> Result<Colu
     };
     let array = fixed_list(&tensor, &out, n)?;
     Ok(ColumnarValue::Array(array))
+}
+
+/// Names the first non-null row of a List/LargeList whose length is not the planned cell size.
+fn check_row_lengths(func: &str, field: &Field, array: &dyn Array, out: &TensorType) -> Result<()> {
+    let lengths: Box<dyn Iterator<Item = usize>> = match array.data_type() {
+        DataType::List(_) => Box::new(array.as_list::<i32>().offsets().lengths()),
+        DataType::LargeList(_) => Box::new(array.as_list::<i64>().offsets().lengths()),
+        _ => return Ok(()),
+    };
+    for (row, len) in lengths.enumerate() {
+        if len != out.cell && array.is_valid(row) {
+            return datafusion::common::exec_err!(
+                "{func}: row {row} of list column '{}' has {len} elements, but the shape {:?} needs {}",
+                field.name(),
+                out.physical().shape,
+                out.cell
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Wraps a C-contiguous `(n, ...)` tensor as the flat FixedSizeList storage of `out` (without

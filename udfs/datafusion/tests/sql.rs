@@ -191,7 +191,7 @@ async fn lists_become_tensors_and_ragged_rows_are_named() {
     let e = error(&ctx, "SELECT to_tensor(l) FROM t").await;
     assert!(e.contains("to_tensor(l, d)"), "{e}");
     let e = error(&ctx, "SELECT to_tensor(l, 3) FROM t").await;
-    assert!(e.contains("rows of 2 elements"), "{e}");
+    assert!(e.contains("row 0 of list column 'l' has 2 elements, but the shape [3] needs 3"), "{e}");
     let e = error(&ctx, "SELECT to_tensor(n, 2) FROM t").await;
     assert!(e.contains("null"), "{e}");
     let t = tensor(&ctx, "SELECT to_tensor_fill(9, n, 2) FROM t").await;
@@ -210,7 +210,7 @@ async fn strings_and_mixed_lists_are_refused_while_planning() {
         ("l", list_array(vec![Some(vec![Some(1.0)])])),
     ])]);
     let e = error(&ctx, "SELECT to_tensor(a, s) FROM t").await;
-    assert!(e.contains("Utf8") && e.contains("cannot become a tensor"), "{e}");
+    assert!(e.contains("column 's'") && e.contains("Utf8") && e.contains("cannot become a tensor"), "{e}");
     let e = error(&ctx, "SELECT to_tensor(a, l) FROM t").await;
     assert!(e.contains("'l' is a list"), "{e}");
     let e = error(&ctx, "SELECT to_tensor() FROM t").await;
