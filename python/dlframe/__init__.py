@@ -9,4 +9,10 @@
 
 from ._native import Tensor, __version__, cuda_device_count, from_dlpack, tensor, to_dlpack
 
+import importlib.util as _util
+
+if _util.find_spec("polars") is not None:
+    # df.to_dlpack(), series.to_dlpack(), lf.to_dlpack() and the `dlframe` namespaces.
+    from . import polars as polars  # noqa: F401
+
 __all__ = ["Tensor", "cuda_device_count", "from_dlpack", "tensor", "to_dlpack", "__version__"]

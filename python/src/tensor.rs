@@ -393,12 +393,14 @@ impl PyTensor {
         crate::convert::to_pyarrow(py, field, array)
     }
 
-    /// The tensor as a polars Series (through pyarrow; N-d tensors become `Array` columns).
+    /// The tensor as a polars Series: `dlframe.polars.from_dlpack` (N-d tensors become
+    /// `Array` columns in logical order, copying only transposed or strided tensors).
     #[pyo3(signature = (*, copy=None))]
-    fn to_polars<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
-        let arrow = self.to_arrow(py, copy)?;
-        let pl = py.import("polars")?;
-        Ok(pl.call_method1("from_arrow", (arrow,))?)
+    fn to_polars<'py>(slf: &Bound<'py, Self>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("copy", copy)?;
+        Ok(py.import("dlframe.polars")?.call_method("from_dlpack", (slf,), Some(&kwargs))?)
     }
 }
 

@@ -1,0 +1,89 @@
+"""dlframe for Polars: ``df.to_dlpack()``, ``series.to_dlpack()``, ``lf.to_dlpack()`` and tensors
+back to Series.
+
+Importing ``dlframe`` registers a ``dlframe`` namespace on ``pl.DataFrame``, ``pl.Series`` and
+``pl.LazyFrame`` (Polars' convention: ``df.dlframe.to_dlpack()``), and attaches ``to_dlpack``
+directly where Polars does not define it (it never replaces a method Polars has).
+
+- ``df.to_dlpack()`` is a 2-D tensor, C order by default like ``df.to_torch()``, in one fused
+  pass (cast, interleave, null fill); ``columns="dict"`` gives one tensor per column instead.
+- ``series.to_dlpack()`` shares the Series' memory when it is one chunk of numeric data without
+  nulls; ``Array`` columns become ``(n, *shape)`` tensors.
+- ``lf.to_dlpack()`` collects the LazyFrame first (``engine=`` is passed to ``collect``).
+- ``from_dlpack(x)`` turns any tensor into a Series; N-d tensors become ``Array`` columns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from . import _native
+
+__all__ = ["from_dlpack", "to_dlpack"]
+
+
+def to_dlpack(obj: Any, **options: Any) -> Any:
+    """A Polars DataFrame, Series or LazyFrame as a tensor; options as ``dlframe.to_dlpack``."""
+    if isinstance(obj, pl.LazyFrame):
+        engine = options.pop("engine", "auto")
+        obj = obj.collect(engine=engine)
+    return _native.to_dlpack(obj, **options)
+
+
+def from_dlpack(x: Any, *, name: str = "", copy: bool | None = None) -> pl.Series:
+    """Any tensor (DLPack, array interface, buffer protocol) as a Series.
+
+    1-D tensors share memory where Arrow can (as ``dlframe.from_dlpack``); N-d tensors become
+    ``Array`` columns of shape ``shape[1:]`` in logical (C) order, sharing memory when the tensor
+    is C-contiguous and copying a transposed or strided one (``copy=False`` then raises
+    BufferError).
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    t = x if isinstance(x, _native.Tensor) else _native.tensor(x)
+    if t.ndim <= 1:
+        return pl.Series(name, t.to_arrow(copy=copy))
+    arr = np.from_dlpack(t)
+    if copy or not arr.flags.c_contiguous:
+        if copy is False:
+            raise BufferError(
+                f"a tensor of shape {t.shape} with strides {t.strides} is not C-contiguous, so an "
+                "Array column needs a copy, but copy=False; pass copy=None or copy=True"
+            )
+        arr = np.ascontiguousarray(arr) if not copy else arr.copy()
+    values: pa.Array = pa.array(arr.reshape(-1))
+    for d in reversed(arr.shape[1:]):
+        values = pa.FixedSizeListArray.from_arrays(values, int(d))
+    return pl.Series(name, values)
+
+
+class _Namespace:
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+
+    def to_dlpack(self, **options: Any) -> Any:
+        """As ``dlframe.to_dlpack(obj, **options)``."""
+        return to_dlpack(self._obj, **options)
+
+
+def _method(self: Any, **options: Any) -> Any:
+    """A tensor of this Polars object (dlframe); options as ``dlframe.to_dlpack``."""
+    return to_dlpack(self, **options)
+
+
+def _install() -> None:
+    for register, cls in (
+        (pl.api.register_dataframe_namespace, pl.DataFrame),
+        (pl.api.register_series_namespace, pl.Series),
+        (pl.api.register_lazyframe_namespace, pl.LazyFrame),
+    ):
+        if not hasattr(cls, "dlframe"):
+            register("dlframe")(type(f"{cls.__name__}DLFrame", (_Namespace,), {}))
+        if not hasattr(cls, "to_dlpack"):
+            cls.to_dlpack = _method  # type: ignore[attr-defined]
+
+
+_install()
