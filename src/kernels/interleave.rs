@@ -200,14 +200,23 @@ pub fn interleave<D: Element>(cols: &[Column], order: Order, fill: Option<D>, ou
             })
         }),
         Order::C => {
-            let dense: Option<Vec<&[D]>> =
-                cols.iter().map(|c| c.validity.is_none().then(|| D::values(c.values)).flatten()).collect();
+            // Columns already of the target type: whole rows at a time, nulls selected from
+            // the validity words in the same loop.
+            let same: Option<Vec<&[D]>> = cols.iter().map(|c| D::values(c.values)).collect();
+            let validity: Vec<Option<BitSlice>> = cols.iter().map(|c| c.validity).collect();
+            let dense = validity.iter().all(Option::is_none);
+            // One column with nulls is a contiguous fill, which `write_column` does faster.
+            let same = same.filter(|_| k <= 8 && (dense || k > 1));
             // Whole tiles per task, and about ROWS_PER_TASK elements per task.
             let tile = (4096 / k).max(1).next_multiple_of(64);
             let task = if parallel { (ROWS_PER_TASK / k).max(1).next_multiple_of(tile) } else { n };
             try_chunks(out, task * k, parallel, |t, dst| {
-                if let Some(dense) = dense.as_deref().filter(|_| k <= 8) {
-                    rows_k(dense, t * task, dst);
+                if let Some(same) = same.as_deref() {
+                    if dense {
+                        rows_k(same, t * task, dst);
+                    } else {
+                        rows_k_fill(same, &validity, t * task, fill, dst);
+                    }
                     return Ok(());
                 }
                 dst.chunks_mut(tile * k).enumerate().try_for_each(|(i, tile_out)| {
@@ -256,6 +265,43 @@ fn rows_const<const K: usize, D: Copy>(cols: &[&[D]], r0: usize, dst: &mut [D]) 
     for (r, row) in dst.chunks_exact_mut(K).enumerate() {
         for j in 0..K {
             row[j] = cols[j][r];
+        }
+    }
+}
+
+/// Rows `r0..` of `k <= 8` columns of the target type, some with validity bitmaps; a null
+/// becomes `fill`. `r0` is a multiple of 64, so each 64-row block reads one word per bitmap.
+fn rows_k_fill<D: Copy>(cols: &[&[D]], validity: &[Option<BitSlice>], r0: usize, fill: D, dst: &mut [D]) {
+    match cols.len() {
+        1 => rows_const_fill::<1, D>(cols, validity, r0, fill, dst),
+        2 => rows_const_fill::<2, D>(cols, validity, r0, fill, dst),
+        3 => rows_const_fill::<3, D>(cols, validity, r0, fill, dst),
+        4 => rows_const_fill::<4, D>(cols, validity, r0, fill, dst),
+        5 => rows_const_fill::<5, D>(cols, validity, r0, fill, dst),
+        6 => rows_const_fill::<6, D>(cols, validity, r0, fill, dst),
+        7 => rows_const_fill::<7, D>(cols, validity, r0, fill, dst),
+        8 => rows_const_fill::<8, D>(cols, validity, r0, fill, dst),
+        k => unreachable!("rows_k_fill is only called for 1..=8 columns, not {k}"),
+    }
+}
+
+fn rows_const_fill<const K: usize, D: Copy>(
+    cols: &[&[D]],
+    validity: &[Option<BitSlice>],
+    r0: usize,
+    fill: D,
+    dst: &mut [D],
+) {
+    for (b, block) in dst.chunks_mut(64 * K).enumerate() {
+        let start = r0 + 64 * b;
+        let rows = block.len() / K;
+        let src: [&[D]; K] = std::array::from_fn(|j| &cols[j][start..start + rows]);
+        // A column without a bitmap is all valid; bits past the end are never read.
+        let words: [u64; K] = std::array::from_fn(|j| validity[j].map_or(u64::MAX, |v| v.word(start)));
+        for (i, row) in block.chunks_exact_mut(K).enumerate() {
+            for j in 0..K {
+                row[j] = if words[j] >> i & 1 == 1 { src[j][i] } else { fill };
+            }
         }
     }
 }
@@ -359,13 +405,42 @@ mod tests {
             let mut out = vec![0u16; n * k];
             interleave(&cols, Order::C, None, &mut out).unwrap();
             assert!(out.iter().enumerate().all(|(at, &v)| v == data[at % k][at / k]), "k {k}");
-            // A validity of all ones takes the general path and must agree.
+            // A validity of all ones takes the fill path (the general one for k = 9) and must agree.
             let ones = vec![0xffu8; n.div_ceil(8)];
             let valid: Vec<Column> =
                 cols.iter().map(|c| c.with_validity(Some(BitSlice::new(&ones, 0, n).unwrap()))).collect();
             let mut general = vec![0u16; n * k];
             interleave(&valid, Order::C, None, &mut general).unwrap();
             assert_eq!(out, general, "k {k}");
+        }
+    }
+
+    #[test]
+    fn same_type_rows_with_nulls_take_the_fill_for_every_k_offset_and_length() {
+        // Bitmaps at a bit offset of 3, lengths around the 64-row blocks, and one matrix large
+        // enough for several parallel tasks.
+        for n in [0usize, 1, 63, 64, 65, 333, 1 << 18] {
+            let data: Vec<Vec<f32>> = (0..9).map(|j| (0..n).map(|i| (i * 9 + j) as f32).collect()).collect();
+            let bits: Vec<Vec<u8>> = (0..9)
+                .map(|j| (0..(n + 3).div_ceil(8)).map(|b| (b * 37 + j * 11) as u8 ^ 0x5a).collect())
+                .collect();
+            let valid = |j: usize, r: usize| bits[j][(r + 3) / 8] >> ((r + 3) % 8) & 1 == 1;
+            for k in 1..=9 {
+                let cols: Vec<Column> = (0..k)
+                    .map(|j| {
+                        // Every third column has no bitmap: all valid.
+                        let v = (j % 3 != 2).then(|| BitSlice::new(&bits[j], 3, n).unwrap());
+                        Column::new(&data[j][..]).with_validity(v)
+                    })
+                    .collect();
+                let mut out = vec![0f32; n * k];
+                interleave(&cols, Order::C, Some(-1.0), &mut out).unwrap();
+                for (at, &v) in out.iter().enumerate() {
+                    let (r, j) = (at / k, at % k);
+                    let want = if j % 3 == 2 || valid(j, r) { data[j][r] } else { -1.0 };
+                    assert_eq!(v, want, "n {n} k {k} row {r} column {j}");
+                }
+            }
         }
     }
 
