@@ -25,11 +25,37 @@ __all__ = ["from_dlpack", "to_dlpack"]
 
 
 def to_dlpack(obj: Any, **options: Any) -> Any:
-    """A Polars DataFrame, Series or LazyFrame as a tensor; options as ``dlframe.to_dlpack``."""
+    """A Polars DataFrame, Series or LazyFrame as a tensor; options as ``dlframe.to_dlpack``.
+
+    A Series of one chunk of numeric data without nulls shares its memory (no copy, constant
+    time); everything else goes through the Arrow stream and the fused kernels.
+    """
+    if not options and type(obj) is pl.Series:
+        view = _numeric_view(obj)
+        if view is not None:
+            return _native.tensor(view)
     if isinstance(obj, pl.LazyFrame):
         engine = options.pop("engine", "auto")
         obj = obj.collect(engine=engine)
     return _native.to_dlpack(obj, **options)
+
+
+def _numeric_view(s: pl.Series) -> Any:
+    """The Series' values as a read-only numpy view, or None.
+
+    Polars hands out this view (the one ``to_numpy`` returns without copying) when the Series is
+    one chunk of numbers without nulls; the view keeps the Series' memory alive. This skips the
+    Arrow stream, whose schema and batch setup cost more than the view (about 10x for a Series).
+    Temporal views (``M``/``m``) take the Arrow path, which knows their units.
+    """
+    try:
+        # The view is the raw values buffer, nulls included: only a Series without them qualifies.
+        view = s._s.to_numpy_view() if s._s.null_count() == 0 else None
+    except AttributeError:  # a Polars without the private methods: the Arrow path is correct too
+        return None
+    if view is None or view.dtype.kind not in "iuf":
+        return None
+    return view
 
 
 def from_dlpack(x: Any, *, name: str = "", copy: bool | None = None) -> pl.Series:

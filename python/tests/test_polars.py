@@ -44,6 +44,18 @@ def test_series_of_each_dtype_shares_memory(dtype):
     assert x.dtype == s.to_numpy().dtype
     np.testing.assert_array_equal(x, [1, 2, 3])
     assert x.ctypes.data == s.to_numpy().ctypes.data, "one chunk without nulls is shared"
+    # The Series' own view (the fast path) and the Arrow stream agree on everything but speed.
+    fast, arrow = s.to_dlpack(), dlframe._native.to_dlpack(s)
+    for attr in ("dtype", "shape", "strides", "readonly", "copied"):
+        assert getattr(fast, attr) == getattr(arrow, attr), attr
+    assert fast.readonly and not fast.copied
+
+
+def test_temporal_series_keep_their_arrow_meaning():
+    import datetime
+
+    s = pl.Series("t", [datetime.datetime(2020, 1, 1)])  # microseconds since the epoch
+    np.testing.assert_array_equal(np.from_dlpack(s.to_dlpack()), [1_577_836_800_000_000])
 
 
 def test_nulls_under_each_policy():
