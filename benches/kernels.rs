@@ -128,6 +128,25 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
+    // The same matrix from columns with 10% nulls each, filled in the same pass.
+    let valid8: Vec<Vec<u8>> = (0..8).map(|_| bitmap(rows, 10)).collect();
+    let with_nulls: Vec<Column> = cols
+        .iter()
+        .zip(&valid8)
+        .map(|(c, v)| c.with_validity(Some(BitSlice::new(v, 0, rows).expect("a bitmap"))))
+        .collect();
+    let mut g = group(c, "interleave_fill_8xf32_2M_c", rows * 8 * 4);
+    g.bench_function("memcpy", |b| b.iter(|| memcpy(&flat, &mut matrix)));
+    g.bench_function("kernel", |b| {
+        pool.install(|| {
+            b.iter(|| interleave(&with_nulls, Order::C, Some(0.0), &mut matrix).expect("interleave"))
+        })
+    });
+    g.bench_function("kernel_parallel", |b| {
+        b.iter(|| interleave(&with_nulls, Order::C, Some(0.0), &mut matrix).expect("interleave"))
+    });
+    g.finish();
+
     // Chunk concat: 100 chunks of 100K f32 into one 40 MB buffer.
     let pieces: Vec<Vec<f32>> = (0..100).map(|c| floats(100_000, 100 + c)).collect();
     let refs: Vec<&[f32]> = pieces.iter().map(|p| &p[..]).collect();

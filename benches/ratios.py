@@ -18,6 +18,7 @@ ROWS = [
     ("interleave_8xf32_2M_c", "kernel", "memcpy", 1.5, "8 f32 columns x 2M rows -> (2M, 8) C order / memcpy of 64 MB"),
     ("chunk_concat_100x100k_f32", "kernel", "memcpy", 1.2, "chunk concat, 100 x 100K f32 / memcpy of 40 MB"),
     ("interleave_8xf32_2M_c", "to_tensor", "memcpy_fresh", 1.5, "same from Arrow columns, new tensor / copy into fresh memory"),
+    ("interleave_fill_8xf32_2M_c", "kernel", "memcpy", None, "the same with 10% nulls per column, filled in the pass / memcpy (info)"),
     ("chunk_concat_100x100k_f32", "arrow_to_tensor", "memcpy_fresh", 1.2, "same from Arrow chunks, new tensor / copy into fresh memory"),
     ("null_fill_f32_10M_10pct", "kernel_parallel", "memcpy", None, "null fill on all cores / 1-thread memcpy (info)"),
     ("bool_unpack_10M", "kernel_parallel", "memcpy", None, "bool unpack on all cores / 1-thread memcpy (info)"),

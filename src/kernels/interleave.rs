@@ -211,13 +211,15 @@ pub fn interleave<D: Element>(cols: &[Column], order: Order, fill: Option<D>, ou
             let tile = (4096 / k).max(1).next_multiple_of(64);
             let task = if parallel { (ROWS_PER_TASK / k).max(1).next_multiple_of(tile) } else { n };
             try_chunks(out, task * k, parallel, |t, dst| {
-                if let Some(same) = same.as_deref() {
-                    if dense {
-                        rows_k(same, t * task, dst);
-                    } else {
-                        rows_k_fill(same, &validity, t * task, fill, dst);
+                match same.as_deref() {
+                    Some(same) if dense => return Ok(rows_k(same, t * task, dst)),
+                    Some(same) => {
+                        for (i, tile_out) in dst.chunks_mut(tile * k).enumerate() {
+                            rows_k_fill(same, &validity, t * task + i * tile, fill, tile_out);
+                        }
+                        return Ok(());
                     }
-                    return Ok(());
+                    None => {}
                 }
                 dst.chunks_mut(tile * k).enumerate().try_for_each(|(i, tile_out)| {
                     let r0 = t * task + i * tile;
@@ -270,37 +272,21 @@ fn rows_const<const K: usize, D: Copy>(cols: &[&[D]], r0: usize, dst: &mut [D]) 
 }
 
 /// Rows `r0..` of `k <= 8` columns of the target type, some with validity bitmaps; a null
-/// becomes `fill`. `r0` is a multiple of 64, so each 64-row block reads one word per bitmap.
+/// becomes `fill`. The plain row copy vectorises; the nulls are then patched one set bit at a
+/// time, so the cost above a copy grows with the number of nulls. `dst` is one cache-sized tile.
 fn rows_k_fill<D: Copy>(cols: &[&[D]], validity: &[Option<BitSlice>], r0: usize, fill: D, dst: &mut [D]) {
-    match cols.len() {
-        1 => rows_const_fill::<1, D>(cols, validity, r0, fill, dst),
-        2 => rows_const_fill::<2, D>(cols, validity, r0, fill, dst),
-        3 => rows_const_fill::<3, D>(cols, validity, r0, fill, dst),
-        4 => rows_const_fill::<4, D>(cols, validity, r0, fill, dst),
-        5 => rows_const_fill::<5, D>(cols, validity, r0, fill, dst),
-        6 => rows_const_fill::<6, D>(cols, validity, r0, fill, dst),
-        7 => rows_const_fill::<7, D>(cols, validity, r0, fill, dst),
-        8 => rows_const_fill::<8, D>(cols, validity, r0, fill, dst),
-        k => unreachable!("rows_k_fill is only called for 1..=8 columns, not {k}"),
-    }
-}
-
-fn rows_const_fill<const K: usize, D: Copy>(
-    cols: &[&[D]],
-    validity: &[Option<BitSlice>],
-    r0: usize,
-    fill: D,
-    dst: &mut [D],
-) {
-    for (b, block) in dst.chunks_mut(64 * K).enumerate() {
-        let start = r0 + 64 * b;
-        let rows = block.len() / K;
-        let src: [&[D]; K] = std::array::from_fn(|j| &cols[j][start..start + rows]);
-        // A column without a bitmap is all valid; bits past the end are never read.
-        let words: [u64; K] = std::array::from_fn(|j| validity[j].map_or(u64::MAX, |v| v.word(start)));
-        for (i, row) in block.chunks_exact_mut(K).enumerate() {
-            for j in 0..K {
-                row[j] = if words[j] >> i & 1 == 1 { src[j][i] } else { fill };
+    let k = cols.len();
+    rows_k(cols, r0, dst);
+    let rows = dst.len() / k;
+    for (j, v) in validity.iter().enumerate() {
+        let Some(v) = v else { continue };
+        let v = v.slice(r0, rows);
+        for w in (0..rows).step_by(64) {
+            let in_block = if rows - w >= 64 { u64::MAX } else { (1u64 << (rows - w)) - 1 };
+            let mut nulls = !v.word(w) & in_block;
+            while nulls != 0 {
+                dst[(w + nulls.trailing_zeros() as usize) * k + j] = fill;
+                nulls &= nulls - 1;
             }
         }
     }
