@@ -85,6 +85,14 @@ t_pl = best(lambda: df.to_numpy(order="c"), 7)
 t_np = best(lambda: np.stack([c.to_numpy() for c in tbl.columns], axis=1), 7)
 row("8 f32 x 2M -> (2M, 8) C: dlframe(polars df) / polars df.to_numpy(order='c')", t_ours_pl, t_pl, 1 / 3)
 row("8 f32 x 2M -> (2M, 8) C: dlframe(pyarrow table) / np.stack of to_numpy columns", t_ours, t_np, None)
+df_n = df.with_columns(pl.when(pl.int_range(pl.len()) % 10 == 3).then(None).otherwise(pl.col(c)).alias(c) for c in df.columns)
+t_ours_n = best(lambda: np.from_dlpack(df_n.to_dlpack(nulls="fill", fill_value=0)), 7)
+t_pl_n = best(lambda: df_n.fill_null(0).to_numpy(order="c"), 7)
+row("8 f32 x 2M, 10% nulls: df.to_dlpack(nulls='fill') / df.fill_null(0).to_numpy(order='c')", t_ours_n, t_pl_n, 1 / 3)
+if torch is not None:
+    t_torch_n = best(lambda: df_n.fill_null(0).to_torch(), 7)
+    t_ours_t = best(lambda: torch.from_dlpack(df_n.to_dlpack(nulls="fill", fill_value=0)), 7)
+    row("8 f32 x 2M, 10% nulls: torch.from_dlpack(df.to_dlpack(...)) / df.fill_null(0).to_torch()", t_ours_t, t_torch_n, 1 / 3)
 row("8 f32 x 2M -> (2M, 8) C: dlframe / numpy copy of the 64 MB", t_ours, t_copy, None)
 
 # 5. Chunked column, 100 chunks of 100K.
@@ -96,11 +104,47 @@ row("chunked 100 x 100K f32: dlframe / pyarrow ChunkedArray.to_numpy()", t_ours,
 # 6. Polars Series, zero-copy.
 s_small = pl.Series(np.arange(1_000, dtype=np.float32))
 s_big = pl.Series(np.arange(N, dtype=np.float32))
-t_small = best(lambda: np.from_dlpack(dlframe.to_dlpack(s_small)), 2000)
-t_big = best(lambda: np.from_dlpack(dlframe.to_dlpack(s_big)), 2000)
+t_small = best(lambda: np.from_dlpack(s_small.to_dlpack()), 2000)
+t_big = best(lambda: np.from_dlpack(s_big.to_dlpack()), 2000)
 t_pl = best(lambda: s_big.to_numpy(), 2000)
-row("polars series -> numpy via dlframe: 10M / 1K", t_big, t_small, 1.5)
-row("polars series -> numpy via dlframe / series.to_numpy()", t_big, t_pl, 0.5)
+t_export = best(lambda: s_big.to_dlpack(), 2000)
+t_np = best(lambda: np.from_dlpack(s_big.to_numpy()), 2000)
+row("np.from_dlpack(series.to_dlpack()): 10M / 1K", t_big, t_small, 1.5)
+row("series.to_dlpack() / series.to_numpy(), 10M f32 (both zero-copy)", t_export, t_pl, 0.5,
+    "both are Python calls that wrap the same view; see the notes below")
+row("np.from_dlpack(series.to_dlpack()) / np.from_dlpack(series.to_numpy()), 10M f32", t_big, t_np, None)
+
+# 7. DataFusion: SQL results as a matrix, 8 f32 x 2M in a registered table.
+import datafusion  # noqa: E402
+
+import dlframe.datafusion  # noqa: E402
+
+ctx = datafusion.SessionContext()
+dlframe.datafusion.register(ctx)
+ctx.register_record_batches("t", [tbl.to_batches(max_chunksize=8192)])
+cols = ", ".join(f"c{j}" for j in range(8))
+
+
+def df_builtin():
+    """What a DataFusion user does without dlframe: collect, then stack the columns."""
+    res = ctx.sql(f"SELECT {cols} FROM t").to_arrow_table()
+    return np.stack([c.to_numpy() for c in res.columns], axis=1)
+
+
+def df_make_array():
+    """DataFusion's own row-wise array, flattened."""
+    res = ctx.sql(f"SELECT make_array({cols}) AS x FROM t").to_arrow_table()
+    return res.column(0).combine_chunks().flatten().to_numpy().reshape(-1, 8)
+
+
+t_ours = best(lambda: np.from_dlpack(dlframe.to_dlpack(ctx.sql(f"SELECT to_tensor({cols}) AS x FROM t"))), 7)
+t_ours_plain = best(lambda: np.from_dlpack(dlframe.to_dlpack(ctx.sql(f"SELECT {cols} FROM t"))), 7)
+t_builtin = best(df_builtin, 7)
+t_make = best(df_make_array, 7)
+row("datafusion 8 f32 x 2M -> (2M, 8): to_dlpack(SELECT to_tensor(...)) / collect + np.stack", t_ours, t_builtin, None,
+    "two passes: the UDF writes batches, then they are joined; the next rows are one pass")
+row("datafusion 8 f32 x 2M -> (2M, 8): to_dlpack(SELECT to_tensor(...)) / make_array + flatten", t_ours, t_make, 1 / 3)
+row("datafusion 8 f32 x 2M -> (2M, 8): to_dlpack(SELECT c0..c7) / collect + np.stack", t_ours_plain, t_builtin, None)
 
 if torch is not None:
     t_ours = best(lambda: torch.from_dlpack(dlframe.to_dlpack(nulls, nulls="fill", fill_value=0)))
@@ -111,7 +155,7 @@ else:
 
 print(f"Measured {datetime.date.today()} on {platform.machine()} {platform.system()}, "
       f"{__import__('os').cpu_count()} cores; numpy {np.__version__}, pyarrow {pa.__version__}, "
-      f"polars {pl.__version__}, torch {getattr(torch, '__version__', 'absent')}.\n")
+      f"polars {pl.__version__}, datafusion {datafusion.__version__}, torch {getattr(torch, '__version__', 'absent')}.\n")
 print("| what | ratio (lower is faster for dlframe) | target | | note |")
 print("|---|---|---|---|---|")
 for r in rows:
