@@ -212,7 +212,10 @@ pub fn interleave<D: Element>(cols: &[Column], order: Order, fill: Option<D>, ou
             let task = if parallel { (ROWS_PER_TASK / k).max(1).next_multiple_of(tile) } else { n };
             try_chunks(out, task * k, parallel, |t, dst| {
                 match same.as_deref() {
-                    Some(same) if dense => return Ok(rows_k(same, t * task, dst)),
+                    Some(same) if dense => {
+                        rows_k(same, t * task, dst);
+                        return Ok(());
+                    }
                     Some(same) => {
                         for (i, tile_out) in dst.chunks_mut(tile * k).enumerate() {
                             rows_k_fill(same, &validity, t * task + i * tile, fill, tile_out);
