@@ -48,6 +48,8 @@ pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod ffi;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod interface;
 pub mod kernels;
 pub mod tensor;

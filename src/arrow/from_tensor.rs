@@ -70,8 +70,14 @@ pub fn tensor_to_column(tensor: &Tensor, name: &str) -> Result<(FieldRef, ArrayR
     };
     let meta = TensorMetadata { shape: phys, dim_names: None, permutation: permutation.map(|o| inverse(&o)) };
     let item = Arc::new(Field::new("item", values.data_type().clone(), true));
-    let cell = i32::try_from(meta.cell_size()).map_err(|_| {
-        Error::layout(format!("a cell of {} elements exceeds Arrow's list size", meta.cell_size()))
+    // An empty tensor's later dimensions are unbounded by its (zero) size, so their product
+    // is checked here.
+    let cell = meta.shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let cell = cell.and_then(|c| i32::try_from(c).ok()).ok_or_else(|| {
+        Error::layout(format!(
+            "a cell of shape {:?} exceeds Arrow's list size (i32::MAX elements)",
+            meta.shape
+        ))
     })?;
     let storage = FixedSizeListArray::try_new_with_length(item, cell, values, None, n)?;
     let field = match tensor.logical() {
@@ -151,7 +157,11 @@ fn restore_nested(
     }
     let mut array = values.clone();
     for (k, (child, size)) in levels.into_iter().enumerate().rev() {
-        let count = n * sizes[..k].iter().product::<i64>() as usize;
+        // Checked: with no rows, nested list sizes are not bounded by any buffer.
+        let count = sizes[..k]
+            .iter()
+            .try_fold(n, |acc, &d| acc.checked_mul(d as usize))
+            .ok_or_else(|| Error::layout(format!("nested list sizes {sizes:?} overflow")))?;
         array = Arc::new(FixedSizeListArray::try_new_with_length(child, size, array, None, count)?);
     }
     Ok(Some((field.clone(), array)))
