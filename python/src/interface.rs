@@ -121,29 +121,77 @@ fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Te
     let get = |k: &str| d.get_item(k).ok().flatten().filter(|v| !v.is_none());
     let shape: Vec<i64> = get("shape").ok_or_else(|| bad("missing shape"))?.extract()?;
     let typestr: String = get("typestr").ok_or_else(|| bad("missing typestr"))?.extract()?;
-    let Some(data) = get("data") else {
-        // data=None means "use the object's own buffer".
-        return from_buffer(x);
-    };
-    let data: (usize, bool) = data.extract().map_err(|_| bad("data must be a (pointer, read_only) tuple"))?;
     let strides: Option<Vec<i64>> = get("strides").map(|s| s.extract()).transpose()?;
-    let desc = ArrayInterface {
+    let mut desc = ArrayInterface {
         shape: shape.clone(),
         typestr: typestr.parse::<TypeStr>()?,
-        data,
+        data: (0, true),
         strides,
         descr: Vec::new(),
         version: 3,
         stream: None,
     };
+    let Some(data) = get("data") else {
+        // No data: the memory is the object's own buffer, from `offset`, described by the
+        // dict's shape, typestr and strides (numpy's reading).
+        let offset: usize = get("offset").map(|o| o.extract()).transpose()?.unwrap_or(0);
+        return interface_over_buffer(x, desc, offset);
+    };
+    desc.data = data.extract().map_err(|_| bad("data must be a (pointer, read_only) tuple"))?;
     let (dtype, strides) = desc.layout()?;
     let owner = Arc::new(PyOwner(x.clone().unbind()));
     // SAFETY: the exporter promises `data` stays valid while it lives (numpy's contract:
     // consumers keep the exporting object as base), and `owner` keeps it alive.
     let t = unsafe {
-        Tensor::from_raw_parts(data.0 as *mut u8, shape, Some(strides), dtype, Device::Cpu, data.1, owner)
+        Tensor::from_raw_parts(
+            desc.data.0 as *mut u8,
+            shape,
+            Some(strides),
+            dtype,
+            Device::Cpu,
+            desc.data.1,
+            owner,
+        )
     }?;
     Ok(t)
+}
+
+/// An `__array_interface__` without `data` over the object's own buffer. Here the size of the
+/// memory is known, so a layout that reaches outside it is refused before anything is read.
+fn interface_over_buffer(x: &Bound<'_, PyAny>, mut desc: ArrayInterface, offset: usize) -> Result<Tensor> {
+    let owner = get_buffer(x, ffi::PyBUF_SIMPLE)?;
+    let (buf, len, readonly) = (owner.0.buf as usize, owner.0.len as usize, owner.0.readonly != 0);
+    desc.data = (buf.wrapping_add(offset), readonly);
+    let (dtype, strides) = desc.layout()?;
+    let item = dtype.itemsize() as i128;
+    let extent = dlframe::tensor::check_layout(&desc.shape, &strides, dtype.itemsize())?;
+    let (lo, hi) =
+        (offset as i128 + extent.min as i128 * item, offset as i128 + (extent.max as i128 + 1) * item);
+    if extent.numel > 0 && (lo < 0 || hi > len as i128) {
+        return Err(PyBufferError::new_err(format!(
+            "the __array_interface__ (shape {:?}, typestr {}, offset {offset}) reaches bytes {lo}..{hi} of an \
+             object whose buffer holds {len} bytes",
+            desc.shape, desc.typestr
+        ))
+        .into());
+    }
+    let data = if extent.numel == 0 { buf as *mut u8 } else { desc.data.0 as *mut u8 };
+    // SAFETY: the layout lies inside the buffer (checked above), which stays valid until the
+    // view is released by the owner.
+    Ok(unsafe {
+        Tensor::from_raw_parts(data, desc.shape, Some(strides), dtype, Device::Cpu, readonly, Arc::new(owner))
+    }?)
+}
+
+/// A buffer view of `x` with the given PyBUF flags, released when the owner drops.
+fn get_buffer(x: &Bound<'_, PyAny>, flags: c_int) -> Result<BufferOwner> {
+    // SAFETY: a zeroed Py_buffer is the documented initial state for GetBuffer.
+    let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+    // SAFETY: GetBuffer fills `view` or sets an exception.
+    if unsafe { ffi::PyObject_GetBuffer(x.as_ptr(), &mut *view, flags) } != 0 {
+        return Err(PyErr::fetch(x.py()).into());
+    }
+    Ok(BufferOwner(view))
 }
 
 /// numpy's `PyArrayInterface`, the payload of an `__array_struct__` capsule (both directions).
@@ -258,13 +306,7 @@ impl Drop for BufferOwner {
 }
 
 fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
-    // SAFETY: a zeroed Py_buffer is the documented initial state for GetBuffer.
-    let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
-    // SAFETY: GetBuffer fills `view` or sets an exception.
-    if unsafe { ffi::PyObject_GetBuffer(x.as_ptr(), &mut *view, ffi::PyBUF_RECORDS_RO) } != 0 {
-        return Err(PyErr::fetch(x.py()).into());
-    }
-    let owner = BufferOwner(view);
+    let owner = get_buffer(x, ffi::PyBUF_RECORDS_RO)?;
     let v = &owner.0;
     let format = if v.format.is_null() {
         "B".to_string()

@@ -82,3 +82,24 @@ def test_from_array_interface_and_struct_and_buffer():  # item 16 fallbacks
     assert dlframe.from_dlpack(memoryview(buf)).to_pylist() == [1.5, 2.5]
     with pytest.raises(BufferError):
         dlframe.from_dlpack(np.zeros(2, dtype=">f4"))
+
+
+class OwnBuffer(bytearray):
+    """An exporter whose __array_interface__ has no data: its own buffer holds the memory."""
+
+    def __init__(self, data, interface):
+        super().__init__(data)
+        self.__array_interface__ = interface
+
+
+def test_interface_without_data_reads_the_objects_buffer_as_described():
+    raw = np.arange(4, dtype=np.float32).tobytes()
+    obj = OwnBuffer(raw, {"shape": (2,), "typestr": "<f4", "offset": 4, "version": 3})
+    arr = dlframe.from_dlpack(obj)
+    # The dict's shape, typestr and offset apply, not the buffer's 16 unsigned bytes.
+    assert arr.type == pa.float32()
+    assert arr.to_pylist() == [1.0, 2.0]
+    strided = OwnBuffer(raw, {"shape": (2,), "typestr": "<f4", "strides": (8,), "version": 3})
+    assert dlframe.from_dlpack(strided).to_pylist() == [0.0, 2.0]
+    with pytest.raises(BufferError, match="reaches bytes 0..20"):
+        dlframe.from_dlpack(OwnBuffer(raw, {"shape": (5,), "typestr": "<f4", "version": 3}))
