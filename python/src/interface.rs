@@ -15,10 +15,32 @@ use dlframe::{Device, Tensor};
 use crate::error::Result;
 
 /// Keeps a Python object alive from Rust; dropped without the GIL, pyo3 defers the decref.
-struct PyOwner(#[allow(dead_code)] Py<PyAny>);
+struct PyOwner(Option<Py<PyAny>>);
+
+impl PyOwner {
+    fn new(obj: &Bound<'_, PyAny>) -> Self {
+        PyOwner(Some(obj.clone().unbind()))
+    }
+}
 
 // A keep-alive only: never read, so no broken state can be observed after a panic.
 impl std::panic::RefUnwindSafe for PyOwner {}
+
+impl Drop for PyOwner {
+    fn drop(&mut self) {
+        let Some(obj) = self.0.take() else { return };
+        // SAFETY: Py_IsInitialized may be called at any time.
+        if unsafe { ffi::Py_IsInitialized() } == 0 {
+            // After interpreter shutdown nothing may be touched: leak the reference.
+            std::mem::forget(obj);
+            return;
+        }
+        // A Py dropped without an attached thread only queues its decref until pyo3's next
+        // GIL acquisition, so the exporter outlived its last Arrow array. Attaching (a no-op
+        // when this thread holds the GIL) releases it now.
+        Python::attach(move |_| drop(obj));
+    }
+}
 
 /// A tensor imported from a Python object, and the SYCL queue or context its memory belongs
 /// to when it came through `__sycl_usm_array_interface__`.
@@ -90,7 +112,7 @@ fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> 
     if ptr == 0 && shape.iter().product::<i64>() != 0 {
         return Err(bad("NULL data with elements").into());
     }
-    let owner = Arc::new((PyOwner(x.clone().unbind()), PyOwner(syclobj.clone().unbind())));
+    let owner = Arc::new((PyOwner::new(x), PyOwner(Some(syclobj.clone().unbind()))));
     // SAFETY: host-readable USM (checked through dpctl) that stays valid while the exporter and
     // its queue or context live; the owner keeps both. The layout is checked by from_raw_parts.
     let tensor = unsafe {
@@ -139,7 +161,7 @@ fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Te
     };
     desc.data = data.extract().map_err(|_| bad("data must be a (pointer, read_only) tuple"))?;
     let (dtype, strides) = desc.layout()?;
-    let owner = Arc::new(PyOwner(x.clone().unbind()));
+    let owner = Arc::new(PyOwner::new(x));
     // SAFETY: the exporter promises `data` stays valid while it lives (numpy's contract:
     // consumers keep the exporting object as base), and `owner` keeps it alive.
     let t = unsafe {
@@ -252,6 +274,9 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
         return Err(PyBufferError::new_err("__array_struct__ data is byte-swapped; byteswap it first").into());
     }
     let nd = s.nd as usize;
+    if nd > dlframe::tensor::MAX_NDIM {
+        return Err(bad(&format!("nd {nd} exceeds the limit of {}", dlframe::tensor::MAX_NDIM)).into());
+    }
     if nd > 0 && s.shape.is_null() {
         return Err(bad("NULL shape").into());
     }
@@ -275,7 +300,7 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
         Some(v)
     };
     let readonly = s.flags & NPY_WRITEABLE == 0;
-    let owner = Arc::new((PyOwner(x.clone().unbind()), PyOwner(cap.clone().into_any().unbind())));
+    let owner = Arc::new((PyOwner::new(x), PyOwner::new(cap.as_any())));
     // SAFETY: the struct's memory stays valid while the exporter and the capsule live, and the
     // owner keeps both.
     Ok(unsafe {

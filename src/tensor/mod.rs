@@ -103,6 +103,18 @@ impl Tensor {
         if data.is_null() && extent.numel > 0 {
             return Err(Error::layout(format!("NULL data pointer for {} elements", extent.numel)));
         }
+        if extent.numel > 0 {
+            // Checked in i128: a descriptor whose strides walk from `data` past either end of
+            // the address space would make every pointer computed from it wrap.
+            let (addr, item) = (data as usize as i128, dtype.itemsize() as i128);
+            let (low, high) = (addr + extent.min as i128 * item, addr + (extent.max as i128 + 1) * item);
+            if low < 0 || high > usize::MAX as i128 {
+                return Err(Error::layout(format!(
+                    "the tensor at {data:p} with shape {shape:?} and strides {strides:?} reaches outside \
+                     the address space"
+                )));
+            }
+        }
         Ok(Tensor {
             data,
             shape,
@@ -363,6 +375,31 @@ impl fmt::Debug for Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layouts_that_wrap_around_the_address_space_are_refused() {
+        let make = |addr: usize, shape: Vec<i64>, strides: Vec<i64>| {
+            // SAFETY: every layout here is refused before a tensor exists; none is read.
+            unsafe {
+                Tensor::from_raw_parts(
+                    addr as *mut u8,
+                    shape,
+                    Some(strides),
+                    DType::Float64,
+                    Device::Cpu,
+                    true,
+                    Arc::new(()),
+                )
+            }
+        };
+        // Below address 0, and past usize::MAX, with spans that fit isize.
+        assert!(make(0x1000, vec![2], vec![-(1 << 40)]).is_err());
+        assert!(make(usize::MAX - 0x1000, vec![2], vec![1 << 40]).is_err());
+        assert!(make(usize::MAX - 16, vec![2], vec![1]).is_ok());
+        assert!(make(usize::MAX - 16, vec![3], vec![1]).is_err());
+        // Empty tensors reach nothing.
+        assert!(make(usize::MAX, vec![0, 5], vec![1 << 40, 1]).is_ok());
+    }
 
     #[test]
     fn from_buffer_refuses_views_outside_the_buffer() {
