@@ -292,6 +292,7 @@ fn name_column(e: Error, field: &FieldRef) -> Error {
 /// shape otherwise; plus the strides of the cell when the column is a permuted tensor.
 pub(crate) fn cell_layout(field: &FieldRef) -> Result<(Vec<i64>, Option<Vec<i64>>)> {
     if let Some(meta) = TensorMetadata::from_field(field)? {
+        super::to_tensor::check_extension_storage(field, field.data_type(), &meta)?;
         return Ok((meta.logical_shape(), Some(meta.logical_strides())));
     }
     let mut dims = Vec::new();
@@ -452,12 +453,19 @@ fn concat_plain(chunks: &[ArrayRef], dtype: DType, out: &mut [u8]) -> Result<()>
     let item = dtype.itemsize();
     let leaves: Vec<ArrayData> = chunks.iter().map(|c| leaf_of(c.as_ref()).0.to_data()).collect();
     let mut pieces = Vec::with_capacity(leaves.len());
+    let out_len = out.len();
     let mut rest = out;
     for data in &leaves {
         let bytes = data.buffers()[0].as_slice();
         let src = bytes.get(data.offset() * item..(data.offset() + data.len()) * item).ok_or_else(|| {
             Error::layout(format!("a chunk of {} values has a buffer of {} bytes", data.len(), bytes.len()))
         })?;
+        if src.len() > rest.len() {
+            return Err(Error::layout(format!(
+                "the chunks hold more values than the {}-element output",
+                out_len / item.max(1)
+            )));
+        }
         let (dst, tail) = std::mem::take(&mut rest).split_at_mut(src.len());
         pieces.push((src, dst));
         rest = tail;

@@ -56,20 +56,30 @@ pub fn column_to_tensor(field: &FieldRef, array: &dyn Array) -> Result<Tensor> {
     Ok(tensor.with_logical(Some(field.clone())))
 }
 
-fn extension_tensor(field: &Field, array: &dyn Array, meta: &TensorMetadata) -> Result<Tensor> {
-    let storage_ok = matches!(array.data_type(), DataType::FixedSizeList(child, size)
+/// Checks that a `fixed_shape_tensor` column's storage is a FixedSizeList of exactly the
+/// metadata's cell size of scalars; every path that trusts the metadata's shape calls this.
+pub(crate) fn check_extension_storage(
+    field: &Field,
+    storage: &DataType,
+    meta: &TensorMetadata,
+) -> Result<()> {
+    let storage_ok = matches!(storage, DataType::FixedSizeList(child, size)
         if *size as usize == meta.cell_size() && !matches!(child.data_type(), DataType::FixedSizeList(..)));
     if !storage_ok {
         return Err(Error::InvalidExtensionMetadata {
             json: meta.to_json(),
             reason: format!(
-                "column '{}' stores {}, not a FixedSizeList of {} scalars",
+                "column '{}' stores {storage}, not a FixedSizeList of {} scalars",
                 field.name(),
-                array.data_type(),
                 meta.cell_size()
             ),
         });
     }
+    Ok(())
+}
+
+fn extension_tensor(field: &Field, array: &dyn Array, meta: &TensorMetadata) -> Result<Tensor> {
+    check_extension_storage(field, array.data_type(), meta)?;
     let mut dims = vec![array.len() as i64];
     let leaf = descend(field.name(), array, &mut dims)?;
     let mut shape = vec![array.len() as i64];
