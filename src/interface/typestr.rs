@@ -182,8 +182,15 @@ impl FromStr for TypeStr {
             return Err(bad("the item size must be decimal digits"));
         }
         let itemsize = size.parse().map_err(|_| bad("the item size overflows"))?;
-        if unit.as_deref().is_some_and(|u| u.is_empty() || !u.bytes().all(|b| b.is_ascii_alphanumeric())) {
-            return Err(bad("bad datetime unit"));
+        if let Some(u) = unit.as_deref() {
+            // numpy's units, optionally with a multiple ("10s"); anything else is refused
+            // rather than read as bare int64 counts.
+            let base = u.trim_start_matches(|c: char| c.is_ascii_digit());
+            const UNITS: [&str; 14] =
+                ["Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as", "generic"];
+            if !UNITS.contains(&base) {
+                return Err(bad("unknown datetime unit (numpy's are Y M W D h m s ms us ns ps fs as)"));
+            }
         }
         Ok(TypeStr { order, kind, itemsize, unit })
     }
@@ -232,9 +239,21 @@ mod tests {
 
     #[test]
     fn malformed_or_unsupported_typestrs_are_errors() {
-        for bad in
-            ["", "<", "f4", "<x4", "<f", "<f4x", "<i4[ns]", "<M8[ns", "<M8[]", "<f99999999999999999999999"]
-        {
+        for bad in [
+            "",
+            "<",
+            "f4",
+            "<x4",
+            "<f",
+            "<f4x",
+            "<i4[ns]",
+            "<M8[ns",
+            "<M8[]",
+            "<M8[xx]",
+            "<m8[abc]",
+            "<M8[10]",
+            "<f99999999999999999999999",
+        ] {
             assert!(bad.parse::<TypeStr>().is_err(), "{bad}");
         }
         for unsupported in [">f4", "<c8", "|S5", "<f3", "|V8"] {
@@ -242,5 +261,8 @@ mod tests {
             assert!(t.to_dtype().is_err(), "{unsupported}");
         }
         assert!(serde_json::from_str::<TypeStr>("\"nope\"").is_err());
+        for known in ["<M8[D]", "<m8[10s]", "<M8[generic]"] {
+            assert!(known.parse::<TypeStr>().is_ok(), "{known}");
+        }
     }
 }
