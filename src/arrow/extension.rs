@@ -41,7 +41,12 @@ impl TensorMetadata {
     /// wrong length, or a `permutation` that is not one.
     pub fn parse(json: &str) -> Result<Self> {
         let bad = |reason: String| Error::InvalidExtensionMetadata { json: json.to_string(), reason };
-        let meta: TensorMetadata = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
+        // serde reads a struct from a JSON array by position too; the format is an object.
+        let value: serde_json::Value = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
+        if !value.is_object() {
+            return Err(bad("the metadata must be a JSON object".into()));
+        }
+        let meta: TensorMetadata = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
         meta.validate().map_err(bad)?;
         Ok(meta)
     }
@@ -152,6 +157,7 @@ mod tests {
             r#"{"shape":[2,3],"dim_names":["a"]}"#,
             r#"{"shape":[18446744073709551615,4]}"#,
             r#"{"shape":[-1]}"#,
+            r#"[[2, 3], null, [1, 0]]"#,
         ] {
             let e = TensorMetadata::parse(bad).unwrap_err();
             assert!(matches!(e, Error::InvalidExtensionMetadata { .. }), "{bad}: {e}");
