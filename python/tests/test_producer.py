@@ -12,6 +12,7 @@ import pytest
 
 import dlframe
 from conftest import optional
+from fakes import DLManagedTensor, DLManagedTensorVersioned
 
 INT_FLOAT = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
 
@@ -34,39 +35,6 @@ def test_dlpack_device_is_cpu():  # item 2
     assert t.device == "cpu"
 
 
-class DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device_type", ctypes.c_int32),
-        ("device_id", ctypes.c_int32),
-        ("ndim", ctypes.c_int32),
-        ("code", ctypes.c_uint8),
-        ("bits", ctypes.c_uint8),
-        ("lanes", ctypes.c_uint16),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class Versioned(ctypes.Structure):
-    _fields_ = [
-        ("version", DLPackVersion),
-        ("manager_ctx", ctypes.c_void_p),
-        ("deleter", ctypes.c_void_p),
-        ("flags", ctypes.c_uint64),
-        ("dl_tensor", DLTensor),
-    ]
-
-
-class Legacy(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
-
-
 capsule_name = ctypes.pythonapi.PyCapsule_GetName
 capsule_name.restype = ctypes.c_char_p
 capsule_name.argtypes = [ctypes.py_object]
@@ -75,11 +43,16 @@ capsule_ptr.restype = ctypes.c_void_p
 capsule_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
+def ints(ptr):
+    """An int64 array behind a void pointer of the DLPack structs."""
+    return ctypes.cast(ptr, ctypes.POINTER(ctypes.c_int64))
+
+
 def peek(cap):
     """The capsule's name and managed struct; the caller keeps `cap` alive while reading."""
     name = capsule_name(cap)
     ptr = capsule_ptr(cap, name)
-    struct = Versioned if name == b"dltensor_versioned" else Legacy
+    struct = DLManagedTensorVersioned if name == b"dltensor_versioned" else DLManagedTensor
     return name, struct.from_address(ptr)
 
 
@@ -133,12 +106,12 @@ def test_strides_explicit_offset_folded():  # items 6, 7
     cap = dlframe.to_dlpack(arr).__dlpack__(max_version=(1, 3))
     _, m = peek(cap)
     assert m.dl_tensor.ndim == 1 and m.dl_tensor.byte_offset == 0
-    assert m.dl_tensor.strides[0] == 1 and m.dl_tensor.shape[0] == 20
+    assert ints(m.dl_tensor.strides)[0] == 1 and ints(m.dl_tensor.shape)[0] == 20
     assert np.from_dlpack(dlframe.to_dlpack(arr))[0] == 7
     empty = dlframe.to_dlpack(pa.array([], pa.float32()))
     cap = empty.__dlpack__(max_version=(1, 3))
     _, m = peek(cap)
-    assert m.dl_tensor.data is None and m.dl_tensor.shape[0] == 0 and bool(m.dl_tensor.strides)
+    assert m.dl_tensor.data is None and ints(m.dl_tensor.shape)[0] == 0 and bool(m.dl_tensor.strides)
     assert np.from_dlpack(empty).shape == (0,)
     assert jax.dlpack.from_dlpack(empty).shape == (0,)
 
@@ -172,7 +145,7 @@ def test_bool_unpacks_with_is_copied():  # item 8
     assert t.dtype == "bool" and t.copied
     cap = t.__dlpack__(max_version=(1, 3))
     _, m = peek(cap)
-    assert (m.dl_tensor.code, m.dl_tensor.bits, m.flags) == (6, 8, 2)
+    assert (m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits, m.flags) == (6, 8, 2)
     np.testing.assert_array_equal(np.from_dlpack(t), [True, False, True, True, False])
     with pytest.raises(BufferError, match="bit-pack"):
         dlframe.to_dlpack(arr, copy=False)
