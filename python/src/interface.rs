@@ -175,7 +175,16 @@ fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Te
             owner,
         )
     }?;
-    Ok(t)
+    Ok(with_unit(t, &desc.typestr))
+}
+
+/// Keeps a datetime typestr's unit as the tensor's logical Arrow type (`<M8[ns]` becomes a
+/// timestamp[ns] column, not bare int64 counts).
+fn with_unit(t: Tensor, typestr: &TypeStr) -> Tensor {
+    match typestr.arrow_logical() {
+        Some(dt) => t.with_logical(Some(Arc::new(arrow_schema::Field::new("", dt, false)))),
+        None => t,
+    }
 }
 
 /// An `__array_interface__` without `data` over the object's own buffer. Here the size of the
@@ -200,9 +209,10 @@ fn interface_over_buffer(x: &Bound<'_, PyAny>, mut desc: ArrayInterface, offset:
     let data = if extent.numel == 0 { buf as *mut u8 } else { desc.data.0 as *mut u8 };
     // SAFETY: the layout lies inside the buffer (checked above), which stays valid until the
     // view is released by the owner.
-    Ok(unsafe {
+    let t = unsafe {
         Tensor::from_raw_parts(data, desc.shape, Some(strides), dtype, Device::Cpu, readonly, Arc::new(owner))
-    }?)
+    }?;
+    Ok(with_unit(t, &desc.typestr))
 }
 
 /// A buffer view of `x` with the given PyBUF flags, released when the owner drops.

@@ -103,3 +103,22 @@ def test_interface_without_data_reads_the_objects_buffer_as_described():
     assert dlframe.from_dlpack(strided).to_pylist() == [0.0, 2.0]
     with pytest.raises(BufferError, match="reaches bytes 0..20"):
         dlframe.from_dlpack(OwnBuffer(raw, {"shape": (5,), "typestr": "<f4", "version": 3}))
+
+
+class Iface:
+    """An exporter through __array_interface__ alone, keeping `keep` alive."""
+
+    def __init__(self, interface, keep):
+        self.__array_interface__ = interface
+        self.keep = keep
+
+
+def test_datetime_interfaces_keep_their_unit():
+    for unit in ("s", "ms", "us", "ns"):
+        src = np.array([1, 2], dtype=f"M8[{unit}]")
+        arr = dlframe.from_dlpack(Iface(src.__array_interface__, src))
+        assert arr.type == pa.timestamp(unit)
+        assert arr.cast(pa.int64()).to_pylist() == [1, 2]
+    # Units Arrow has no timestamp for stay int64 counts.
+    days = np.array([1, 2], dtype="M8[D]")
+    assert dlframe.from_dlpack(Iface(days.__array_interface__, days)).type == pa.int64()
