@@ -192,8 +192,7 @@ fn within(t: &Tensor, arena: &std::ops::Range<usize>) -> bool {
     if extent.numel == 0 {
         return true;
     }
-    let base = t.data_ptr() as i128;
-    let (lo, hi) = (base + extent.min as i128 * item as i128, base + (extent.max as i128 + 1) * item as i128);
+    let (lo, hi) = extent.byte_bounds(t.data_ptr() as usize as i128, item);
     lo >= arena.start as i128 && hi <= arena.end as i128
 }
 

@@ -112,7 +112,7 @@ fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> 
     if ptr == 0 && shape.iter().product::<i64>() != 0 {
         return Err(bad("NULL data with elements").into());
     }
-    let owner = Arc::new((PyOwner::new(x), PyOwner(Some(syclobj.clone().unbind()))));
+    let owner = Arc::new((PyOwner::new(x), PyOwner::new(&syclobj)));
     // SAFETY: host-readable USM (checked through dpctl) that stays valid while the exporter and
     // its queue or context live; the owner keeps both. The layout is checked by from_raw_parts.
     let tensor = unsafe {
@@ -194,10 +194,8 @@ fn interface_over_buffer(x: &Bound<'_, PyAny>, mut desc: ArrayInterface, offset:
     let (buf, len, readonly) = (owner.0.buf as usize, owner.0.len as usize, owner.0.readonly != 0);
     desc.data = (buf.wrapping_add(offset), readonly);
     let (dtype, strides) = desc.layout()?;
-    let item = dtype.itemsize() as i128;
     let extent = dlframe::tensor::check_layout(&desc.shape, &strides, dtype.itemsize())?;
-    let (lo, hi) =
-        (offset as i128 + extent.min as i128 * item, offset as i128 + (extent.max as i128 + 1) * item);
+    let (lo, hi) = extent.byte_bounds(offset as i128, dtype.itemsize());
     if extent.numel > 0 && (lo < 0 || hi > len as i128) {
         return Err(PyBufferError::new_err(format!(
             "the __array_interface__ (shape {:?}, typestr {}, offset {offset}) reaches bytes {lo}..{hi} of an \

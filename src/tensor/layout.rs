@@ -23,6 +23,14 @@ impl Extent {
     pub fn span_bytes(&self, itemsize: usize) -> usize {
         if self.numel == 0 { 0 } else { (self.max - self.min + 1) as usize * itemsize }
     }
+
+    /// The byte range `[low, high)` the elements occupy when element `[0, ..., 0]` is at byte
+    /// `base`, in i128 so that no address or offset arithmetic can wrap. Meaningful only for a
+    /// non-empty layout.
+    pub fn byte_bounds(&self, base: i128, itemsize: usize) -> (i128, i128) {
+        let item = itemsize as i128;
+        (base + self.min as i128 * item, base + (self.max as i128 + 1) * item)
+    }
 }
 
 /// Row-major (C order) strides in elements for `shape`.

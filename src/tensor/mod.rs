@@ -106,8 +106,7 @@ impl Tensor {
         if extent.numel > 0 {
             // Checked in i128: a descriptor whose strides walk from `data` past either end of
             // the address space would make every pointer computed from it wrap.
-            let (addr, item) = (data as usize as i128, dtype.itemsize() as i128);
-            let (low, high) = (addr + extent.min as i128 * item, addr + (extent.max as i128 + 1) * item);
+            let (low, high) = extent.byte_bounds(data as usize as i128, dtype.itemsize());
             if low < 0 || high > usize::MAX as i128 {
                 return Err(Error::layout(format!(
                     "the tensor at {data:p} with shape {shape:?} and strides {strides:?} reaches outside \
@@ -143,13 +142,11 @@ impl Tensor {
     ) -> Result<Self> {
         let strides = strides.unwrap_or_else(|| c_strides(&shape));
         let extent = check_layout(&shape, &strides, dtype.itemsize())?;
-        let item = dtype.itemsize() as i64;
-        let low = (byte_offset as i64).checked_add(extent.min * item);
-        let high = (byte_offset as i64).checked_add((extent.max + 1) * item);
-        let inside = match (low, high) {
-            _ if extent.numel == 0 => byte_offset <= buffer.len(),
-            (Some(lo), Some(hi)) => lo >= 0 && hi as usize <= buffer.len(),
-            _ => false,
+        let (low, high) = extent.byte_bounds(byte_offset as i128, dtype.itemsize());
+        let inside = if extent.numel == 0 {
+            byte_offset <= buffer.len()
+        } else {
+            low >= 0 && high <= buffer.len() as i128
         };
         if !inside {
             return Err(Error::layout(format!(
