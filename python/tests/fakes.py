@@ -76,19 +76,11 @@ IS_COPIED = 1 << 1
 IS_SUBBYTE_TYPE_PADDED = 1 << 2
 
 #: (code, bits) -> numpy dtype, for the DLPack dtypes dlframe reads (lanes=1).
+_DL_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
 DL_DTYPES = {
-    (0, 8): np.dtype("int8"),
-    (0, 16): np.dtype("int16"),
-    (0, 32): np.dtype("int32"),
-    (0, 64): np.dtype("int64"),
-    (1, 8): np.dtype("uint8"),
-    (1, 16): np.dtype("uint16"),
-    (1, 32): np.dtype("uint32"),
-    (1, 64): np.dtype("uint64"),
-    (2, 16): np.dtype("float16"),
-    (2, 32): np.dtype("float32"),
-    (2, 64): np.dtype("float64"),
-    (6, 8): np.dtype("bool"),
+    (_DL_CODES[d.kind], d.itemsize * 8): d
+    for d in map(np.dtype, ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                            "float16", "float32", "float64", "bool"])
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -321,6 +313,15 @@ class Interface:
     def __init__(self, value, keep=None):
         self.__array_interface__ = value
         self._keep = keep
+
+
+class OwnBuffer(bytearray):
+    """Bytes whose ``__array_interface__`` has no ``data`` key: by the spec, the memory is the
+    object's own buffer, described by the dict's shape, typestr, strides and offset."""
+
+    def __init__(self, data, interface):
+        super().__init__(data)
+        self.__array_interface__ = interface
 
 
 class PyArrayInterface(ctypes.Structure):

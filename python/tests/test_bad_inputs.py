@@ -10,23 +10,9 @@ import pyarrow as pa
 import pytest
 
 import dlframe
+import fakes
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
-
-
-class Iface:
-    """An object whose __array_interface__ is the given dict."""
-
-    def __init__(self, d):
-        self.__array_interface__ = d
-
-
-class WithBuffer(bytearray):
-    """A bytearray whose __array_interface__ has no data key: the memory is its own buffer."""
-
-    def __init__(self, data, d):
-        super().__init__(data)
-        self.__array_interface__ = d
 
 
 def tensor_type(metadata, width):
@@ -52,7 +38,7 @@ def rows():
 @pytest.mark.parametrize("expr,exc,message", rows(), ids=[r[0][:60] for r in rows()])
 def test_readme_bad_input_row(expr, exc, message):
     buf = np.zeros(16, np.float32)
-    namespace = dict(np=np, pa=pa, pl=pl, json=json, dlframe=dlframe, Iface=Iface, WithBuffer=WithBuffer, buf=buf, tensor_type=tensor_type)
+    namespace = dict(np=np, pa=pa, pl=pl, json=json, dlframe=dlframe, Iface=fakes.Interface, WithBuffer=fakes.OwnBuffer, buf=buf, tensor_type=tensor_type)
     with pytest.raises(Exception) as info:
         eval(expr, namespace)
     assert type(info.value).__name__ == exc, f"{expr} raised {type(info.value).__name__}: {info.value}"

@@ -834,20 +834,8 @@ def test_datetime_typestr_with_unknown_unit_is_refused():
 # ---------------------------------------------------------------------------------------------
 # 6. __array_struct__ capsules
 
-STRUCT_KINDS = {
-    "bool": (b"b", 1),
-    "int8": (b"i", 1),
-    "int16": (b"i", 2),
-    "int32": (b"i", 4),
-    "int64": (b"i", 8),
-    "uint8": (b"u", 1),
-    "uint16": (b"u", 2),
-    "uint32": (b"u", 4),
-    "uint64": (b"u", 8),
-    "float16": (b"f", 2),
-    "float32": (b"f", 4),
-    "float64": (b"f", 8),
-}
+#: numpy name -> (typekind, itemsize) of the __array_struct__ kinds dlframe reads.
+STRUCT_KINDS = {d.name: (d.kind.encode(), d.itemsize) for d in fakes.DL_DTYPES.values()}
 
 
 @st.composite

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 import dlframe
+import fakes
 
 
 def test_array_interface_dict():  # item 24
@@ -84,41 +85,25 @@ def test_from_array_interface_and_struct_and_buffer():  # item 16 fallbacks
         dlframe.from_dlpack(np.zeros(2, dtype=">f4"))
 
 
-class OwnBuffer(bytearray):
-    """An exporter whose __array_interface__ has no data: its own buffer holds the memory."""
-
-    def __init__(self, data, interface):
-        super().__init__(data)
-        self.__array_interface__ = interface
-
-
 def test_interface_without_data_reads_the_objects_buffer_as_described():
     raw = np.arange(4, dtype=np.float32).tobytes()
-    obj = OwnBuffer(raw, {"shape": (2,), "typestr": "<f4", "offset": 4, "version": 3})
+    obj = fakes.OwnBuffer(raw, {"shape": (2,), "typestr": "<f4", "offset": 4, "version": 3})
     arr = dlframe.from_dlpack(obj)
     # The dict's shape, typestr and offset apply, not the buffer's 16 unsigned bytes.
     assert arr.type == pa.float32()
     assert arr.to_pylist() == [1.0, 2.0]
-    strided = OwnBuffer(raw, {"shape": (2,), "typestr": "<f4", "strides": (8,), "version": 3})
+    strided = fakes.OwnBuffer(raw, {"shape": (2,), "typestr": "<f4", "strides": (8,), "version": 3})
     assert dlframe.from_dlpack(strided).to_pylist() == [0.0, 2.0]
     with pytest.raises(BufferError, match="reaches bytes 0..20"):
-        dlframe.from_dlpack(OwnBuffer(raw, {"shape": (5,), "typestr": "<f4", "version": 3}))
-
-
-class Iface:
-    """An exporter through __array_interface__ alone, keeping `keep` alive."""
-
-    def __init__(self, interface, keep):
-        self.__array_interface__ = interface
-        self.keep = keep
+        dlframe.from_dlpack(fakes.OwnBuffer(raw, {"shape": (5,), "typestr": "<f4", "version": 3}))
 
 
 def test_datetime_interfaces_keep_their_unit():
     for unit in ("s", "ms", "us", "ns"):
         src = np.array([1, 2], dtype=f"M8[{unit}]")
-        arr = dlframe.from_dlpack(Iface(src.__array_interface__, src))
+        arr = dlframe.from_dlpack(fakes.Interface(src.__array_interface__, src))
         assert arr.type == pa.timestamp(unit)
         assert arr.cast(pa.int64()).to_pylist() == [1, 2]
     # Units Arrow has no timestamp for stay int64 counts.
     days = np.array([1, 2], dtype="M8[D]")
-    assert dlframe.from_dlpack(Iface(days.__array_interface__, days)).type == pa.int64()
+    assert dlframe.from_dlpack(fakes.Interface(days.__array_interface__, days)).type == pa.int64()
