@@ -201,20 +201,43 @@ pub fn columns_to_tensor(
         None => kernels::common_dtype(&dtypes),
     };
     check_nan_policy(opts.nulls, target)?;
+    if let (DType::Bool, Some((f, dt))) =
+        (target, fields.iter().zip(&dtypes).find(|(_, d)| **d != DType::Bool))
+    {
+        return Err(Error::InvalidArgument(format!(
+            "column '{}' is {dt}, which dlframe does not cast to bool; compare it instead (x != 0)",
+            f.name()
+        )));
+    }
     let shape = vec![n as i64, k as i64];
     let strides = match opts.order {
         Order::C => c_strides(&shape),
         Order::F => vec![1, n as i64],
     };
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
-    let mut out = Output::new(target, n * k)?;
+    // Bools are written as their 0/1 bytes: into u8 storage labelled bool when every column is
+    // bool, or cast like any u8 column (numpy's True -> 1) when they join numbers.
+    let (storage, fill) = match target {
+        DType::Bool => (DType::UInt8, Some(Scalar::Int(bool_fill(opts.nulls)?.into()))),
+        t => (t, fill_for(opts.nulls)),
+    };
+    let mut out = Output::new(storage, n * k)?;
     for_segments(columns, |start, end, slices| {
+        // A bool column of the segment is unpacked to bytes first (one pass over its bits).
+        let bytes = slices
+            .iter()
+            .map(|a| (a.data_type() == &DataType::Boolean).then(|| bool_bytes(a.as_ref())).transpose())
+            .collect::<Result<Vec<_>>>()?;
         let cols = slices
             .iter()
+            .zip(&bytes)
             .zip(&names)
-            .map(|(a, name)| column_ref(a.as_ref(), name))
+            .map(|((a, unpacked), name)| match unpacked {
+                Some(b) => Ok(Column { values: ColumnRef::U8(b), validity: validity_of(a.as_ref())?, name }),
+                None => column_ref(a.as_ref(), name),
+            })
             .collect::<Result<Vec<_>>>()?;
-        out.write_rows(&cols, opts.order, fill_for(opts.nulls), n, start, end)
+        out.write_rows(&cols, opts.order, fill, n, start, end)
     })?;
     let values = out.into_tensor(target, shape.clone(), strides.clone())?;
     let has_nulls = columns.iter().flatten().any(|c| c.null_count() > 0);
@@ -523,11 +546,37 @@ fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
             )));
         }
     };
-    let validity = match array.nulls() {
-        Some(n) if n.null_count() > 0 => Some(BitSlice::new(n.validity(), n.offset(), n.len())?),
-        _ => None,
-    };
-    Ok(Column { values, validity, name })
+    Ok(Column { values, validity: validity_of(array)?, name })
+}
+
+/// The validity bits of `array`, or None when it has no nulls.
+fn validity_of(array: &dyn Array) -> Result<Option<BitSlice<'_>>> {
+    match array.nulls() {
+        Some(n) if n.null_count() > 0 => Ok(Some(BitSlice::new(n.validity(), n.offset(), n.len())?)),
+        _ => Ok(None),
+    }
+}
+
+/// A BooleanArray's values as 0/1 bytes (its validity is read separately; copies).
+fn bool_bytes(array: &dyn Array) -> Result<Vec<u8>> {
+    let data = array.to_data();
+    let mut v = vec![0u8; array.len()];
+    kernels::unpack_bits(BitSlice::new(data.buffers()[0].as_slice(), data.offset(), data.len())?, &mut v);
+    Ok(v)
+}
+
+/// The byte a null becomes in a bool tensor: only a bool, 0 or 1 fills one.
+fn bool_fill(nulls: NullPolicy) -> Result<u8> {
+    match fill_for(nulls) {
+        Some(Scalar::Bool(b)) => Ok(b as u8),
+        Some(Scalar::Int(i @ (0 | 1))) => Ok(i as u8),
+        Some(other) => Err(Error::ValueOutOfRange {
+            value: format!("{other:?}"),
+            place: "(fill_value)".into(),
+            target: "bool".into(),
+        }),
+        None => Ok(0),
+    }
 }
 
 /// A values buffer of `array` as `&[T]` for as long as `array` is borrowed, refusing
@@ -673,18 +722,7 @@ impl Output {
         let data = array.to_data();
         let values = BitSlice::new(data.buffers()[0].as_slice(), data.offset(), data.len())?;
         let validity = data.nulls().map(|n| BitSlice::new(n.validity(), n.offset(), n.len())).transpose()?;
-        let fill = match fill_for(nulls) {
-            Some(Scalar::Bool(b)) => b as u8,
-            Some(Scalar::Int(i @ (0 | 1))) => i as u8,
-            Some(other) => {
-                return Err(Error::ValueOutOfRange {
-                    value: format!("{other:?}"),
-                    place: "(fill_value)".into(),
-                    target: "bool".into(),
-                });
-            }
-            None => 0,
-        };
+        let fill = bool_fill(nulls)?;
         kernels::unpack_bits_fill(values, validity, fill, &mut self.buf.as_mut_slice()[range])
     }
 
@@ -711,5 +749,60 @@ pub(crate) fn fill_for(nulls: NullPolicy) -> Option<Scalar> {
         NullPolicy::Fill(s) => Some(s),
         NullPolicy::Nan => Some(Scalar::Float(f64::NAN)),
         NullPolicy::Mask | NullPolicy::Error => Some(Scalar::Int(0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::{BooleanArray, Int16Array};
+    use arrow_schema::Field;
+
+    use super::*;
+
+    fn field(name: &str, dt: DataType) -> FieldRef {
+        Arc::new(Field::new(name, dt, true))
+    }
+
+    fn matrix(cols: Vec<(FieldRef, Vec<ArrayRef>)>, opts: &ExportOptions) -> Result<Tensor> {
+        let (fields, chunks): (Vec<_>, Vec<_>) = cols.into_iter().unzip();
+        columns_to_tensor(&fields, &chunks, opts).map(|c| c.values)
+    }
+
+    #[test]
+    fn bool_columns_stack_as_bool_or_join_numbers_as_zero_and_one() {
+        let p: ArrayRef = Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)]));
+        // Two chunks, so the segments split the bits at an offset that is not a byte boundary.
+        let q1: ArrayRef = Arc::new(BooleanArray::from(vec![true]));
+        let q2: ArrayRef = Arc::new(BooleanArray::from(vec![false, true]));
+        let bools = || {
+            vec![
+                (field("p", DataType::Boolean), vec![p.clone()]),
+                (field("q", DataType::Boolean), vec![q1.clone(), q2.clone()]),
+            ]
+        };
+        let err = matrix(bools(), &ExportOptions::default()).unwrap_err();
+        assert!(matches!(err, Error::Nulls { null_count: 1, .. }), "{err}");
+        let fill_true = ExportOptions { nulls: NullPolicy::Fill(Scalar::Bool(true)), ..Default::default() };
+        let t = matrix(bools(), &fill_true).unwrap();
+        assert_eq!((t.dtype(), t.shape()), (DType::Bool, &[3i64, 2][..]));
+        assert_eq!(t.as_slice::<bool>().unwrap(), &[true, true, true, false, false, true]);
+        let bad_fill = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(7)), ..Default::default() };
+        assert!(matches!(matrix(bools(), &bad_fill), Err(Error::ValueOutOfRange { .. })));
+
+        let r: ArrayRef = Arc::new(Int16Array::from(vec![-5, 300, 7]));
+        let mut mixed = bools();
+        mixed.push((field("r", DataType::Int16), vec![r]));
+        let zero =
+            ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(-1)), order: Order::F, ..Default::default() };
+        let t = matrix(mixed.clone(), &zero).unwrap();
+        assert_eq!((t.dtype(), t.strides()), (DType::Int16, &[1i64, 3][..]));
+        assert_eq!(
+            kernels::contiguous_copy(&t).unwrap().as_slice::<i16>().unwrap(),
+            &[1, 1, -5, -1, 0, 300, 0, 1, 7]
+        );
+
+        let to_bool = ExportOptions { dtype: Some(DType::Bool), ..zero };
+        let err = matrix(mixed, &to_bool).unwrap_err();
+        assert!(err.to_string().contains("'r' is int16"), "{err}");
     }
 }
