@@ -127,6 +127,10 @@ pub enum Error {
     /// An error from arrow-rs.
     #[error(transparent)]
     Arrow(#[from] arrow_schema::ArrowError),
+    /// An error from Polars (moving chunks across its Arrow C interface, building a Series).
+    #[cfg(feature = "polars")]
+    #[error("polars: {0}")]
+    Polars(#[from] polars_core::error::PolarsError),
 }
 
 impl Error {
@@ -147,6 +151,8 @@ impl Error {
             | Error::ValueOutOfRange { .. }
             | Error::InvalidArgument(_) => ErrorKind::Value,
             Error::Arrow(_) | Error::Cuda(_) => ErrorKind::Runtime,
+            #[cfg(feature = "polars")]
+            Error::Polars(_) => ErrorKind::Runtime,
         }
     }
 

@@ -52,6 +52,9 @@ pub mod ffi;
 pub mod fuzz;
 pub mod interface;
 pub mod kernels;
+#[cfg(feature = "polars")]
+#[cfg_attr(docsrs, doc(cfg(feature = "polars")))]
+pub mod polars;
 pub mod tensor;
 #[doc(hidden)]
 pub mod testing;

@@ -21,7 +21,7 @@ pub(crate) mod policy;
 mod to_tensor;
 
 pub use crate::kernels::{Order, Scalar};
-pub use extension::TensorMetadata;
+pub use extension::{FIXED_SHAPE_TENSOR, TensorMetadata};
 pub use from_tensor::{tensor_to_array, tensor_to_column};
 pub use lists::lists_as_fixed;
 pub use policy::{
