@@ -11,17 +11,22 @@ directly where Polars does not define it (it never replaces a method Polars has)
   nulls; ``Array`` columns become ``(n, *shape)`` tensors.
 - ``lf.to_dlpack()`` collects the LazyFrame first (``engine=`` is passed to ``collect``).
 - ``from_dlpack(x)`` turns any tensor into a Series; N-d tensors become ``Array`` columns.
+- ``to_tensor(*exprs)`` is a Polars expression (a plugin compiled into ``dlframe._native``) that
+  stacks columns into one ``Array`` column, with the cast and null fill in one pass; it works in
+  ``select``, ``with_columns``, ``group_by`` and lazy/streaming queries, and its result leaves
+  through ``to_dlpack`` without a copy.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from . import _native
 
-__all__ = ["from_dlpack", "to_dlpack"]
+__all__ = ["from_dlpack", "to_dlpack", "to_tensor"]
 
 
 def to_dlpack(obj: Any, **options: Any) -> Any:
@@ -84,6 +89,55 @@ def from_dlpack(x: Any, *, name: str = "", copy: bool | None = None) -> pl.Serie
     for d in reversed(arr.shape[1:]):
         values = pa.FixedSizeListArray.from_arrays(values, int(d))
     return pl.Series(name, values)
+
+
+def to_tensor(
+    *exprs: pl.Expr | str,
+    dtype: Any = None,
+    nulls: str = "error",
+    fill_value: bool | int | float | None = None,
+    width: int | None = None,
+) -> pl.Expr:
+    """An expression stacking columns into one ``Array`` column (one fused pass).
+
+    - ``to_tensor("a", "b", "c")``: k numeric, boolean or temporal columns become
+      ``Array(T, k)``, where T is ``dtype`` or the columns' common dtype (numpy's promotion).
+    - ``to_tensor("lists", width=d)``: equal-length lists become ``Array(T, d)``; Polars must
+      know the width before the query runs, so ``width`` is required for a List column. An
+      ``Array`` column passes through (cast or filled when asked).
+    - ``nulls``: ``"error"`` (default), ``"fill"`` with ``fill_value``, or ``"nan"``.
+
+    The expression is elementwise: it runs per row batch in lazy and streaming queries and in
+    ``group_by`` aggregations. Bad input (strings, ragged lists, nulls under ``"error"``,
+    columns of different lengths) raises a Polars error when the query runs.
+    """
+    from polars.plugins import register_plugin_function
+
+    if not exprs:
+        raise TypeError("to_tensor needs at least one column")
+    if fill_value is not None and not isinstance(fill_value, (bool, int, float)):
+        raise TypeError(f"fill_value must be a bool, int or float, not {type(fill_value).__name__}")
+    # Every key is always sent: Polars sends no bytes at all for an empty kwargs dict.
+    kwargs = {"dtype": _dtype_name(dtype), "nulls": nulls, "fill_value": fill_value, "width": width}
+    return register_plugin_function(
+        plugin_path=Path(_native.__file__),
+        function_name="to_tensor",
+        args=list(exprs),
+        kwargs=kwargs,
+        is_elementwise=True,
+    )
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    """A dtype as dlframe's name for it: Polars dtypes, numpy dtypes and names all work."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    if isinstance(dtype, pl.DataType) or (isinstance(dtype, type) and issubclass(dtype, pl.DataType)):
+        name = str(dtype).lower()
+        return "bool" if name == "boolean" else name
+    import numpy as np
+
+    return np.dtype(dtype).name
 
 
 class _Namespace:

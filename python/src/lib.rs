@@ -10,6 +10,9 @@ mod interface;
 mod sql_udfs;
 mod tensor;
 
+// Links the Polars expression plugins (`_polars_plugin_*` symbols) into this library, which
+// Polars loads as the plugin library.
+use dlframe_polars as _;
 use pyo3::prelude::*;
 
 /// Number of CUDA devices dlframe can use: 0 without a driver, a device, or the `cuda` feature.

@@ -1,0 +1,251 @@
+//! Polars expression plugins on dlframe's fused kernels (pyo3-polars 0.28).
+//!
+//! `to_tensor(*exprs)` stacks k columns into one `Array(T, k)` column, with the cast to one
+//! dtype and the null fill done in one pass over the inputs; `to_tensor(list_expr, width=d)`
+//! turns equal-length lists into an `Array(T, d)` column. The result shares the kernel's output
+//! buffer (no further copy), so it leaves Polars through DLPack zero-copy as an `(n, k)` tensor.
+//!
+//! The expressions are elementwise: Polars may call them on any slice of rows, in lazy and
+//! streaming queries and inside `group_by`. The plugin symbols are linked into the Python
+//! extension (`dlframe._native`), which Polars loads as the plugin library.
+//!
+//! Errors become Polars errors in [`polars_error`], the one place this boundary maps them.
+
+use dlframe::arrow::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar, TensorMetadata};
+use dlframe::polars::{series_to_matrix, series_to_tensor, tensor_to_series};
+use dlframe::{DType, Error, kernels};
+use polars_core::prelude::*;
+use serde::Deserialize;
+
+/// The keyword arguments of `to_tensor`, as the Python wrapper pickles them.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ToTensorKwargs {
+    /// Target dtype name (`"float32"`, ...); `None` keeps the common dtype of the inputs.
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// Null policy: `"error"` (default), `"fill"` or `"nan"`.
+    #[serde(default)]
+    pub nulls: Option<String>,
+    /// The fill value (a bool, int or float); implies `"fill"`.
+    #[serde(default)]
+    pub fill_value: Option<Fill>,
+    /// The length of every list, for a list input (Polars needs an Array's width up front).
+    #[serde(default)]
+    pub width: Option<usize>,
+}
+
+/// A fill value as Python gives it.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(untagged)]
+pub enum Fill {
+    /// `True` / `False`.
+    Bool(bool),
+    /// An int.
+    Int(i64),
+    /// A float.
+    Float(f64),
+}
+
+impl ToTensorKwargs {
+    fn target(&self) -> PolarsResult<Option<DType>> {
+        self.dtype.as_deref().map(DType::from_name).transpose().map_err(polars_error)
+    }
+
+    fn options(&self) -> PolarsResult<ExportOptions> {
+        let fill = self.fill_value.map(|f| match f {
+            Fill::Bool(b) => Scalar::Bool(b),
+            Fill::Int(i) => Scalar::Int(i),
+            Fill::Float(x) => Scalar::Float(x),
+        });
+        let nulls = match (self.nulls.as_deref().unwrap_or("error"), fill) {
+            ("error", None) => NullPolicy::Error,
+            ("error" | "fill", Some(v)) => NullPolicy::Fill(v),
+            ("fill", None) => polars_bail!(InvalidOperation: "nulls='fill' needs fill_value=..."),
+            ("nan", _) => NullPolicy::Nan,
+            ("mask", _) => polars_bail!(
+                InvalidOperation: "nulls='mask' gives two tensors, which one expression cannot \
+                return; use 'fill' or 'nan', or dlframe.to_dlpack(..., nulls='mask')"
+            ),
+            (other, _) => polars_bail!(
+                InvalidOperation: "nulls={other:?}: expected 'error', 'fill' or 'nan'"
+            ),
+        };
+        Ok(ExportOptions { nulls, copy: CopyPolicy::IfNeeded, dtype: self.target()?, order: Order::C })
+    }
+}
+
+/// A dlframe error as the Polars error a Python user expects for it.
+pub fn polars_error(e: Error) -> PolarsError {
+    let msg = e.to_string();
+    match e {
+        Error::LengthMismatch { .. } => PolarsError::ShapeMismatch(msg.into()),
+        Error::UnsupportedArrowType { .. } | Error::UnsupportedDType { .. } => {
+            PolarsError::InvalidOperation(msg.into())
+        }
+        Error::Polars(inner) => inner,
+        _ => PolarsError::ComputeError(msg.into()),
+    }
+}
+
+/// Polars' type for each tensor dtype, the one table both directions read.
+const NUMERIC: [(DataType, DType); 12] = [
+    (DataType::Boolean, DType::Bool),
+    (DataType::Int8, DType::Int8),
+    (DataType::Int16, DType::Int16),
+    (DataType::Int32, DType::Int32),
+    (DataType::Int64, DType::Int64),
+    (DataType::UInt8, DType::UInt8),
+    (DataType::UInt16, DType::UInt16),
+    (DataType::UInt32, DType::UInt32),
+    (DataType::UInt64, DType::UInt64),
+    (DataType::Float16, DType::Float16),
+    (DataType::Float32, DType::Float32),
+    (DataType::Float64, DType::Float64),
+];
+
+/// The tensor dtype that stores a Polars column's values (temporal types: their integers), or
+/// why there is none.
+fn storage(dtype: &DataType) -> PolarsResult<DType> {
+    let physical = match dtype {
+        DataType::Date => &DataType::Int32,
+        DataType::Datetime(..) | DataType::Duration(_) | DataType::Time => &DataType::Int64,
+        other => other,
+    };
+    match NUMERIC.iter().find(|(p, _)| p == physical) {
+        Some((_, d)) => Ok(*d),
+        None => polars_bail!(
+            InvalidOperation: "to_tensor takes numeric, boolean or temporal columns, not {dtype}; \
+            cast or encode the column first"
+        ),
+    }
+}
+
+fn polars_dtype(d: DType) -> DataType {
+    NUMERIC.iter().find(|(_, t)| *t == d).map_or(DataType::Float64, |(p, _)| p.clone())
+}
+
+/// The list-like input of a one-argument call: the leaf dtype and the cell shape, if any.
+///
+/// An `arrow.fixed_shape_tensor` column (pyarrow's tensor columns, loaded into Polars) has the
+/// cell shape of its metadata, in logical order (a permuted one is copied into C order).
+fn cell_of(dtype: &DataType, width: Option<usize>) -> PolarsResult<Option<(DataType, Vec<usize>)>> {
+    if let DataType::Extension(typ, storage) = dtype {
+        polars_ensure!(
+            typ.name() == dlframe::arrow::FIXED_SHAPE_TENSOR,
+            InvalidOperation: "to_tensor takes arrow.fixed_shape_tensor extension columns, not {dtype}"
+        );
+        let meta = TensorMetadata::parse(typ.serialize_metadata().as_deref().unwrap_or_default())
+            .map_err(polars_error)?;
+        let Some((leaf, _)) = cell_of(storage, None)? else {
+            polars_bail!(InvalidOperation: "{dtype} is not stored as an Array column");
+        };
+        let dims = meta.logical_shape().iter().map(|&d| d as usize).collect();
+        return Ok(Some((leaf, dims)));
+    }
+    let mut dims = Vec::new();
+    let mut dt = dtype;
+    loop {
+        match dt {
+            DataType::Array(inner, size) => {
+                dims.push(*size);
+                dt = inner;
+            }
+            DataType::List(inner) if dims.is_empty() => {
+                let Some(w) = width else {
+                    polars_bail!(
+                        InvalidOperation: "to_tensor of a list column needs width=..., the length \
+                        of every list: Polars must know an Array's width before the query runs"
+                    );
+                };
+                dims.push(w);
+                dt = inner;
+            }
+            DataType::List(_) => polars_bail!(
+                InvalidOperation: "to_tensor takes lists of numbers, not {dtype}"
+            ),
+            _ => break,
+        }
+    }
+    Ok((!dims.is_empty()).then(|| (dt.clone(), dims)))
+}
+
+/// The output dtype for these input dtypes: `Array(T, k)` for k scalar columns, the cell shape
+/// for one list or Array column.
+pub fn output_dtype(inputs: &[&DataType], kwargs: &ToTensorKwargs) -> PolarsResult<DataType> {
+    polars_ensure!(!inputs.is_empty(), InvalidOperation: "to_tensor needs at least one column");
+    let target = kwargs.target()?;
+    if let [only] = inputs
+        && let Some((leaf, dims)) = cell_of(only, kwargs.width)?
+    {
+        storage(&leaf)?;
+        let leaf = target.map_or(leaf, polars_dtype);
+        return Ok(dims.iter().rev().fold(leaf, |acc, &d| DataType::Array(Box::new(acc), d)));
+    }
+    let dtypes = inputs.iter().map(|d| storage(d)).collect::<PolarsResult<Vec<_>>>()?;
+    let leaf = target.unwrap_or_else(|| kernels::common_dtype(&dtypes));
+    Ok(DataType::Array(Box::new(polars_dtype(leaf)), inputs.len()))
+}
+
+fn to_tensor_field(inputs: &[Field], kwargs: ToTensorKwargs) -> PolarsResult<Field> {
+    let dtypes: Vec<&DataType> = inputs.iter().map(|f| f.dtype()).collect();
+    let dtype = output_dtype(&dtypes, &kwargs)?;
+    let name = inputs.first().map(|f| f.name().clone()).unwrap_or_default();
+    Ok(Field::new(name, dtype))
+}
+
+/// The work of the `to_tensor` expression, callable without the plugin machinery.
+///
+/// Copies once: k columns are interleaved (cast and null fill fused); one Array column is cast
+/// or filled only when needed, and otherwise shared.
+///
+/// # Errors
+/// Polars errors for empty input, unsupported types, nulls under `'error'`, ragged lists or
+/// lists whose length is not `width`, and columns of different lengths.
+pub fn to_tensor_impl(inputs: &[Series], kwargs: &ToTensorKwargs) -> PolarsResult<Series> {
+    let dtypes: Vec<&DataType> = inputs.iter().map(|s| s.dtype()).collect();
+    let out_dtype = output_dtype(&dtypes, kwargs)?;
+    let name = inputs[0].name().clone();
+    let len = inputs[0].len();
+    if let Some(s) = inputs.iter().find(|s| s.len() != len) {
+        polars_bail!(
+            ShapeMismatch: "to_tensor: column '{}' has length {}, column '{}' has {len}",
+            s.name(), s.len(), name
+        );
+    }
+    if len == 0 {
+        return Ok(Series::new_empty(name, &out_dtype));
+    }
+    let opts = kwargs.options()?;
+    let one_cell = inputs.len() == 1 && cell_of(inputs[0].dtype(), kwargs.width)?.is_some();
+    let converted =
+        if one_cell { series_to_tensor(&inputs[0], &opts) } else { series_to_matrix(inputs, &opts) }
+            .map_err(polars_error)?;
+    if let (Some(width), Some(&found)) = (kwargs.width, converted.values.shape().get(1))
+        && one_cell
+        && found != width as i64
+    {
+        polars_bail!(ShapeMismatch: "to_tensor: the lists have length {found}, but width={width} was given");
+    }
+    let out =
+        tensor_to_series(&converted.values, name.as_str(), CopyPolicy::IfNeeded).map_err(polars_error)?;
+    polars_ensure!(
+        out.dtype() == &out_dtype,
+        ComputeError: "to_tensor made a column of type {} where {out_dtype} was declared",
+        out.dtype()
+    );
+    Ok(out)
+}
+
+/// The plugin entry points Polars looks up by name (`_polars_plugin_to_tensor` and
+/// `_polars_plugin_field_to_tensor`); the macro's generated items carry no docs of their own.
+#[allow(missing_docs)]
+mod plugin {
+    use pyo3_polars::derive::polars_expr;
+
+    use super::*;
+
+    #[polars_expr(output_type_func_with_kwargs = to_tensor_field)]
+    fn to_tensor(inputs: &[Series], kwargs: ToTensorKwargs) -> PolarsResult<Series> {
+        to_tensor_impl(inputs, &kwargs)
+    }
+}
