@@ -25,7 +25,7 @@ use arrow_schema::{DataType, Field, FieldRef};
 use polars_arrow::array::{Array as PlArray, FixedSizeListArray as PlFixedSizeListArray, new_empty_array};
 use polars_arrow::datatypes::ArrowDataType;
 use polars_arrow::ffi as plffi;
-use polars_core::prelude::{CompatLevel, DataFrame, Series};
+use polars_core::prelude::{ChunkedArray, CompatLevel, DataFrame, IntoSeries, PolarsDataType, Series};
 
 use crate::arrow::{
     Converted, CopyPolicy, ExportOptions, TensorMetadata, columns_to_tensor, tensor_to_column_with, to_tensor,
@@ -85,6 +85,18 @@ pub fn series_to_arrow(series: &Series) -> Result<(FieldRef, Vec<ArrayRef>)> {
 pub fn series_to_tensor(series: &Series, opts: &ExportOptions) -> Result<Converted> {
     let (field, chunks) = series_to_arrow(series)?;
     to_tensor(&field, &chunks, opts)
+}
+
+/// A typed ChunkedArray as a tensor: as [`series_to_tensor`] (the Series shares its chunks,
+/// so this copies exactly when that does).
+///
+/// # Errors
+/// As [`series_to_tensor`].
+pub fn chunked_to_tensor<T: PolarsDataType>(ca: &ChunkedArray<T>, opts: &ExportOptions) -> Result<Converted>
+where
+    ChunkedArray<T>: IntoSeries,
+{
+    series_to_tensor(&ca.clone().into_series(), opts)
 }
 
 /// Several same-length Series as one `(n, k)` tensor in the order of `opts`, with the cast and
@@ -255,6 +267,16 @@ mod tests {
         let values = s.f32().unwrap().downcast_iter().next().unwrap().values().as_ptr();
         assert_eq!(t.data_ptr(), values as *const u8);
         assert_eq!(vals::<f32>(&t), vec![1.0, 2.0, 3.0]);
+    }
+
+    #[test]
+    fn chunked_arrays_convert_as_their_series() {
+        let ca = Float64Chunked::from_slice("c".into(), &[0.5, 1.5]);
+        let t = chunked_to_tensor(&ca, &opts()).unwrap().values;
+        let values = ca.downcast_iter().next().unwrap().values().as_ptr();
+        assert_eq!((t.data_ptr(), vals::<f64>(&t)), (values as *const u8, vec![0.5, 1.5]));
+        let bools = BooleanChunked::from_slice("b".into(), &[true, false]);
+        assert_eq!(vals::<bool>(&chunked_to_tensor(&bools, &opts()).unwrap().values), vec![true, false]);
     }
 
     #[test]
