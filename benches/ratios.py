@@ -2,7 +2,8 @@
 """Prints criterion results as ratios to their yardsticks (a markdown table), with targets.
 
 Reads target/criterion/<group>/<function>/new/estimates.json (`mean.point_estimate`, ns),
-as written by `cargo bench --bench kernels` (and `--bench dlpack_roundtrip`). Python 3.11
+as written by `cargo bench --bench kernels` (and `--bench dlpack_roundtrip`,
+`-p dlframe-datafusion --bench sql`, `-p dlframe-polars --bench polars`). Python 3.11
 standard library only. Exits 1 when a measured ratio misses its target.
 """
 import json
@@ -29,6 +30,12 @@ ROWS = [
     ("sql_8xf32_10M", "to_tensor", "select", 1.3, "SELECT to_tensor(c0..c7) / SELECT c0..c7, MemTable 8 f32 x 10M, collected"),
     ("sql_8xf32_10M", "to_tensor", "make_array", 1 / 3, "SELECT to_tensor(c0..c7) / SELECT make_array(c0..c7)"),
     ("collect_tensor_8xf32_10M", "collect", "memcpy", 1.2, "1221 result batches -> one (10M, 8) tensor / memcpy of 320 MB"),
+    ("polars_constant_cost", "series_to_tensor_10000000", "series_to_tensor_1000", 1.5, "Polars Series -> tensor, 10M f32 / 1K (zero-copy)"),
+    ("polars_constant_cost", "tensor_to_series_10000000", "tensor_to_series_1000", 1.5, "tensor -> Polars Array Series, 10M / 1K (zero-copy)"),
+    ("polars_8xf32_2M_c", "dataframe_to_tensor", "memcpy_fresh", 1.5, "Polars DataFrame 8 f32 x 2M -> (2M, 8) / copy into fresh memory"),
+    ("polars_8xf32_2M_c", "plugin_to_tensor", "memcpy_fresh", 1.5, "to_tensor plugin's work, same columns -> Array(f32, 8) Series / fresh copy"),
+    ("polars_8xf32_2M_c", "plugin_to_tensor_fill_10pct", "memcpy_fresh", None, "the plugin with 10% nulls filled in the pass / fresh copy (info)"),
+    ("polars_8xf32_2M_c", "dataframe_to_tensor_fill_10pct", "memcpy_fresh", None, "DataFrame with 10% nulls filled / fresh copy (info)"),
     ("dlpack_constant_cost", "export/10000000", "export/1000", 1.5, "Arrow -> DLPack export, 10M rows / 1K rows"),
     ("dlpack_constant_cost", "import/10000000", "import/1000", 1.5, "DLPack import -> Arrow, 10M / 1K"),
     ("dlpack_constant_cost", "round_trip/10000000", "round_trip/1000", 1.5, "whole round trip, 10M / 1K"),
