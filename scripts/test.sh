@@ -27,5 +27,12 @@ echo "== Python: maturin develop (debug build into .venv, same target/ as cargo)
 )
 
 echo "== Python: pytest (skipped tests print their reason)"
+(cd python && ../.venv/bin/python -m pytest -q -ra tests)
+
+echo "== Python: the Polars tests again on the oldest supported line (polars 1.43), same build"
+if [ ! -x .venv-polars1/bin/python ]; then
+  python3 -m venv .venv-polars1
+fi
+.venv-polars1/bin/python -m pip install --quiet --disable-pip-version-check -r python/requirements-polars1.txt
 cd python
-../.venv/bin/python -m pytest -q -ra tests
+PYTHONPATH="$PWD" ../.venv-polars1/bin/python -m pytest -q -ra -p no:cacheprovider tests/test_polars.py tests/test_polars_plugin.py

@@ -1,6 +1,11 @@
 import importlib
+import os
 
 import pytest
+
+# Polars 1.x loads Arrow extension types (pyarrow's fixed_shape_tensor) as their storage unless
+# told otherwise, once per process; 2.x keeps them by default. The tests run on both lines.
+os.environ.setdefault("POLARS_UNKNOWN_EXTENSION_TYPE_BEHAVIOR", "load_as_extension")
 
 HINTS = {
     "torch": "install the 'torch' extra (DLFRAME_TORCH=1 bash scripts/test.sh)",
