@@ -38,7 +38,8 @@ def to_dlpack(obj: Any, **options: Any) -> Any:
     if not options and type(obj) is pl.Series:
         view = _numeric_view(obj)
         if view is not None:
-            return _native.tensor(view)
+            # The view's own capsule: numpy (>= 2.1) marks it read-only, as Polars' memory is.
+            return _native.tensor(view.__dlpack__(max_version=(1, 3)))
     if isinstance(obj, pl.LazyFrame):
         engine = options.pop("engine", "auto")
         obj = obj.collect(engine=engine)
@@ -149,11 +150,6 @@ class _Namespace:
         return to_dlpack(self._obj, **options)
 
 
-def _method(self: Any, **options: Any) -> Any:
-    """A tensor of this Polars object (dlframe); options as ``dlframe.to_dlpack``."""
-    return to_dlpack(self, **options)
-
-
 def _install() -> None:
     for register, cls in (
         (pl.api.register_dataframe_namespace, pl.DataFrame),
@@ -163,7 +159,8 @@ def _install() -> None:
         if not hasattr(cls, "dlframe"):
             register("dlframe")(type(f"{cls.__name__}DLFrame", (_Namespace,), {}))
         if not hasattr(cls, "to_dlpack"):
-            cls.to_dlpack = _method  # type: ignore[attr-defined]
+            # The function itself (its first argument is the object): no wrapper call per export.
+            cls.to_dlpack = to_dlpack  # type: ignore[attr-defined]
 
 
 _install()

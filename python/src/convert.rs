@@ -4,6 +4,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::{DataType, FieldRef};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3_arrow::PyArray;
@@ -172,9 +173,9 @@ pub fn to_dlpack<'py>(
 fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
     let py = obj.py();
     let ty = obj.get_type();
-    if ty.hasattr(pyo3::intern!(py, "__arrow_c_array__"))? {
+    if ty.hasattr(intern!(py, "__arrow_c_array__"))? {
         Ok(AnyArray::Array(obj.extract()?))
-    } else if ty.hasattr(pyo3::intern!(py, "__arrow_c_stream__"))? {
+    } else if ty.hasattr(intern!(py, "__arrow_c_stream__"))? {
         Ok(AnyArray::Stream(obj.extract()?))
     } else {
         // Buffers and other objects pyo3-arrow accepts without the protocol methods.
@@ -238,7 +239,9 @@ fn no_cuda() -> dlframe::Error {
 /// Imports through `__dlpack__`, following the consumer ladder of CONFORMANCE.md item 16.
 fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
     let py = x.py();
-    let (ty, _id): (i32, i32) = match x.getattr("__dlpack_device__") {
+    // Interned names: this runs once per imported tensor, and building and hashing the strings
+    // anew was most of its cost next to the producer's own __dlpack__.
+    let (ty, _id): (i32, i32) = match x.getattr(intern!(py, "__dlpack_device__")) {
         Ok(f) => f.call0()?.extract()?,
         Err(_) => (1, 0),
     };
@@ -253,18 +256,18 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
     // Device data is asked for on the CPU, copied by the producer.
     let (dl_device, copy_arg) = if host { (None, copy) } else { (Some((1i32, 0i32)), Some(true)) };
     let kw = PyDict::new(py);
-    kw.set_item("max_version", (1, 3))?;
+    kw.set_item(intern!(py, "max_version"), (1, 3))?;
     if let Some(d) = dl_device {
-        kw.set_item("dl_device", d)?;
+        kw.set_item(intern!(py, "dl_device"), d)?;
     }
     if let Some(c) = copy_arg {
-        kw.set_item("copy", c)?;
+        kw.set_item(intern!(py, "copy"), c)?;
     }
-    let method = x.getattr("__dlpack__")?;
+    let method = x.getattr(intern!(py, "__dlpack__"))?;
     let cap = match method.call((), Some(&kw)) {
         Ok(c) => c,
         Err(e) if e.is_instance_of::<PyTypeError>(py) => {
-            kw.del_item("max_version")?;
+            kw.del_item(intern!(py, "max_version"))?;
             match method.call((), Some(&kw)) {
                 Ok(c) => c,
                 Err(e) if e.is_instance_of::<PyTypeError>(py) && host => method.call0()?,
@@ -308,7 +311,7 @@ pub fn from_dlpack<'py>(
         t.get().inner.clone()
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
         capsule::consume(cap)?.into_tensor()
-    } else if x.hasattr("__dlpack__")? {
+    } else if x.hasattr(intern!(x.py(), "__dlpack__"))? {
         via_dlpack(x, copy)?
     } else if let Some(imported) = interface::import(x)? {
         imported.tensor
@@ -338,7 +341,7 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
     if let Ok(cap) = x.cast::<PyCapsule>() {
         return Ok(PyTensor::new(capsule::consume(cap)?.into_tensor()));
     }
-    if x.hasattr("__dlpack__")? {
+    if x.hasattr(intern!(x.py(), "__dlpack__"))? {
         return Ok(PyTensor::new(via_dlpack(x, None)?));
     }
     match interface::import(x)? {

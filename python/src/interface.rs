@@ -5,9 +5,9 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
+use pyo3::{ffi, intern};
 
 use dlframe::interface::{ArrayInterface, TypeStr};
 use dlframe::{Device, Tensor};
@@ -53,13 +53,14 @@ pub struct Imported {
 /// buffer protocol. `Ok(None)` when the object offers none of them.
 pub fn import(x: &Bound<'_, PyAny>) -> Result<Option<Imported>> {
     let plain = |tensor| Ok(Some(Imported { tensor, syclobj: None }));
-    if let Ok(suai) = x.getattr("__sycl_usm_array_interface__") {
+    let py = x.py();
+    if let Ok(suai) = x.getattr(intern!(py, "__sycl_usm_array_interface__")) {
         return from_sycl(x, &suai).map(Some);
     }
-    if let Ok(ai) = x.getattr("__array_interface__") {
+    if let Ok(ai) = x.getattr(intern!(py, "__array_interface__")) {
         return plain(from_interface_dict(x, &ai)?);
     }
-    if let Ok(cap) = x.getattr("__array_struct__") {
+    if let Ok(cap) = x.getattr(intern!(py, "__array_struct__")) {
         return plain(from_array_struct(x, &cap)?);
     }
     // SAFETY: CheckBuffer only inspects the type slots.

@@ -22,7 +22,7 @@ def test_namespaces_are_registered_and_polars_methods_are_never_replaced():
     assert pl.DataFrame.to_numpy.__module__.startswith("polars")
     for cls in (pl.DataFrame, pl.Series, pl.LazyFrame):
         own = cls.__dict__.get("to_dlpack")
-        assert own is None or own is dlpl._method or own.__module__.startswith("polars")
+        assert own is None or own is dlpl.to_dlpack or own.__module__.startswith("polars")
 
 
 def test_dataframe_is_a_c_order_matrix_like_to_torch():
