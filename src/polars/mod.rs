@@ -243,6 +243,8 @@ fn nested_lists(field: FieldRef, array: ArrayRef, shape: &[i64]) -> Result<(Fiel
 
 #[cfg(test)]
 mod tests {
+    // Explicit, so it wins over arrow-rs's DataType from `super::*`.
+    use polars_core::prelude::DataType;
     use polars_core::prelude::*;
 
     use super::*;
