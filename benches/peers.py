@@ -95,6 +95,24 @@ if torch is not None:
     row("8 f32 x 2M, 10% nulls: torch.from_dlpack(df.to_dlpack(...)) / df.fill_null(0).to_torch()", t_ours_t, t_torch_n, 1 / 3)
 row("8 f32 x 2M -> (2M, 8) C: dlframe / numpy copy of the 64 MB", t_ours, t_copy, None)
 
+# 4b. The to_tensor expression plugin inside a Polars query, against Polars' own Array builder.
+from dlframe.polars import to_tensor  # noqa: E402
+
+names = df.columns
+t_plug = best(lambda: np.from_dlpack(df.select(to_tensor(*names)).to_series().to_dlpack()), 7)
+t_concat = best(lambda: df.select(pl.concat_arr(names)).to_series().to_numpy(), 7)
+row("8 f32 x 2M: np.from_dlpack(df.select(to_tensor(c0..c7))...to_dlpack()) / select(pl.concat_arr(...)).to_numpy()",
+    t_plug, t_concat, None)
+row("8 f32 x 2M: the same to_tensor query / df.to_numpy(order='c')", t_plug, t_pl, None)
+t_plug_n = best(lambda: np.from_dlpack(df_n.select(to_tensor(*names, fill_value=0)).to_series().to_dlpack()), 7)
+t_concat_n = best(lambda: df_n.select(pl.concat_arr(pl.col(names).fill_null(0))).to_series().to_numpy(), 7)
+row("8 f32 x 2M, 10% nulls: to_tensor(..., fill_value=0) query / fill_null(0) + pl.concat_arr, to numpy",
+    t_plug_n, t_concat_n, None)
+lazy = df.lazy().select(to_tensor(*names))
+t_stream = best(lambda: np.from_dlpack(lazy.collect(engine="streaming").to_series().to_dlpack()), 7)
+row("8 f32 x 2M: the to_tensor query on the streaming engine / the in-memory engine", t_stream, t_plug, None,
+    "streaming output comes in chunks, joined in one more pass")
+
 # 5. Chunked column, 100 chunks of 100K.
 ch = pa.chunked_array([pa.array(rng.random(100_000, dtype=np.float32)) for _ in range(100)])
 t_ours = best(lambda: np.from_dlpack(dlframe.to_dlpack(ch)))
