@@ -66,7 +66,9 @@ fn bench(c: &mut Criterion) {
     });
     let holes = columns(true);
     let fill = ToTensorKwargs { fill_value: Some(dlframe_polars::Fill::Int(0)), ..Default::default() };
-    g.bench_function("plugin_to_tensor_fill_10pct", |b| b.iter(|| black_box(to_tensor_impl(&holes, &fill).unwrap())));
+    g.bench_function("plugin_to_tensor_fill_10pct", |b| {
+        b.iter(|| black_box(to_tensor_impl(&holes, &fill).unwrap()))
+    });
     let df_holes = DataFrame::new_infer_height(holes.iter().cloned().map(Column::from).collect()).unwrap();
     let opts = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(0)), ..Default::default() };
     g.bench_function("dataframe_to_tensor_fill_10pct", |b| {
