@@ -8,7 +8,10 @@ echo "== Rust: cargo test --workspace (unit, integration, property and doc tests
 echo "   crate turns on dlframe's cuda feature, so the CUDA layer is built and tested here too)"
 cargo test --workspace --locked
 echo "== Rust: CUDA tests, with their output (they say why they skip on a machine without a GPU)"
-cargo test --locked -p dlframe --features cuda --lib cuda -- --nocapture
+# Same workspace build (the features are unified, so dlframe has cuda on): nothing is rebuilt.
+cargo test --workspace --locked --lib -- cuda --nocapture
+echo "== The main job: the dlframe CLI on its built-in example (built by the tests above)"
+./target/debug/dlframe
 
 echo "== Python: virtualenv .venv with the real consumers (numpy, pyarrow, polars, datafusion, jax)"
 if [ ! -x .venv/bin/python ]; then
