@@ -44,7 +44,10 @@ class Tensor:
     def ndim(self) -> int: ...
     def __len__(self) -> int: ...
     def to_arrow(self, *, copy: bool | None = None) -> Any:
-        """A pyarrow array (N-d: fixed_shape_tensor); copies only when sharing is impossible."""
+        """A pyarrow array (N-d: fixed_shape_tensor); copies only when sharing is impossible.
+
+        A CUDA tensor needs ``copy=True`` (one device-to-host transfer); otherwise BufferError.
+        """
     def to_polars(self, *, copy: bool | None = None) -> Any: ...
 
 def to_dlpack(
@@ -75,13 +78,21 @@ def from_dlpack(x: Any, *, copy: bool | None = None, device: str | None = None) 
     Accepts objects with ``__dlpack__``, raw DLPack capsules, ``__array_interface__``,
     ``__array_struct__`` and the buffer protocol. N-d tensors become ``fixed_shape_tensor``
     arrays. The producer's memory stays alive exactly as long as the Arrow buffers.
+    Device tensors (CUDA and others) become host arrays only with ``copy=True`` (the producer,
+    or for a dlframe Tensor one device-to-host transfer, makes the copy); otherwise BufferError.
     """
 
 def cuda_device_count() -> int:
     """CUDA devices dlframe can use: 0 without a driver, a device, or CUDA support in the build."""
 
 def tensor(x: Any) -> Tensor:
-    """Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor."""
+    """Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor.
+
+    Never copies. A CUDA tensor (torch, cupy, jax) stays on its device: it is asked for with
+    ``stream=`` dlframe's stream, and re-exports zero-copy with dlframe's stream semantics, so
+    ``cupy.from_dlpack(dlframe.tensor(torch_cuda_tensor))`` shares the memory. Other devices
+    raise BufferError; without CUDA support or a device, RuntimeError.
+    """
 
 __version__: str
 

@@ -236,20 +236,34 @@ fn no_cuda() -> dlframe::Error {
     dlframe::Error::CopyRequired { reason: "this build has no CUDA support (feature `cuda`)".into() }
 }
 
+/// Where an imported device tensor goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// To the host, for Arrow: device data only by an explicit `copy=True`, made by the producer.
+    Host,
+    /// Where it is: CUDA tensors stay on their device (`dlframe.tensor(x)`), without a copy.
+    Device,
+}
+
 /// Imports through `__dlpack__`, following the consumer ladder of CONFORMANCE.md item 16.
-fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
+fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
     let py = x.py();
     // Interned names: this runs once per imported tensor, and building and hashing the strings
     // anew was most of its cost next to the producer's own __dlpack__.
-    let (ty, _id): (i32, i32) = match x.getattr(intern!(py, "__dlpack_device__")) {
+    let (ty, id): (i32, i32) = match x.getattr(intern!(py, "__dlpack_device__")) {
         Ok(f) => f.call0()?.extract()?,
         Err(_) => (1, 0),
     };
     let host =
         Device::from_dlpack(DLDevice { device_type: ty, device_id: 0 }).is_ok_and(|d| d.is_host_accessible());
-    if !host && copy == Some(false) {
+    if !host && keep == Keep::Device {
+        return import_on_device(x, ty, id);
+    }
+    if !host && copy != Some(true) {
         return Err(PyBufferError::new_err(format!(
-            "the tensor is on DLPack device type {ty}; Arrow needs host memory, which takes a copy, but copy=False"
+            "the tensor is on DLPack device ({ty}, {id}); Arrow needs host memory, and dlframe copies device \
+             data to the host only when asked: pass copy=True{}",
+            if copy == Some(false) { " (copy=False was given)" } else { "" }
         ))
         .into());
     }
@@ -289,6 +303,77 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
     Ok(t)
 }
 
+/// A CUDA tensor kept on its device (without copying): the producer is asked for it with
+/// `stream=` our stream on that device, so its pending work is ordered before ours, and the
+/// result re-exports zero-copy with our stream semantics (torch -> dlframe -> cupy).
+#[cfg(feature = "cuda")]
+fn import_on_device(x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
+    let py = x.py();
+    let ordinal = match (ty, usize::try_from(id)) {
+        (2, Ok(i)) => i,
+        _ => return Err(device_refused(ty, id)),
+    };
+    // Our stream handle is never 0 (ambiguous in DLPack); the legacy default stream is 1.
+    let stream = py.detach(|| dlframe::cuda::stream_handle(ordinal))?.max(1);
+    let kw = PyDict::new(py);
+    kw.set_item(intern!(py, "stream"), stream)?;
+    kw.set_item(intern!(py, "max_version"), (1, 3))?;
+    let method = x.getattr(intern!(py, "__dlpack__"))?;
+    let cap = match method.call((), Some(&kw)) {
+        Ok(c) => c,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+            kw.del_item(intern!(py, "max_version"))?;
+            method.call((), Some(&kw))?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let cap =
+        cap.cast::<PyCapsule>().map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
+    let t = capsule::consume(cap)?.into_tensor();
+    if t.device() != Device::Cuda(id) {
+        return Err(PyBufferError::new_err(format!(
+            "__dlpack_device__ said cuda:{id} but the producer returned a tensor on {}",
+            t.device()
+        ))
+        .into());
+    }
+    Ok(py.detach(|| dlframe::cuda::adopt(t))?)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn import_on_device(_x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
+    Err(if ty == 2 { no_cuda().into() } else { device_refused(ty, id) })
+}
+
+fn device_refused(ty: i32, id: i32) -> crate::error::Error {
+    PyBufferError::new_err(format!(
+        "the tensor is on DLPack device ({ty}, {id}); dlframe keeps only CUDA (2) device tensors on their \
+         device. Use dlframe.from_dlpack(x, copy=True) for a host copy"
+    ))
+    .into()
+}
+
+/// A tensor in host memory for Arrow: device tensors of ours only through `copy=True`, as one
+/// device-to-host transfer (then no second copy is needed).
+pub fn on_host(t: Tensor, copy: Option<bool>) -> Result<(Tensor, Option<bool>)> {
+    if t.device().is_host_accessible() {
+        return Ok((t, copy));
+    }
+    if copy != Some(true) {
+        return Err(PyBufferError::new_err(format!(
+            "the tensor is on {}; Arrow needs host memory, and dlframe copies device data to the host \
+             only when asked: pass copy=True",
+            t.device()
+        ))
+        .into());
+    }
+    #[cfg(feature = "cuda")]
+    if matches!(t.device(), Device::Cuda(_)) && t.sync().is_some() {
+        return Ok((dlframe::cuda::download(&t)?, None));
+    }
+    Err(PyBufferError::new_err(format!("dlframe cannot copy a tensor on {} to the host", t.device())).into())
+}
+
 /// Converts a tensor from any producer into a pyarrow array (see the stub for the ladder).
 #[pyfunction]
 #[pyo3(signature = (x, *, copy=None, device=None))]
@@ -307,14 +392,14 @@ pub fn from_dlpack<'py>(
             .into());
         }
     }
-    let tensor = if let Ok(t) = x.cast::<PyTensor>() {
-        t.get().inner.clone()
+    let (tensor, copy) = if let Ok(t) = x.cast::<PyTensor>() {
+        on_host(t.get().inner.clone(), copy)?
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
-        capsule::consume(cap)?.into_tensor()
+        (capsule::consume(cap)?.into_tensor(), copy)
     } else if x.hasattr(intern!(x.py(), "__dlpack__"))? {
-        via_dlpack(x, copy)?
+        (via_dlpack(x, copy, Keep::Host)?, copy)
     } else if let Some(imported) = interface::import(x)? {
-        imported.tensor
+        (imported.tensor, copy)
     } else {
         return Err(PyAttributeError::new_err(format!(
             "from_dlpack needs __dlpack__, a DLPack capsule, __array_interface__, __array_struct__ or the \
@@ -342,7 +427,7 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
         return Ok(PyTensor::new(capsule::consume(cap)?.into_tensor()));
     }
     if x.hasattr(intern!(x.py(), "__dlpack__"))? {
-        return Ok(PyTensor::new(via_dlpack(x, None)?));
+        return Ok(PyTensor::new(via_dlpack(x, None, Keep::Device)?));
     }
     match interface::import(x)? {
         Some(imported) => Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj)),

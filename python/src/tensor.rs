@@ -387,7 +387,7 @@ impl PyTensor {
     /// `copy=True`): N-d tensors become `fixed_shape_tensor` arrays.
     #[pyo3(signature = (*, copy=None))]
     fn to_arrow<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
-        let t = self.inner.clone();
+        let (t, copy) = crate::convert::on_host(self.inner.clone(), copy)?;
         let policy = copy_policy(copy);
         let (field, array) = py.detach(move || tensor_to_column_with(&t, "", policy))?;
         crate::convert::to_pyarrow(py, field, array)

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 import dlframe
+import fakes
 from conftest import optional
 
 
@@ -112,6 +113,51 @@ def test_torch_tensors_when_installed():  # items 16, 18
 def test_device_other_than_cpu_is_refused():
     with pytest.raises(ValueError, match="device"):
         dlframe.from_dlpack(np.zeros(2), device="cuda:0")
+
+
+def _host_capsule_producer(device):
+    """A producer that claims ``device`` but hands over host memory (what a producer's own
+    host copy looks like); it records how it was asked."""
+    data = np.arange(4, dtype=np.float32)
+    return data, fakes.DLPackProducer(lambda: fakes.dlpack_capsule(data.ctypes.data, [4], None, keep=data), device=device)
+
+
+def test_device_tensors_reach_arrow_only_by_an_explicit_copy():
+    data, producer = _host_capsule_producer((2, 0))
+    for copy in (None, False):
+        with pytest.raises(BufferError, match="copy=True"):
+            dlframe.from_dlpack(producer, copy=copy)
+    assert producer.calls == [], "the producer is not asked for anything it would have to copy unasked"
+    arr = dlframe.from_dlpack(producer, copy=True)
+    assert producer.calls == [{"max_version": (1, 3), "dl_device": (1, 0), "copy": True, "_args": ()}]
+    np.testing.assert_array_equal(arr.to_numpy(), data)
+    del arr
+    gc.collect()
+    producer.drop()
+    assert [f.deletes for f in producer.made] == [1]
+
+
+def test_tensor_keeps_cuda_tensors_on_their_device_or_refuses():
+    data, producer = _host_capsule_producer((2, 0))
+    if dlframe.cuda_device_count() == 0:
+        # No device (or no CUDA in the build): refused before the producer is asked, since the
+        # stream to hand it is ours on that device.
+        with pytest.raises(RuntimeError, match="CUDA|cuda"):
+            dlframe.tensor(producer)
+        assert producer.calls == []
+    else:
+        # A producer that says cuda:0 but returns host memory is caught (and released).
+        with pytest.raises(BufferError, match="said cuda:0"):
+            dlframe.tensor(producer)
+        (call,) = producer.calls
+        assert call["max_version"] == (1, 3) and call["stream"] not in (None, 0, -1)
+        producer.drop()
+        assert [f.deletes for f in producer.made] == [1]
+    # Devices other than CUDA are never kept: BufferError, and nothing is asked.
+    data, opencl = _host_capsule_producer((4, 0))
+    with pytest.raises(BufferError, match="only CUDA"):
+        dlframe.tensor(opencl)
+    assert opencl.calls == []
 
 
 def test_objects_without_protocols_get_attribute_error():

@@ -109,3 +109,64 @@ def test_device_path_refusals_name_the_remedy(torch):
         dlframe.to_dlpack(col, fill_value=0, dtype="float32", device="cuda:0")
     with pytest.raises(RuntimeError, match="does not exist"):
         dlframe.to_dlpack(col, fill_value=0, device="cuda:99")
+
+
+def test_torch_to_dlframe_to_cupy_shares_one_allocation(torch):
+    cupy = optional("cupy")
+    x = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    t = dlframe.tensor(x)
+    assert t.device == "cuda:0" and t.shape == (3, 4) and t.dtype == "float32" and not t.copied
+    assert t.__cuda_array_interface__["data"][0] == x.data_ptr()
+    y = cupy.from_dlpack(t)
+    assert y.data.ptr == x.data_ptr()
+    z = torch.from_dlpack(t)
+    assert z.data_ptr() == x.data_ptr()
+    x.add_(1)  # one allocation: every view sees the write
+    torch.cuda.synchronize()
+    assert y.get().tolist() == (np.arange(12).reshape(3, 4) + 1).tolist()
+    # The producer's memory outlives the producer's own handle while dlframe holds it.
+    del x, z
+    torch.cuda.synchronize()
+    assert cupy.asarray(t).get()[0].tolist() == [1, 2, 3, 4]
+    # A transposed view keeps its strides.
+    v = dlframe.tensor(torch.arange(6, dtype=torch.int64, device="cuda").reshape(2, 3).T)
+    assert v.shape == (3, 2) and v.strides == (1, 3)
+    assert torch.from_dlpack(v).cpu().tolist() == [[0, 3], [1, 4], [2, 5]]
+
+
+def test_an_imported_tensor_is_ordered_after_the_producers_pending_work(torch):
+    cupy = optional("cupy")
+    n = 20_000_000
+    src = torch.rand(n, device="cuda")
+    torch.cuda.synchronize()
+    # The producer's result is still being computed on torch's stream when we import it: the
+    # stream we pass must make our stream (and so our consumers') wait for it.
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        x = src * 2
+        t = dlframe.tensor(x)
+    want_sum = float((src * 2).sum())
+    with cupy.cuda.Stream(non_blocking=True) as s:
+        y = cupy.from_dlpack(t)  # cupy passes s: s waits for our event, which waits for torch
+        got = float(y.sum())
+    s.synchronize()
+    assert abs(got - want_sum) <= 1e-3 * abs(want_sum)
+    del x, y, t
+    torch.cuda.synchronize()
+
+
+def test_device_tensors_reach_the_host_only_by_an_explicit_copy(torch):
+    x = torch.arange(5, dtype=torch.int32, device="cuda")
+    with pytest.raises(BufferError, match="copy=True"):
+        dlframe.from_dlpack(x)
+    assert dlframe.from_dlpack(x, copy=True).to_pylist() == [0, 1, 2, 3, 4]
+    t = dlframe.to_dlpack(pa.array([1.0, None, 3.0]), fill_value=0, device="cuda:0")
+    with pytest.raises(BufferError, match="copy=True"):
+        t.to_arrow()
+    assert t.to_arrow(copy=True).to_pylist() == [1.0, 0.0, 3.0]
+    assert dlframe.from_dlpack(t, copy=True).to_pylist() == [1.0, 0.0, 3.0]
+    m = dlframe.tensor(torch.arange(6, dtype=torch.float64, device="cuda").reshape(2, 3))
+    np.testing.assert_array_equal(m.to_arrow(copy=True).to_numpy_ndarray(), np.arange(6.0).reshape(2, 3))
+    with pytest.raises(BufferError, match="contiguous"):
+        dlframe.tensor(torch.arange(6, device="cuda").reshape(2, 3).T).to_arrow(copy=True)

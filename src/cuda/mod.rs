@@ -13,8 +13,11 @@
 //! on it ([`DeviceSync::wait_on`]); the host does not block. Device memory is freed on the
 //! producer stream after the streams consumers named have finished their queued work.
 //!
+//! CUDA tensors imported through DLPack are adopted without a copy ([`adopt`]) and re-export
+//! with the same stream semantics; [`download`] copies a device tensor to the host when asked.
+//!
 //! Not yet here: casts, masks and list-level nulls on the device (they are refused with the
-//! remedy), several columns into one matrix, device-to-host export.
+//! remedy), several columns into one matrix (stacked on the CPU, then one transfer).
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, RefUnwindSafe, catch_unwind};
@@ -124,11 +127,22 @@ fn gpu(ordinal: usize) -> Result<Arc<Gpu>> {
     Ok(g)
 }
 
+/// What keeps the bytes of a [`DeviceMemory`] alive.
+#[allow(dead_code, reason = "the fields are held for their Drop")]
+enum Storage {
+    /// Allocated here; freed on the producer stream, ordered after the consumers' work.
+    Ours(CudaSlice<u8>),
+    /// Imported through DLPack: the foreign tensor, whose deleter hands the memory back to the
+    /// producer's allocator. That allocator knows nothing of our consumers' streams, so the host
+    /// waits for their queued work before the deleter runs.
+    Foreign(Tensor),
+}
+
 /// Device memory of one tensor, its readiness event, and the consumer streams to fence before
 /// freeing it. It is the tensor's owner and its [`DeviceSync`].
 struct DeviceMemory {
     gpu: Arc<Gpu>,
-    slice: Mutex<Option<CudaSlice<u8>>>,
+    storage: Mutex<Option<Storage>>,
     ready: CudaEvent,
     consumers: Mutex<Vec<usize>>,
 }
@@ -188,9 +202,16 @@ impl Drop for DeviceMemory {
             })();
             ctx.record_err(fence);
         }
-        if let Ok(mut s) = self.slice.lock() {
-            drop(s.take());
+        let storage = self.storage.lock().ok().and_then(|mut s| s.take());
+        if matches!(storage, Some(Storage::Foreign(_)))
+            && !self.consumers.lock().map(|c| c.is_empty()).unwrap_or(true)
+        {
+            // The producer stream now waits for every consumer stream: wait for it here, then
+            // let the foreign deleter run.
+            let done = self.gpu.stream.record_event(None).and_then(|e| e.synchronize());
+            ctx.record_err(done);
         }
+        drop(storage);
     }
 }
 
@@ -321,7 +342,7 @@ fn device_tensor(
     drop(guard);
     let memory = Arc::new(DeviceMemory {
         gpu: g,
-        slice: Mutex::new(Some(slice)),
+        storage: Mutex::new(Some(Storage::Ours(slice))),
         ready,
         consumers: Mutex::new(Vec::new()),
     });
@@ -422,6 +443,109 @@ pub fn upload(t: &Tensor, ordinal: usize) -> Result<Tensor> {
     )
 }
 
+/// The raw handle of dlframe's producer stream on `cuda:ordinal`. An importer passes it as
+/// `__dlpack__(stream=...)`, so that the producer orders its pending work before ours.
+///
+/// # Errors
+/// [`Error::Cuda`] without that device.
+pub fn stream_handle(ordinal: usize) -> Result<usize> {
+    Ok(gpu(ordinal)?.stream.cu_stream() as usize)
+}
+
+/// Adopts a CUDA tensor imported through DLPack (without copying): the result is a device
+/// tensor that keeps `foreign` (and so the producer's memory) alive, and that re-exports with
+/// our stream semantics, so torch -> dlframe -> cupy shares one allocation.
+///
+/// The producer must have been asked for the tensor with `stream=`[`stream_handle`]`(ordinal)`:
+/// its pending work is then ordered before our stream, where the readiness event that
+/// consumers wait on is recorded now. When the last reference drops, the host waits for the
+/// work that our consumers queued on their streams, and then the producer's deleter runs.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `foreign` is not on a CUDA device; [`Error::Cuda`] without
+/// that device.
+pub fn adopt(foreign: Tensor) -> Result<Tensor> {
+    let Device::Cuda(id) = foreign.device() else {
+        return Err(Error::InvalidArgument(format!(
+            "adopt takes a CUDA tensor, not one on {}",
+            foreign.device()
+        )));
+    };
+    let ordinal = usize::try_from(id).map_err(|_| Error::Cuda(format!("device ordinal {id}")))?;
+    let g = gpu(ordinal)?;
+    g.ctx.bind_to_thread().map_err(cuda_err)?;
+    let ready = g.stream.record_event(None).map_err(cuda_err)?;
+    let (ptr, shape, strides) =
+        (foreign.data_ptr() as *mut u8, foreign.shape().to_vec(), foreign.strides().to_vec());
+    let (dtype, readonly, copied, logical) =
+        (foreign.dtype(), foreign.readonly(), foreign.copied(), foreign.logical().cloned());
+    let memory = Arc::new(DeviceMemory {
+        gpu: g,
+        storage: Mutex::new(Some(Storage::Foreign(foreign))),
+        ready,
+        consumers: Mutex::new(Vec::new()),
+    });
+    // SAFETY: the view is the one the foreign tensor validated; `memory` keeps that tensor (and
+    // its producer's allocation) alive for as long as this tensor or a clone lives.
+    let t = unsafe {
+        Tensor::from_raw_parts(ptr, shape, Some(strides), dtype, Device::Cuda(id), readonly, memory.clone())
+    }?;
+    Ok(t.with_copied(copied).with_readonly(readonly).with_logical(logical).with_sync(Some(memory)))
+}
+
+/// A host copy of a C-contiguous CUDA tensor (copies, device to host): our stream waits for
+/// the tensor's readiness event, one device-to-host transfer runs on it, and the host waits for
+/// that transfer (the copy is what was asked for). The result is a read-only CPU tensor.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a tensor not on a CUDA device; [`Error::CopyRequired`] for a
+/// strided one (make it contiguous on the device first); [`Error::Cuda`] from the driver.
+pub fn download(t: &Tensor) -> Result<Tensor> {
+    let Device::Cuda(id) = t.device() else {
+        return Err(Error::InvalidArgument(format!(
+            "download takes a CUDA tensor, not one on {}",
+            t.device()
+        )));
+    };
+    if t.numel() > 0 && !t.is_c_contiguous() {
+        return Err(Error::CopyRequired {
+            reason: format!(
+                "a CUDA tensor with shape {:?} and strides {:?} is not C-contiguous; dlframe copies only \
+                 contiguous device tensors to the host (make it contiguous on the device first)",
+                t.shape(),
+                t.strides()
+            ),
+        });
+    }
+    let ordinal = usize::try_from(id).map_err(|_| Error::Cuda(format!("device ordinal {id}")))?;
+    let g = gpu(ordinal)?;
+    let mut host = HostBuffer::zeroed(t.nbytes())?;
+    if t.nbytes() > 0 {
+        catch_unwind(AssertUnwindSafe(|| -> Result<()> {
+            g.ctx.bind_to_thread().map_err(cuda_err)?;
+            let stream = g.stream.cu_stream() as usize;
+            if let Some(sync) = t.sync() {
+                sync.wait_on(stream)?;
+            }
+            // SAFETY: the tensor holds nbytes contiguous bytes at data_ptr on this device (C order,
+            // checked above), alive through `t` until the synchronize below; `host` has nbytes.
+            unsafe {
+                result::memcpy_dtoh_async(
+                    host.as_mut_slice(),
+                    t.data_ptr() as sys::CUdeviceptr,
+                    stream as sys::CUstream,
+                )
+            }
+            .map_err(cuda_err)?;
+            g.stream.synchronize().map_err(cuda_err)
+        }))
+        .map_err(|_| Error::Cuda("a CUDA call panicked".into()))??;
+    }
+    Ok(Tensor::from_buffer(host.into_buffer(), 0, t.shape().to_vec(), None, t.dtype())?
+        .with_copied(true)
+        .with_logical(t.logical().cloned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,6 +564,43 @@ mod tests {
             return;
         }
         assert!(is_available());
+    }
+
+    #[test]
+    fn adopt_and_download_refuse_host_tensors_before_touching_a_device() {
+        let t = Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap();
+        for e in [adopt(t.clone()).unwrap_err(), download(&t).unwrap_err()] {
+            assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("cpu"), "{e}");
+        }
+        if device_count() == 0 {
+            eprintln!("skipped (device half): no CUDA driver or device on this machine");
+            assert!(matches!(stream_handle(0).unwrap_err(), Error::Cuda(_)));
+            return;
+        }
+        let up = upload(&Tensor::from_vec(vec![1i32, 2, 3, 4, 5, 6], vec![2, 3]).unwrap(), 0).unwrap();
+        let back = download(&up).unwrap();
+        assert_eq!(back.as_slice::<i32>().unwrap(), &[1, 2, 3, 4, 5, 6]);
+        assert!(back.copied() && back.device() == Device::Cpu && back.shape() == [2, 3]);
+        // A foreign view of our own device memory, adopted: same pointer, and the download
+        // still reads it after the original is gone.
+        let adopted = adopt(up.clone()).unwrap();
+        assert_eq!(adopted.data_ptr(), up.data_ptr());
+        drop(up);
+        assert_eq!(download(&adopted).unwrap().as_slice::<i32>().unwrap(), &[1, 2, 3, 4, 5, 6]);
+        // SAFETY: a transposed view of the same 6 elements, kept alive by the same owner.
+        let transposed = unsafe {
+            Tensor::from_raw_parts(
+                adopted.data_ptr() as *mut u8,
+                vec![3, 2],
+                Some(vec![1, 3]),
+                DType::Int32,
+                adopted.device(),
+                false,
+                adopted.owner().clone(),
+            )
+        }
+        .unwrap();
+        assert!(matches!(download(&transposed).unwrap_err(), Error::CopyRequired { .. }));
     }
 
     #[test]
