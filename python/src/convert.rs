@@ -342,7 +342,22 @@ fn import_on_device(x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
 
 #[cfg(not(feature = "cuda"))]
 fn import_on_device(_x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
-    Err(if ty == 2 { no_cuda().into() } else { device_refused(ty, id) })
+    Err(if ty == 2 {
+        dlframe::Error::Cuda("this build has no CUDA support (feature `cuda`)".into()).into()
+    } else {
+        device_refused(ty, id)
+    })
+}
+
+/// A tensor from a raw capsule: a CUDA one is adopted on its device, ordered after the legacy
+/// default stream (where DLPack puts data handed over without a stream).
+fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
+    let t = capsule::consume(cap)?.into_tensor();
+    match t.device() {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => Ok(cap.py().detach(|| dlframe::cuda::adopt_legacy(t))?),
+        _ => Ok(t),
+    }
 }
 
 fn device_refused(ty: i32, id: i32) -> crate::error::Error {
@@ -393,7 +408,8 @@ pub fn from_dlpack<'py>(
         }
     }
     let (tensor, copy) = if let Ok(t) = x.cast::<PyTensor>() {
-        on_host(t.get().inner.clone(), copy)?
+        let t = t.get().inner.clone();
+        py.detach(|| on_host(t, copy))?
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
         (capsule::consume(cap)?.into_tensor(), copy)
     } else if x.hasattr(intern!(x.py(), "__dlpack__"))? {
@@ -424,7 +440,7 @@ pub fn from_dlpack<'py>(
 #[pyfunction]
 pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
     if let Ok(cap) = x.cast::<PyCapsule>() {
-        return Ok(PyTensor::new(capsule::consume(cap)?.into_tensor()));
+        return Ok(PyTensor::new(from_capsule(cap)?));
     }
     if x.hasattr(intern!(x.py(), "__dlpack__"))? {
         return Ok(PyTensor::new(via_dlpack(x, None, Keep::Device)?));

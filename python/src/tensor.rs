@@ -115,6 +115,18 @@ impl PyTensor {
             None => None,
             Some(s) => Some(s.extract().map_err(|_| PyTypeError::new_err("stream must be None or an int"))?),
         };
+        let versioned = parse_max_version(max_version.as_ref())?.is_some_and(|(major, _)| major >= 1);
+        let must_copy = copy == Some(true) || (!versioned && t.readonly());
+        if must_copy && !t.device().is_host_accessible() {
+            // Refused before any stream is made to wait on us.
+            return Err(PyBufferError::new_err(format!(
+                "a {} tensor cannot be copied by __dlpack__ (copy=True, or a read-only tensor for a \
+                 legacy consumer, which cannot be told it is read-only); export it with \
+                 max_version=(1, 3) and copy=None",
+                t.device()
+            ))
+            .into());
+        }
         match (t.sync(), stream) {
             // A device tensor: make the consumer's stream wait for our work (DLPack's rules:
             // None and 1 are the legacy default stream, 2 the per-thread one, -1 no sync).
@@ -156,15 +168,6 @@ impl PyTensor {
                 .into());
             }
         }
-        let versioned = parse_max_version(max_version.as_ref())?.is_some_and(|(major, _)| major >= 1);
-        if copy == Some(true) && !t.device().is_host_accessible() {
-            return Err(PyBufferError::new_err(format!(
-                "copy=True of a {} tensor is not supported yet; export it without a copy (it is already one)",
-                t.device()
-            ))
-            .into());
-        }
-        let must_copy = copy == Some(true) || (!versioned && t.readonly());
         if !versioned && t.readonly() && copy == Some(false) {
             return Err(PyBufferError::new_err(
                 "a legacy DLPack capsule cannot mark shared Arrow memory read-only, so it needs a copy, \
@@ -387,7 +390,8 @@ impl PyTensor {
     /// `copy=True`): N-d tensors become `fixed_shape_tensor` arrays.
     #[pyo3(signature = (*, copy=None))]
     fn to_arrow<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
-        let (t, copy) = crate::convert::on_host(self.inner.clone(), copy)?;
+        let t = self.inner.clone();
+        let (t, copy) = py.detach(move || crate::convert::on_host(t, copy))?;
         let policy = copy_policy(copy);
         let (field, array) = py.detach(move || tensor_to_column_with(&t, "", policy))?;
         crate::convert::to_pyarrow(py, field, array)

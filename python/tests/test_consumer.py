@@ -153,6 +153,16 @@ def test_tensor_keeps_cuda_tensors_on_their_device_or_refuses():
         assert call["max_version"] == (1, 3) and call["stream"] not in (None, 0, -1)
         producer.drop()
         assert [f.deletes for f in producer.made] == [1]
+    # A raw capsule of CUDA memory is adopted on its device; with no device it is refused and
+    # still released exactly once (its memory is never touched).
+    if dlframe.cuda_device_count() == 0:
+        fake = fakes.dlpack_capsule(0x1000, [4], None, device=(2, 0))
+        with pytest.raises(RuntimeError, match="CUDA|cuda"):
+            dlframe.tensor(fake.capsule)
+        assert fake.consumed()
+        fake.drop()
+        gc.collect()
+        assert fake.deletes == 1
     # Devices other than CUDA are never kept: BufferError, and nothing is asked.
     data, opencl = _host_capsule_producer((4, 0))
     with pytest.raises(BufferError, match="only CUDA"):

@@ -128,6 +128,10 @@ def test_torch_to_dlframe_to_cupy_shares_one_allocation(torch):
     del x, z
     torch.cuda.synchronize()
     assert cupy.asarray(t).get()[0].tolist() == [1, 2, 3, 4]
+    # A raw capsule (no stream negotiated) is adopted too, ordered after the legacy stream.
+    c = dlframe.tensor(torch.full((4,), 7.0, device="cuda").__dlpack__())
+    assert c.device == "cuda:0" and c.__cuda_array_interface__["stream"] not in (None, 0)
+    assert cupy.from_dlpack(c).get().tolist() == [7.0] * 4
     # A transposed view keeps its strides.
     v = dlframe.tensor(torch.arange(6, dtype=torch.int64, device="cuda").reshape(2, 3).T)
     assert v.shape == (3, 2) and v.strides == (1, 3)
@@ -138,6 +142,9 @@ def test_an_imported_tensor_is_ordered_after_the_producers_pending_work(torch):
     cupy = optional("cupy")
     n = 20_000_000
     src = torch.rand(n, device="cuda")
+    # dlframe's first use of the device creates its stream, which synchronises the context:
+    # do that now, so that it cannot wait out the sleep below and hide a missing ordering.
+    dlframe.to_dlpack(pa.array([1.0]), device="cuda:0")
     torch.cuda.synchronize()
     # The producer's result is still being computed on torch's stream when we import it: the
     # stream we pass must make our stream (and so our consumers') wait for it.

@@ -152,6 +152,10 @@ impl RefUnwindSafe for DeviceMemory {}
 
 impl DeviceSync for DeviceMemory {
     fn wait_on(&self, stream: usize) -> Result<()> {
+        if stream == self.gpu.stream.cu_stream() as usize {
+            // Our own stream (a download): the event was recorded on it, so it is ordered.
+            return Ok(());
+        }
         self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
         // SAFETY: `stream` is a live stream handle of this context given by the consumer (or
         // the legacy / per-thread default stream); the event belongs to the same context.
@@ -184,32 +188,31 @@ impl Drop for DeviceMemory {
     fn drop(&mut self) {
         let ctx = &self.gpu.ctx;
         ctx.record_err(ctx.bind_to_thread());
-        // The producer stream frees the memory: first make it wait for the work consumers
-        // queued on their own streams.
+        let storage = self.storage.lock().ok().and_then(|mut s| s.take());
+        let foreign = matches!(storage, Some(Storage::Foreign(_)));
+        // Our memory is freed on the producer stream: first make it wait for the work consumers
+        // queued on their own streams. Foreign memory goes back to an allocator that cannot see
+        // those streams: the host waits for that work before the producer's deleter runs.
         for &stream in self.consumers.lock().map(|c| c.clone()).unwrap_or_default().iter() {
             let fence = (|| -> std::result::Result<(), result::DriverError> {
                 let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
-                // SAFETY: the consumer's stream handle, recorded when it waited on this tensor.
+                // SAFETY: the consumer's stream handle, recorded when it waited on this tensor;
+                // the event is ours and destroyed once used.
                 unsafe {
                     result::event::record(event, stream as sys::CUstream)?;
-                    result::stream::wait_event(
-                        self.gpu.stream.cu_stream(),
-                        event,
-                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                    )?;
+                    if foreign {
+                        result::event::synchronize(event)?;
+                    } else {
+                        result::stream::wait_event(
+                            self.gpu.stream.cu_stream(),
+                            event,
+                            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                        )?;
+                    }
                     result::event::destroy(event)
                 }
             })();
             ctx.record_err(fence);
-        }
-        let storage = self.storage.lock().ok().and_then(|mut s| s.take());
-        if matches!(storage, Some(Storage::Foreign(_)))
-            && !self.consumers.lock().map(|c| c.is_empty()).unwrap_or(true)
-        {
-            // The producer stream now waits for every consumer stream: wait for it here, then
-            // let the foreign deleter run.
-            let done = self.gpu.stream.record_event(None).and_then(|e| e.synchronize());
-            ctx.record_err(done);
         }
         drop(storage);
     }
@@ -465,6 +468,20 @@ pub fn stream_handle(ordinal: usize) -> Result<usize> {
 /// [`Error::InvalidArgument`] when `foreign` is not on a CUDA device; [`Error::Cuda`] without
 /// that device.
 pub fn adopt(foreign: Tensor) -> Result<Tensor> {
+    adopt_after(foreign, None)
+}
+
+/// [`adopt`] for a tensor whose producer was not handed our stream, such as a raw capsule:
+/// DLPack then promises the data on the legacy default stream, so our stream first waits for
+/// that stream's work (without blocking the host).
+///
+/// # Errors
+/// As [`adopt`].
+pub fn adopt_legacy(foreign: Tensor) -> Result<Tensor> {
+    adopt_after(foreign, Some(1))
+}
+
+fn adopt_after(foreign: Tensor, after: Option<usize>) -> Result<Tensor> {
     let Device::Cuda(id) = foreign.device() else {
         return Err(Error::InvalidArgument(format!(
             "adopt takes a CUDA tensor, not one on {}",
@@ -474,6 +491,23 @@ pub fn adopt(foreign: Tensor) -> Result<Tensor> {
     let ordinal = usize::try_from(id).map_err(|_| Error::Cuda(format!("device ordinal {id}")))?;
     let g = gpu(ordinal)?;
     g.ctx.bind_to_thread().map_err(cuda_err)?;
+    if let Some(stream) = after {
+        let fence = (|| -> std::result::Result<(), result::DriverError> {
+            let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+            // SAFETY: `stream` is the legacy default stream (always valid); the event is ours
+            // and destroyed once our stream waits on it.
+            unsafe {
+                result::event::record(event, stream as sys::CUstream)?;
+                result::stream::wait_event(
+                    g.stream.cu_stream(),
+                    event,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )?;
+                result::event::destroy(event)
+            }
+        })();
+        fence.map_err(cuda_err)?;
+    }
     let ready = g.stream.record_event(None).map_err(cuda_err)?;
     let (ptr, shape, strides) =
         (foreign.data_ptr() as *mut u8, foreign.shape().to_vec(), foreign.strides().to_vec());
@@ -519,7 +553,8 @@ pub fn download(t: &Tensor) -> Result<Tensor> {
     }
     let ordinal = usize::try_from(id).map_err(|_| Error::Cuda(format!("device ordinal {id}")))?;
     let g = gpu(ordinal)?;
-    let mut host = HostBuffer::zeroed(t.nbytes())?;
+    // Every byte is written by the transfer below.
+    let mut host = HostBuffer::for_overwrite(t.nbytes())?;
     if t.nbytes() > 0 {
         catch_unwind(AssertUnwindSafe(|| -> Result<()> {
             g.ctx.bind_to_thread().map_err(cuda_err)?;
