@@ -15,6 +15,27 @@ mod tensor;
 use dlframe_polars as _;
 use pyo3::prelude::*;
 
+/// `(fill kernel ms, device-to-device copy ms)` over `n` f32 slots, 10% null, on `cuda:device`:
+/// a measurement for `benches/gpu.py`, not an API.
+#[pyfunction]
+#[pyo3(signature = (n, reps=20, device=0))]
+fn _cuda_fill_kernel_timing(
+    py: Python<'_>,
+    n: usize,
+    reps: usize,
+    device: usize,
+) -> crate::error::Result<(f64, f64)> {
+    #[cfg(feature = "cuda")]
+    {
+        Ok(py.detach(|| dlframe::cuda::fill_kernel_timing(device, n, reps))?)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (py, n, reps, device);
+        Err(dlframe::Error::Cuda("this build has no CUDA support (feature `cuda`)".into()).into())
+    }
+}
+
 /// Number of CUDA devices dlframe can use: 0 without a driver, a device, or the `cuda` feature.
 #[pyfunction]
 fn cuda_device_count() -> usize {
@@ -35,6 +56,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(_cuda_fill_kernel_timing, m)?)?;
     m.add_class::<sql_udfs::PyScalarUDF>()?;
     m.add_function(wrap_pyfunction!(sql_udfs::datafusion_udfs, m)?)?;
     m.add_function(wrap_pyfunction!(sql_udfs::datafusion_version, m)?)?;

@@ -177,3 +177,14 @@ def test_device_tensors_reach_the_host_only_by_an_explicit_copy(torch):
     np.testing.assert_array_equal(m.to_arrow(copy=True).to_numpy_ndarray(), np.arange(6.0).reshape(2, 3))
     with pytest.raises(BufferError, match="contiguous"):
         dlframe.tensor(torch.arange(6, device="cuda").reshape(2, 3).T).to_arrow(copy=True)
+
+
+def test_the_kernel_timing_helper_measures_or_says_why_not():
+    if dlframe.cuda_device_count() == 0:
+        with pytest.raises(RuntimeError, match="CUDA|cuda"):
+            dlframe._native._cuda_fill_kernel_timing(1000)
+        return
+    kernel_ms, copy_ms = dlframe._native._cuda_fill_kernel_timing(1_000_000, 3)
+    assert 0 < kernel_ms < 1000 and 0 < copy_ms < 1000
+    with pytest.raises(RuntimeError, match="outside"):
+        dlframe._native._cuda_fill_kernel_timing(0)

@@ -581,6 +581,44 @@ pub fn download(t: &Tensor) -> Result<Tensor> {
         .with_logical(t.logical().cloned()))
 }
 
+/// Device times of the null-fill kernel and of a device-to-device copy, in milliseconds (best
+/// of `reps`, timed with CUDA events), on `cuda:ordinal`: the kernel over `n` f32 slots of which
+/// every tenth is null, in place as [`to_device`] runs it, against a copy of the same `4 n`
+/// bytes. What `benches/gpu.py` reports for the kernel-bandwidth target; it allocates
+/// `8 n + n / 8` bytes of device memory and measures nothing on the host.
+///
+/// # Errors
+/// [`Error::Cuda`] without a device, or when `n` exceeds `u32::MAX`.
+pub fn fill_kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<(f64, f64)> {
+    if n == 0 || u32::try_from(n).is_err() {
+        return Err(Error::Cuda(format!("n = {n} is outside 1..=u32::MAX")));
+    }
+    let g = gpu(ordinal)?;
+    let validity: Vec<u8> = (0..n.div_ceil(8))
+        .map(|byte| (0..8).filter(|bit| (byte * 8 + bit) % 10 != 0).fold(0u8, |acc, bit| acc | (1 << bit)))
+        .collect();
+    catch_unwind(AssertUnwindSafe(|| -> Result<(f64, f64)> {
+        let s = &g.stream;
+        let valid = s.clone_htod(&validity).map_err(cuda_err)?;
+        let mut a = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;
+        let mut b = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;
+        let fill = fill_bytes(DType::Float32, NullPolicy::Fill(kernels::Scalar::Int(0)))?;
+        let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let (mut kernel, mut copy) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..=reps {
+            let start = s.record_event(timing).map_err(cuda_err)?;
+            launch_fill(&g, 4, &mut a.slice_mut(..), &valid, 0, n as u64, &fill)?;
+            let mid = s.record_event(timing).map_err(cuda_err)?;
+            s.memcpy_dtod(&a, &mut b).map_err(cuda_err)?;
+            let end = s.record_event(timing).map_err(cuda_err)?;
+            kernel = kernel.min(f64::from(start.elapsed_ms(&mid).map_err(cuda_err)?));
+            copy = copy.min(f64::from(mid.elapsed_ms(&end).map_err(cuda_err)?));
+        }
+        Ok((kernel, copy))
+    }))
+    .map_err(|_| Error::Cuda("a CUDA call panicked".into()))?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -610,6 +648,7 @@ mod tests {
         if device_count() == 0 {
             eprintln!("skipped (device half): no CUDA driver or device on this machine");
             assert!(matches!(stream_handle(0).unwrap_err(), Error::Cuda(_)));
+            assert!(matches!(fill_kernel_timing(0, 1000, 1).unwrap_err(), Error::Cuda(_)));
             return;
         }
         let up = upload(&Tensor::from_vec(vec![1i32, 2, 3, 4, 5, 6], vec![2, 3]).unwrap(), 0).unwrap();
