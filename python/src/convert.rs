@@ -231,9 +231,13 @@ fn on_device(c: Converted, target: Option<usize>) -> dlframe::Result<Converted> 
     }
 }
 
+/// Why a build without the `cuda` feature cannot do what was asked.
+#[cfg(not(feature = "cuda"))]
+pub const NO_CUDA: &str = "this build has no CUDA support (feature `cuda`)";
+
 #[cfg(not(feature = "cuda"))]
 fn no_cuda() -> dlframe::Error {
-    dlframe::Error::CopyRequired { reason: "this build has no CUDA support (feature `cuda`)".into() }
+    dlframe::Error::CopyRequired { reason: NO_CUDA.into() }
 }
 
 /// Where an imported device tensor goes.
@@ -277,22 +281,7 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
     if let Some(c) = copy_arg {
         kw.set_item(intern!(py, "copy"), c)?;
     }
-    let method = x.getattr(intern!(py, "__dlpack__"))?;
-    let cap = match method.call((), Some(&kw)) {
-        Ok(c) => c,
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
-            kw.del_item(intern!(py, "max_version"))?;
-            match method.call((), Some(&kw)) {
-                Ok(c) => c,
-                Err(e) if e.is_instance_of::<PyTypeError>(py) && host => method.call0()?,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let cap =
-        cap.cast::<PyCapsule>().map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
-    let t = capsule::consume(cap)?.into_tensor();
+    let t = call_dlpack(x, &kw, host)?;
     if !t.device().is_host_accessible() {
         return Err(PyBufferError::new_err(format!(
             "the producer returned a {} tensor; Arrow needs host memory",
@@ -301,6 +290,28 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
         .into());
     }
     Ok(t)
+}
+
+/// Calls `x.__dlpack__(**kw)` and consumes the capsule. A producer that refuses a keyword with
+/// TypeError is asked again without `max_version`, then (when `bare_last`) with no keywords.
+fn call_dlpack(x: &Bound<'_, PyAny>, kw: &Bound<'_, PyDict>, bare_last: bool) -> Result<Tensor> {
+    let py = x.py();
+    let method = x.getattr(intern!(py, "__dlpack__"))?;
+    let cap = match method.call((), Some(kw)) {
+        Ok(c) => c,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+            kw.del_item(intern!(py, "max_version"))?;
+            match method.call((), Some(kw)) {
+                Ok(c) => c,
+                Err(e) if e.is_instance_of::<PyTypeError>(py) && bare_last => method.call0()?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let cap =
+        cap.cast::<PyCapsule>().map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
+    Ok(capsule::consume(cap)?.into_tensor())
 }
 
 /// A CUDA tensor kept on its device (without copying): the producer is asked for it with
@@ -318,18 +329,8 @@ fn import_on_device(x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
     let kw = PyDict::new(py);
     kw.set_item(intern!(py, "stream"), stream)?;
     kw.set_item(intern!(py, "max_version"), (1, 3))?;
-    let method = x.getattr(intern!(py, "__dlpack__"))?;
-    let cap = match method.call((), Some(&kw)) {
-        Ok(c) => c,
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
-            kw.del_item(intern!(py, "max_version"))?;
-            method.call((), Some(&kw))?
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let cap =
-        cap.cast::<PyCapsule>().map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
-    let t = capsule::consume(cap)?.into_tensor();
+    // No bare call: without `stream` the producer would not order its work before ours.
+    let t = call_dlpack(x, &kw, false)?;
     if t.device() != Device::Cuda(id) {
         return Err(PyBufferError::new_err(format!(
             "__dlpack_device__ said cuda:{id} but the producer returned a tensor on {}",
@@ -342,11 +343,7 @@ fn import_on_device(x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
 
 #[cfg(not(feature = "cuda"))]
 fn import_on_device(_x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
-    Err(if ty == 2 {
-        dlframe::Error::Cuda("this build has no CUDA support (feature `cuda`)".into()).into()
-    } else {
-        device_refused(ty, id)
-    })
+    Err(if ty == 2 { dlframe::Error::Cuda(NO_CUDA.into()).into() } else { device_refused(ty, id) })
 }
 
 /// A tensor from a raw capsule: a CUDA one is adopted on its device, ordered after the legacy

@@ -32,7 +32,7 @@ fn _cuda_fill_kernel_timing(
     #[cfg(not(feature = "cuda"))]
     {
         let _ = (py, n, reps, device);
-        Err(dlframe::Error::Cuda("this build has no CUDA support (feature `cuda`)".into()).into())
+        Err(dlframe::Error::Cuda(convert::NO_CUDA.into()).into())
     }
 }
 

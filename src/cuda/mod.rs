@@ -193,26 +193,11 @@ impl Drop for DeviceMemory {
         // Our memory is freed on the producer stream: first make it wait for the work consumers
         // queued on their own streams. Foreign memory goes back to an allocator that cannot see
         // those streams: the host waits for that work before the producer's deleter runs.
+        let waiter = if foreign { None } else { Some(self.gpu.stream.cu_stream()) };
         for &stream in self.consumers.lock().map(|c| c.clone()).unwrap_or_default().iter() {
-            let fence = (|| -> std::result::Result<(), result::DriverError> {
-                let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
-                // SAFETY: the consumer's stream handle, recorded when it waited on this tensor;
-                // the event is ours and destroyed once used.
-                unsafe {
-                    result::event::record(event, stream as sys::CUstream)?;
-                    if foreign {
-                        result::event::synchronize(event)?;
-                    } else {
-                        result::stream::wait_event(
-                            self.gpu.stream.cu_stream(),
-                            event,
-                            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                        )?;
-                    }
-                    result::event::destroy(event)
-                }
-            })();
-            ctx.record_err(fence);
+            // SAFETY: the consumer's stream handle, recorded when it waited on this tensor, and
+            // our producer stream, both of this context (bound above).
+            ctx.record_err(unsafe { fence(stream as sys::CUstream, waiter) });
         }
         drop(storage);
     }
@@ -446,6 +431,42 @@ pub fn upload(t: &Tensor, ordinal: usize) -> Result<Tensor> {
     )
 }
 
+/// Makes the work queued so far on `stream` a precondition: of the work queued next on
+/// `waiter` when it is given (the host does not block), otherwise of the host's next step (it
+/// blocks until that work is done). The event used is created and destroyed here.
+///
+/// # Safety
+/// `stream` and `waiter` are live stream handles (or the legacy / per-thread default stream) of
+/// the context bound to this thread.
+unsafe fn fence(
+    stream: sys::CUstream,
+    waiter: Option<sys::CUstream>,
+) -> std::result::Result<(), result::DriverError> {
+    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+    // SAFETY: the streams are live per this function's contract; the event is ours, used here
+    // and destroyed once (CUDA defers the release until the recorded work is done).
+    unsafe {
+        result::event::record(event, stream)?;
+        match waiter {
+            Some(w) => result::stream::wait_event(w, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?,
+            None => result::event::synchronize(event)?,
+        }
+        result::event::destroy(event)
+    }
+}
+
+/// The CUDA ordinal of a tensor that `what` takes, or why it is not a CUDA tensor.
+fn cuda_id(t: &Tensor, what: &str) -> Result<i32> {
+    match t.device() {
+        Device::Cuda(id) => Ok(id),
+        other => Err(Error::InvalidArgument(format!("{what} takes a CUDA tensor, not one on {other}"))),
+    }
+}
+
+fn cuda_ordinal(id: i32) -> Result<usize> {
+    usize::try_from(id).map_err(|_| Error::Cuda(format!("device ordinal {id}")))
+}
+
 /// The raw handle of dlframe's producer stream on `cuda:ordinal`. An importer passes it as
 /// `__dlpack__(stream=...)`, so that the producer orders its pending work before ours.
 ///
@@ -482,31 +503,13 @@ pub fn adopt_legacy(foreign: Tensor) -> Result<Tensor> {
 }
 
 fn adopt_after(foreign: Tensor, after: Option<usize>) -> Result<Tensor> {
-    let Device::Cuda(id) = foreign.device() else {
-        return Err(Error::InvalidArgument(format!(
-            "adopt takes a CUDA tensor, not one on {}",
-            foreign.device()
-        )));
-    };
-    let ordinal = usize::try_from(id).map_err(|_| Error::Cuda(format!("device ordinal {id}")))?;
-    let g = gpu(ordinal)?;
+    let id = cuda_id(&foreign, "adopt")?;
+    let g = gpu(cuda_ordinal(id)?)?;
     g.ctx.bind_to_thread().map_err(cuda_err)?;
     if let Some(stream) = after {
-        let fence = (|| -> std::result::Result<(), result::DriverError> {
-            let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
-            // SAFETY: `stream` is the legacy default stream (always valid); the event is ours
-            // and destroyed once our stream waits on it.
-            unsafe {
-                result::event::record(event, stream as sys::CUstream)?;
-                result::stream::wait_event(
-                    g.stream.cu_stream(),
-                    event,
-                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                )?;
-                result::event::destroy(event)
-            }
-        })();
-        fence.map_err(cuda_err)?;
+        // SAFETY: `stream` is the legacy default stream (always valid) and the waiter our
+        // producer stream, in the context bound above.
+        unsafe { fence(stream as sys::CUstream, Some(g.stream.cu_stream())) }.map_err(cuda_err)?;
     }
     let ready = g.stream.record_event(None).map_err(cuda_err)?;
     let (ptr, shape, strides) =
@@ -535,12 +538,7 @@ fn adopt_after(foreign: Tensor, after: Option<usize>) -> Result<Tensor> {
 /// [`Error::InvalidArgument`] for a tensor not on a CUDA device; [`Error::CopyRequired`] for a
 /// strided one (make it contiguous on the device first); [`Error::Cuda`] from the driver.
 pub fn download(t: &Tensor) -> Result<Tensor> {
-    let Device::Cuda(id) = t.device() else {
-        return Err(Error::InvalidArgument(format!(
-            "download takes a CUDA tensor, not one on {}",
-            t.device()
-        )));
-    };
+    let id = cuda_id(t, "download")?;
     if t.numel() > 0 && !t.is_c_contiguous() {
         return Err(Error::CopyRequired {
             reason: format!(
@@ -551,8 +549,7 @@ pub fn download(t: &Tensor) -> Result<Tensor> {
             ),
         });
     }
-    let ordinal = usize::try_from(id).map_err(|_| Error::Cuda(format!("device ordinal {id}")))?;
-    let g = gpu(ordinal)?;
+    let g = gpu(cuda_ordinal(id)?)?;
     // Every byte is written by the transfer below.
     let mut host = HostBuffer::for_overwrite(t.nbytes())?;
     if t.nbytes() > 0 {
