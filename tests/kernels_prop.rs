@@ -552,6 +552,7 @@ fn check_interleave<D: Target>(
             values: values[j].as_ref(),
             validity: arrows[j].as_ref().map(view),
             name: &names[j],
+            first_row: 0,
         })
         .collect();
     let fill = with_fill.then(|| D::expect(Exact::I(7)).unwrap());

@@ -146,8 +146,7 @@ pub fn to_dlpack<'py>(
                 Ok(wrap(py, c, nulls)?)
             }
             "stack" => {
-                let c = py
-                    .detach(|| columns_to_tensor(&fields, &cols, &opts).and_then(|c| on_device(c, target)))?;
+                let c = py.detach(|| matrix(&fields, &cols, &opts, target))?;
                 Ok(wrap(py, c, nulls)?)
             }
             "dict" => {
@@ -211,21 +210,23 @@ fn column(
     match target {
         None => to_tensor(field, chunks, opts),
         #[cfg(feature = "cuda")]
-        Some(i) => Ok(Converted { values: dlframe::cuda::to_device(field, chunks, opts, i)?, mask: None }),
+        Some(i) => dlframe::cuda::to_device(field, chunks, opts, i),
         #[cfg(not(feature = "cuda"))]
         Some(_) => Err(no_cuda()),
     }
 }
 
-/// A result made on the CPU, moved to the target device in one transfer (its mask too).
-fn on_device(c: Converted, target: Option<usize>) -> dlframe::Result<Converted> {
+/// Several columns as one matrix on the CPU or, with the `cuda` feature, on a CUDA device.
+fn matrix(
+    fields: &[FieldRef],
+    cols: &[Vec<ArrayRef>],
+    opts: &ExportOptions,
+    target: Option<usize>,
+) -> dlframe::Result<Converted> {
     match target {
-        None => Ok(c),
+        None => columns_to_tensor(fields, cols, opts),
         #[cfg(feature = "cuda")]
-        Some(i) => Ok(Converted {
-            values: dlframe::cuda::upload(&c.values, i)?,
-            mask: c.mask.map(|m| dlframe::cuda::upload(&m, i)).transpose()?,
-        }),
+        Some(i) => dlframe::cuda::columns_to_device(fields, cols, opts, i),
         #[cfg(not(feature = "cuda"))]
         Some(_) => Err(no_cuda()),
     }

@@ -15,11 +15,11 @@ mod tensor;
 use dlframe_polars as _;
 use pyo3::prelude::*;
 
-/// `(fill kernel ms, device-to-device copy ms)` over `n` f32 slots, 10% null, on `cuda:device`:
+/// `(conversion kernel ms, device-to-device copy ms)` over `n` f32 rows, 10% null, on `cuda:device`:
 /// a measurement for `benches/gpu.py`, not an API.
 #[pyfunction]
 #[pyo3(signature = (n, reps=20, device=0))]
-fn _cuda_fill_kernel_timing(
+fn _cuda_kernel_timing(
     py: Python<'_>,
     n: usize,
     reps: usize,
@@ -27,7 +27,7 @@ fn _cuda_fill_kernel_timing(
 ) -> crate::error::Result<(f64, f64)> {
     #[cfg(feature = "cuda")]
     {
-        Ok(py.detach(|| dlframe::cuda::fill_kernel_timing(device, n, reps))?)
+        Ok(py.detach(|| dlframe::cuda::kernel_timing(device, n, reps))?)
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -56,7 +56,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
-    m.add_function(wrap_pyfunction!(_cuda_fill_kernel_timing, m)?)?;
+    m.add_function(wrap_pyfunction!(_cuda_kernel_timing, m)?)?;
     m.add_class::<sql_udfs::PyScalarUDF>()?;
     m.add_function(wrap_pyfunction!(sql_udfs::datafusion_udfs, m)?)?;
     m.add_function(wrap_pyfunction!(sql_udfs::datafusion_version, m)?)?;

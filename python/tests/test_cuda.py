@@ -103,12 +103,53 @@ def test_device_path_refusals_name_the_remedy(torch):
     col = pa.array([1.0, None])
     with pytest.raises(BufferError, match="nulls='fill'"):
         dlframe.to_dlpack(col, device="cuda:0")
-    with pytest.raises(ValueError, match="mask"):
-        dlframe.to_dlpack(col, nulls="mask", device="cuda:0")
-    with pytest.raises(ValueError, match="cast"):
-        dlframe.to_dlpack(col, fill_value=0, dtype="float32", device="cuda:0")
+    with pytest.raises(ValueError, match="at row 1"):
+        dlframe.to_dlpack(pa.array([1, 300]), dtype="uint8", device="cuda:0")
     with pytest.raises(RuntimeError, match="does not exist"):
         dlframe.to_dlpack(col, fill_value=0, device="cuda:99")
+
+
+def to_host(torch, t):
+    return torch.from_dlpack(t).cpu().numpy()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "int32", "uint16", "uint64"])
+def test_casts_masks_and_list_nulls_on_the_device_match_the_cpu(torch, dtype):
+    rng = np.random.default_rng(11)
+    cols = [
+        random_column(rng, np.int16, 1001, 0.2, 5),
+        pa.chunked_array([random_column(rng, np.float32, 300, 0.1, 1), random_column(rng, np.float32, 77, 0.0, 0)]),
+        pa.FixedSizeListArray.from_arrays(random_column(rng, np.uint8, 30, 0.1, 0), 3, mask=pa.array([i % 4 == 0 for i in range(10)])),
+    ]
+    for col in cols:
+        for kw in ({"fill_value": 1}, {"nulls": "mask"}):
+            want = dlframe.to_dlpack(col, dtype=dtype, copy=True, **kw)
+            got = dlframe.to_dlpack(col, dtype=dtype, device="cuda:0", **kw)
+            if kw.get("nulls") == "mask":
+                (want, want_mask), (got, got_mask) = want, got
+                np.testing.assert_array_equal(to_host(torch, got_mask), np.from_dlpack(want_mask))
+            np.testing.assert_array_equal(to_host(torch, got), np.from_dlpack(want))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_tables_are_interleaved_on_the_device_as_on_the_cpu(torch, order):
+    rng = np.random.default_rng(12)
+    tbl = pa.table({
+        "a": random_column(rng, np.int32, 5000, 0.1, 3),
+        "b": random_column(rng, np.float64, 5000, 0.0, 0),
+        "c": random_column(rng, np.bool_, 5000, 0.2, 7),
+        "d": random_column(rng, np.uint8, 5000, 0.5, 1),
+    })
+    tbl = pa.concat_tables([tbl.slice(0, 1234), tbl.slice(1234)])  # chunked columns
+    for kw in ({"fill_value": -1}, {"nulls": "mask"}, {"fill_value": 0, "dtype": "float32"}):
+        want = dlframe.to_dlpack(tbl, order=order, **kw)
+        got = dlframe.to_dlpack(tbl, order=order, device="cuda:0", **kw)
+        if kw.get("nulls") == "mask":
+            (want, want_mask), (got, got_mask) = want, got
+            np.testing.assert_array_equal(to_host(torch, got_mask), np.from_dlpack(want_mask))
+        w = np.from_dlpack(want)
+        assert torch.from_dlpack(got).stride() == tuple(s // w.itemsize for s in w.strides)
+        np.testing.assert_array_equal(to_host(torch, got), w)
 
 
 def test_torch_to_dlframe_to_cupy_shares_one_allocation(torch):
@@ -182,9 +223,9 @@ def test_device_tensors_reach_the_host_only_by_an_explicit_copy(torch):
 def test_the_kernel_timing_helper_measures_or_says_why_not():
     if dlframe.cuda_device_count() == 0:
         with pytest.raises(RuntimeError, match="CUDA|cuda"):
-            dlframe._native._cuda_fill_kernel_timing(1000)
+            dlframe._native._cuda_kernel_timing(1000)
         return
-    kernel_ms, copy_ms = dlframe._native._cuda_fill_kernel_timing(1_000_000, 3)
+    kernel_ms, copy_ms = dlframe._native._cuda_kernel_timing(1_000_000, 3)
     assert 0 < kernel_ms < 1000 and 0 < copy_ms < 1000
-    with pytest.raises(RuntimeError, match="outside"):
-        dlframe._native._cuda_fill_kernel_timing(0)
+    with pytest.raises(RuntimeError, match="at least 1"):
+        dlframe._native._cuda_kernel_timing(0)

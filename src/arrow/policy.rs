@@ -79,20 +79,7 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
         let (field, chunks) = lists_as_fixed_chunks(field, chunks)?;
         return to_tensor(&field, &chunks, opts);
     }
-    for c in chunks {
-        if c.data_type() != field.data_type() {
-            return Err(Error::InvalidArgument(format!(
-                "chunk of type {} in column '{}' of type {}",
-                c.data_type(),
-                field.name(),
-                field.data_type()
-            )));
-        }
-    }
-    let null_count: usize = chunks.iter().map(|c| nested_null_count(c.as_ref())).sum();
-    if null_count > 0 && opts.nulls == NullPolicy::Error {
-        return Err(Error::Nulls { column: format!("'{}'", field.name()), null_count });
-    }
+    let null_count = checked_null_count(field, chunks, opts.nulls)?;
     let leaf = leaf_dtype(field)?;
     let target = opts.dtype.unwrap_or(leaf);
     let reason = if opts.copy == CopyPolicy::Always {
@@ -122,6 +109,43 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
         .then(|| validity_mask(field, chunks, values.shape()))
         .transpose()?;
     Ok(Converted { values, mask })
+}
+
+/// The column's nulls at every level, after refusing chunks of another type and, under
+/// [`NullPolicy::Error`], any null.
+pub(crate) fn checked_null_count(field: &FieldRef, chunks: &[ArrayRef], nulls: NullPolicy) -> Result<usize> {
+    check_chunk_types(field, chunks)?;
+    let null_count: usize = chunks.iter().map(|c| nested_null_count(c.as_ref())).sum();
+    if null_count > 0 && nulls == NullPolicy::Error {
+        return Err(Error::Nulls { column: format!("'{}'", field.name()), null_count });
+    }
+    Ok(null_count)
+}
+
+/// The shape, strides and cell size (leaf slots per row) of a column of `n` rows as one tensor:
+/// `[n, *cell]`, C order, or the permuted order of a tensor column's cells.
+pub(crate) fn column_layout(field: &FieldRef, n: usize) -> Result<(Vec<i64>, Vec<i64>, usize)> {
+    let (cell, cell_strides) = cell_layout(field)?;
+    let cell_size: usize = cell.iter().map(|&d| d as usize).product();
+    let shape: Vec<i64> = std::iter::once(n as i64).chain(cell).collect();
+    let strides = match cell_strides {
+        Some(s) => std::iter::once(cell_size as i64).chain(s).collect(),
+        None => c_strides(&shape),
+    };
+    Ok((shape, strides, cell_size))
+}
+
+/// Refuses chunks whose type is not the column's.
+pub(crate) fn check_chunk_types(field: &FieldRef, chunks: &[ArrayRef]) -> Result<()> {
+    match chunks.iter().find(|c| c.data_type() != field.data_type()) {
+        Some(c) => Err(Error::InvalidArgument(format!(
+            "chunk of type {} in column '{}' of type {}",
+            c.data_type(),
+            field.name(),
+            field.data_type()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Every chunk of a List/LargeList column as FixedSizeList views with one row length.
@@ -158,6 +182,78 @@ pub fn columns_to_tensor(
     columns: &[Vec<ArrayRef>],
     opts: &ExportOptions,
 ) -> Result<Converted> {
+    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask: want_mask } =
+        matrix_spec(fields, columns, opts)?;
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let mut out = Output::new(storage, n * k)?;
+    for_segments(columns, |start, end, slices| {
+        // A bool column of the segment is unpacked to bytes first (one pass over its bits).
+        let bytes = slices
+            .iter()
+            .map(|a| (a.data_type() == &DataType::Boolean).then(|| bool_bytes(a.as_ref())).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        let cols = slices
+            .iter()
+            .zip(&bytes)
+            .zip(&names)
+            .map(|((a, unpacked), name)| {
+                let col = match unpacked {
+                    Some(b) => {
+                        Column::new(ColumnRef::U8(b)).with_validity(validity_of(a.as_ref())?).named(name)
+                    }
+                    None => column_ref(a.as_ref(), name)?,
+                };
+                Ok(col.starting_at(start))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        out.write_rows(&cols, opts.order, fill, n, start, end)
+    })?;
+    let values = out.into_tensor(target, shape.clone(), strides.clone())?;
+    let mask = if want_mask {
+        let mut m = Output::new(DType::UInt8, n * k)?;
+        for_segments(columns, |start, end, slices| {
+            let bytes: Vec<Vec<u8>> =
+                slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
+            let cols: Vec<Column> =
+                bytes.iter().zip(&names).map(|(v, name)| Column::new(ColumnRef::U8(v)).named(name)).collect();
+            m.write_rows(&cols, opts.order, None, n, start, end)
+        })?;
+        Some(m.into_tensor(DType::Bool, shape, strides)?)
+    } else {
+        None
+    };
+    Ok(Converted { values, mask })
+}
+
+/// What a matrix of several columns is, validated once for the CPU and the device paths.
+pub(crate) struct MatrixSpec {
+    /// Rows.
+    pub n: usize,
+    /// Columns.
+    pub k: usize,
+    /// The dtype of the result.
+    pub target: DType,
+    /// The dtype written: bools are written as their 0/1 bytes, into u8 storage labelled bool
+    /// when every column is bool, or cast like any u8 column (numpy's True -> 1) when they join
+    /// numbers.
+    pub storage: DType,
+    /// The value nulls become.
+    pub fill: Option<Scalar>,
+    /// `[n, k]`.
+    pub shape: Vec<i64>,
+    /// C or F strides of the shape.
+    pub strides: Vec<i64>,
+    /// Whether a validity mask is made (asked for, and there are nulls).
+    pub mask: bool,
+}
+
+/// Checks several columns for [`columns_to_tensor`] (lengths, types, nulls, copy policy, dtype,
+/// fill) and says what the matrix will be. Reads no values.
+pub(crate) fn matrix_spec(
+    fields: &[FieldRef],
+    columns: &[Vec<ArrayRef>],
+    opts: &ExportOptions,
+) -> Result<MatrixSpec> {
     if fields.len() != columns.len() {
         return Err(Error::InvalidArgument(format!("{} fields for {} columns", fields.len(), columns.len())));
     }
@@ -214,50 +310,12 @@ pub fn columns_to_tensor(
         Order::C => c_strides(&shape),
         Order::F => vec![1, n as i64],
     };
-    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
-    // Bools are written as their 0/1 bytes: into u8 storage labelled bool when every column is
-    // bool, or cast like any u8 column (numpy's True -> 1) when they join numbers.
     let (storage, fill) = match target {
         DType::Bool => (DType::UInt8, Some(Scalar::Int(bool_fill(opts.nulls)?.into()))),
         t => (t, fill_for(opts.nulls)),
     };
-    let mut out = Output::new(storage, n * k)?;
-    for_segments(columns, |start, end, slices| {
-        // A bool column of the segment is unpacked to bytes first (one pass over its bits).
-        let bytes = slices
-            .iter()
-            .map(|a| (a.data_type() == &DataType::Boolean).then(|| bool_bytes(a.as_ref())).transpose())
-            .collect::<Result<Vec<_>>>()?;
-        let cols = slices
-            .iter()
-            .zip(&bytes)
-            .zip(&names)
-            .map(|((a, unpacked), name)| match unpacked {
-                Some(b) => Ok(Column { values: ColumnRef::U8(b), validity: validity_of(a.as_ref())?, name }),
-                None => column_ref(a.as_ref(), name),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        out.write_rows(&cols, opts.order, fill, n, start, end)
-    })?;
-    let values = out.into_tensor(target, shape.clone(), strides.clone())?;
-    let has_nulls = columns.iter().flatten().any(|c| c.null_count() > 0);
-    let mask = if opts.nulls == NullPolicy::Mask && has_nulls {
-        let mut m = Output::new(DType::UInt8, n * k)?;
-        for_segments(columns, |start, end, slices| {
-            let bytes: Vec<Vec<u8>> =
-                slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
-            let cols: Vec<Column> = bytes
-                .iter()
-                .zip(&names)
-                .map(|(v, name)| Column { values: ColumnRef::U8(v), validity: None, name })
-                .collect();
-            m.write_rows(&cols, opts.order, None, n, start, end)
-        })?;
-        Some(m.into_tensor(DType::Bool, shape, strides)?)
-    } else {
-        None
-    };
-    Ok(Converted { values, mask })
+    let mask = opts.nulls == NullPolicy::Mask && columns.iter().flatten().any(|c| c.null_count() > 0);
+    Ok(MatrixSpec { n, k, target, storage, fill, shape, strides, mask })
 }
 
 /// A tensor as an Arrow column: zero-copy when the memory allows, else (unless
@@ -392,11 +450,12 @@ fn validity_mask(field: &FieldRef, chunks: &[ArrayRef], shape: &[i64]) -> Result
 fn expand_validity(array: &dyn Array, out: &mut [u8]) -> Result<()> {
     let data = array.to_data();
     match array.data_type() {
-        DataType::FixedSizeList(_, size) => {
+        DataType::FixedSizeList(..) => {
             let list = arrow_array::cast::AsArray::as_fixed_size_list(array);
             expand_validity(list.values().as_ref(), out)?;
             if let Some(nulls) = data.nulls() {
-                let size = *size as usize;
+                // The leaf slots a row covers, through every level below it.
+                let size = out.len() / array.len().max(1);
                 for row in (0..array.len()).filter(|&r| nulls.is_null(r)) {
                     out[row * size..(row + 1) * size].fill(0);
                 }
@@ -410,7 +469,7 @@ fn expand_validity(array: &dyn Array, out: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
-fn check_nan_policy(nulls: NullPolicy, target: DType) -> Result<()> {
+pub(crate) fn check_nan_policy(nulls: NullPolicy, target: DType) -> Result<()> {
     if nulls == NullPolicy::Nan && !target.is_float() {
         return Err(Error::InvalidArgument(format!(
             "nulls='nan' needs a float dtype but the tensor is {target}; pass dtype='float64' or nulls='fill'"
@@ -421,19 +480,10 @@ fn check_nan_policy(nulls: NullPolicy, target: DType) -> Result<()> {
 
 /// One copy of a column into a fresh buffer: chunks concatenated, nulls filled, cast fused.
 fn copy_column(field: &FieldRef, chunks: &[ArrayRef], target: DType, nulls: NullPolicy) -> Result<Tensor> {
-    let (cell, cell_strides) = cell_layout(field)?;
-    let cell_size: usize = cell.iter().map(|&d| d as usize).product();
     let n: usize = chunks.iter().map(|c| c.len()).sum();
-    let mut shape = vec![n as i64];
-    shape.extend(&cell);
+    let (shape, strides, cell_size) = column_layout(field, n)?;
     let leaf = leaf_dtype(field)?;
-    if leaf == DType::Bool && target != DType::Bool {
-        return Err(Error::InvalidArgument(format!(
-            "column '{}' is boolean; dlframe exports it as bool (cast it in Arrow for {target})",
-            field.name()
-        )));
-    }
-    check_nan_policy(nulls, target)?;
+    check_copy_target(field, leaf, target, nulls)?;
     let mut out = Output::new(target, n * cell_size)?;
     let plain =
         leaf != DType::Bool && target == leaf && chunks.iter().all(|c| nested_null_count(c.as_ref()) == 0);
@@ -447,7 +497,7 @@ fn copy_column(field: &FieldRef, chunks: &[ArrayRef], target: DType, nulls: Null
         if leaf == DType::Bool {
             out.unpack_bools(leaf_array.as_ref(), nulls, pos..pos + slots)?;
         } else {
-            let col = column_ref(leaf_array.as_ref(), field.name())?;
+            let col = column_ref(leaf_array.as_ref(), field.name())?.starting_at(pos);
             out.write_rows(std::slice::from_ref(&col), Order::C, fill_for(nulls), slots, pos, pos + slots)?;
         }
         for (size, validity) in list_nulls {
@@ -457,16 +507,28 @@ fn copy_column(field: &FieldRef, chunks: &[ArrayRef], target: DType, nulls: Null
         }
         pos += slots;
     }
-    let strides = match cell_strides {
-        Some(s) => {
-            let mut v = vec![cell_size as i64];
-            v.extend(s);
-            v
-        }
-        None => c_strides(&shape),
-    };
     let logical = (target == leaf).then(|| field.clone());
     Ok(out.into_tensor(target, shape, strides)?.with_logical(logical))
+}
+
+/// Refuses what a copy of one column cannot make: a boolean column as numbers, NaN into
+/// integers, a bool fill other than a bool, 0 or 1.
+pub(crate) fn check_copy_target(
+    field: &FieldRef,
+    leaf: DType,
+    target: DType,
+    nulls: NullPolicy,
+) -> Result<()> {
+    if leaf == DType::Bool && target != DType::Bool {
+        return Err(Error::InvalidArgument(format!(
+            "column '{}' is boolean; dlframe exports it as bool (cast it in Arrow for {target})",
+            field.name()
+        )));
+    }
+    if target == DType::Bool {
+        bool_fill(nulls)?;
+    }
+    check_nan_policy(nulls, target)
 }
 
 /// Concatenates chunks without nulls or casts: each chunk's leaf bytes are copied to their
@@ -507,17 +569,18 @@ pub(crate) fn leaf_of(array: &dyn Array) -> (ArrayRef, Vec<(usize, arrow_buffer:
     let mut current = arrow_array::make_array(array.to_data());
     while let DataType::FixedSizeList(_, _) = current.data_type() {
         let list = arrow_array::cast::AsArray::as_fixed_size_list(current.as_ref()).clone();
-        let cell = list.values().len() / list.len().max(1);
-        if let Some(n) = list.nulls() {
-            levels.push((cell, n.clone()));
-        }
+        levels.push((list.len(), list.nulls().cloned()));
         current = list.values().clone();
     }
+    // A row of a level covers all the leaf slots below it, not just its own list's items.
+    let leaves = current.len();
+    let levels =
+        levels.into_iter().filter_map(|(rows, nulls)| Some((leaves / rows.max(1), nulls?))).collect();
     (current, levels)
 }
 
 /// A typed view of a primitive array's values and validity, for the kernels (no copy).
-fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
+pub(crate) fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
     let dtype = storage_dtype(array.data_type())?;
     let data = array.to_data();
     let (offset, len) = (data.offset(), data.len());
@@ -546,11 +609,11 @@ fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
             )));
         }
     };
-    Ok(Column { values, validity: validity_of(array)?, name })
+    Ok(Column::new(values).with_validity(validity_of(array)?).named(name))
 }
 
 /// The validity bits of `array`, or None when it has no nulls.
-fn validity_of(array: &dyn Array) -> Result<Option<BitSlice<'_>>> {
+pub(crate) fn validity_of(array: &dyn Array) -> Result<Option<BitSlice<'_>>> {
     match array.nulls() {
         Some(n) if n.null_count() > 0 => Ok(Some(BitSlice::new(n.validity(), n.offset(), n.len())?)),
         _ => Ok(None),
@@ -566,7 +629,7 @@ fn bool_bytes(array: &dyn Array) -> Result<Vec<u8>> {
 }
 
 /// The byte a null becomes in a bool tensor: only a bool, 0 or 1 fills one.
-fn bool_fill(nulls: NullPolicy) -> Result<u8> {
+pub(crate) fn bool_fill(nulls: NullPolicy) -> Result<u8> {
     match fill_for(nulls) {
         Some(Scalar::Bool(b)) => Ok(b as u8),
         Some(Scalar::Int(i @ (0 | 1))) => Ok(i as u8),
@@ -603,7 +666,7 @@ fn validity_bytes(array: &dyn Array) -> Result<Vec<u8>> {
 }
 
 /// Calls `f(start, end, slices)` for each row range over which every column is one chunk.
-fn for_segments(
+pub(crate) fn for_segments(
     columns: &[Vec<ArrayRef>],
     mut f: impl FnMut(usize, usize, &[ArrayRef]) -> Result<()>,
 ) -> Result<()> {
@@ -755,6 +818,7 @@ pub(crate) fn fill_for(nulls: NullPolicy) -> Option<Scalar> {
 #[cfg(test)]
 mod tests {
     use arrow_array::{BooleanArray, Int16Array};
+    use arrow_buffer::NullBuffer;
     use arrow_schema::Field;
 
     use super::*;
@@ -804,5 +868,58 @@ mod tests {
         let to_bool = ExportOptions { dtype: Some(DType::Bool), ..zero };
         let err = matrix(mixed, &to_bool).unwrap_err();
         assert!(err.to_string().contains("'r' is int16"), "{err}");
+    }
+
+    #[test]
+    fn outer_list_nulls_cover_every_leaf_slot_of_their_row() {
+        use arrow_array::{FixedSizeListArray, Int32Array};
+        let leaf = Arc::new(Field::new("item", DataType::Int32, true));
+        let inner = FixedSizeListArray::new(
+            leaf.clone(),
+            2,
+            Arc::new(Int32Array::from((1..=8).collect::<Vec<_>>())),
+            None,
+        );
+        let inner_field = Arc::new(Field::new("item", inner.data_type().clone(), true));
+        let outer = FixedSizeListArray::new(
+            inner_field,
+            2,
+            Arc::new(inner),
+            Some(NullBuffer::from(vec![false, true])),
+        );
+        let f = field("x", outer.data_type().clone());
+        let chunks: Vec<ArrayRef> = vec![Arc::new(outer)];
+        let fill = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(-1)), ..Default::default() };
+        let t = to_tensor(&f, &chunks, &fill).unwrap().values;
+        assert_eq!(t.shape(), &[2, 2, 2]);
+        assert_eq!(t.as_slice::<i32>().unwrap(), &[-1, -1, -1, -1, 5, 6, 7, 8]);
+        let mask = to_tensor(&f, &chunks, &ExportOptions { nulls: NullPolicy::Mask, ..Default::default() })
+            .unwrap()
+            .mask
+            .unwrap();
+        assert_eq!(mask.as_slice::<bool>().unwrap(), &[false, false, false, false, true, true, true, true]);
+    }
+
+    #[test]
+    fn cast_errors_name_the_row_in_the_whole_column_not_in_its_chunk() {
+        let a: ArrayRef = Arc::new(Int16Array::from(vec![1, 2]));
+        let b: ArrayRef = Arc::new(Int16Array::from(vec![3, 300]));
+        let to_u8 = ExportOptions { dtype: Some(DType::UInt8), ..Default::default() };
+        let e = to_tensor(&field("x", DataType::Int16), &[a.clone(), b.clone()], &to_u8).unwrap_err();
+        assert!(
+            matches!(&e, Error::ValueOutOfRange { place, .. } if place == "at row 3 of column 'x'"),
+            "{e}"
+        );
+        for order in [Order::C, Order::F] {
+            let cols = vec![
+                (field("y", DataType::Int16), vec![a.clone().slice(0, 1), a.slice(1, 1), b.clone()]),
+                (field("x", DataType::Int16), vec![a.clone(), b.clone()]),
+            ];
+            let e = matrix(cols, &ExportOptions { order, ..to_u8 }).unwrap_err();
+            assert!(
+                matches!(&e, Error::ValueOutOfRange { place, .. } if place == "at row 3 of column 'y'"),
+                "{e}"
+            );
+        }
     }
 }

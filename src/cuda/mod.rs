@@ -1,11 +1,16 @@
 //! CUDA devices (feature `cuda`): Arrow columns onto a GPU in one transfer and one kernel,
 //! handed over with DLPack stream semantics.
 //!
-//! | host analogue | here |
+//! Every conversion is one plan (`plan.rs`, checked on the host with the CPU path's rules) and,
+//! on the device, one of:
+//!
+//! | case | device work |
 //! |---|---|
-//! | `kernels::fill_nulls` into a fresh buffer | raw values copied host-to-device straight into the tensor, the validity once, then one kernel writes the fill value over the null slots |
-//! | a plain copy (no nulls) | one host-to-device copy straight into the tensor |
-//! | `kernels::unpack_bits_fill` | bits and validity copied once, one unpack kernel |
+//! | one dtype, no nulls, no bools (chunks, lists, tensor columns) | each chunk's values copied host-to-device straight into the tensor |
+//! | anything else: nulls, masks, bools, casts, list-level nulls, several columns | each chunk's raw values and validity copied host-to-device once into one scratch buffer, then one `convert` kernel writes the tensor (and its mask) |
+//!
+//! The kernels (`kernels.cu`) are compiled with NVRTC when a device is first used; the unit tests
+//! also build them for the CPU and check them against the CPU kernels (`emulate.rs`).
 //!
 //! cudarc is loaded dynamically: without a driver, [`is_available`] is false (never a panic)
 //! and conversions return [`Error::Cuda`]. Each device has one producer stream; uploads and
@@ -16,29 +21,31 @@
 //! CUDA tensors imported through DLPack are adopted without a copy ([`adopt`]) and re-export
 //! with the same stream semantics; [`download`] copies a device tensor to the host when asked.
 //!
-//! Not yet here: casts, masks and list-level nulls on the device (they are refused with the
-//! remedy), several columns into one matrix (stacked on the CPU, then one transfer).
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, RefUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arrow_array::{Array, ArrayRef};
+use arrow_array::ArrayRef;
 use arrow_schema::{DataType, FieldRef};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
     result, sys,
 };
 
-use crate::arrow::policy::{
-    cell_layout, fill_for, leaf_dtype, leaf_of, lists_as_fixed_chunks, nested_null_count,
-};
-use crate::arrow::{ExportOptions, NullPolicy};
+use crate::arrow::{Converted, ExportOptions, NullPolicy};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, HostBuffer};
+
 use crate::tensor::{DeviceSync, Tensor, c_strides};
+
+#[cfg(test)]
+mod emulate;
+mod plan;
+
+use plan::Plan;
 
 fn cuda_err(e: impl std::fmt::Debug) -> Error {
     Error::Cuda(format!("{e:?}"))
@@ -61,38 +68,14 @@ pub fn is_available() -> bool {
     device_count() > 0
 }
 
-const KERNELS: &str = r#"
-#define FILL(NAME, T) \
-extern "C" __global__ void NAME(T* out, const unsigned char* valid, \
-        unsigned long long voff, unsigned long long n, T fill) { \
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n; \
-         i += (unsigned long long)gridDim.x * blockDim.x) { \
-        unsigned long long b = voff + i; \
-        if (!((valid[b >> 3] >> (b & 7)) & 1)) out[i] = fill; \
-    } \
-}
-FILL(fill_1, unsigned char)
-FILL(fill_2, unsigned short)
-FILL(fill_4, unsigned int)
-FILL(fill_8, unsigned long long)
-
-extern "C" __global__ void unpack_bits(unsigned char* out, const unsigned char* bits, unsigned long long boff,
-        const unsigned char* valid, unsigned long long voff, int has_valid, unsigned long long n, unsigned char fill) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        unsigned long long b = boff + i, v = voff + i;
-        bool ok = !has_valid || ((valid[v >> 3] >> (v & 7)) & 1);
-        out[i] = ok ? ((bits[b >> 3] >> (b & 7)) & 1) : fill;
-    }
-}
-"#;
+/// The kernels' source (`kernels.cu`), compiled with NVRTC when a device is first used.
+const KERNELS: &str = include_str!("kernels.cu");
 
 /// One device: its context, the producer stream, and the compiled kernels.
 struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    fill: [CudaFunction; 4],
-    unpack: CudaFunction,
+    convert: CudaFunction,
 }
 
 fn gpu(ordinal: usize) -> Result<Arc<Gpu>> {
@@ -113,13 +96,8 @@ fn gpu(ordinal: usize) -> Result<Arc<Gpu>> {
         let stream = ctx.new_stream().map_err(cuda_err)?;
         let ptx = cudarc::nvrtc::compile_ptx(KERNELS).map_err(cuda_err)?;
         let module = ctx.load_module(ptx).map_err(cuda_err)?;
-        let f = |name: &str| module.load_function(name).map_err(cuda_err);
-        Ok(Gpu {
-            fill: [f("fill_1")?, f("fill_2")?, f("fill_4")?, f("fill_8")?],
-            unpack: f("unpack_bits")?,
-            ctx,
-            stream,
-        })
+        let convert = module.load_function("convert").map_err(cuda_err)?;
+        Ok(Gpu { ctx, stream, convert })
     })
     .map_err(|_| Error::Cuda("the CUDA driver or NVRTC library could not be loaded".into()))??;
     let g = Arc::new(g);
@@ -203,111 +181,83 @@ impl Drop for DeviceMemory {
     }
 }
 
-/// A column (chunked or not) as a CUDA tensor on `cuda:ordinal`: one host-to-device transfer
-/// of the raw Arrow buffers per chunk, then one kernel for null fill or bool unpacking (copies,
-/// to the device).
+/// A column (chunked or not) as a CUDA tensor on `cuda:ordinal` (copies, to the device): the
+/// raw Arrow buffers of every chunk go over in one host-to-device transfer each, and one kernel
+/// writes the tensor: nulls filled, bools unpacked, cast, chunks concatenated, list cells and
+/// tensor columns laid out as on the CPU. A column that needs none of that (one dtype, no nulls)
+/// is copied straight into the tensor, with no kernel. Under [`NullPolicy::Mask`] the kernel
+/// writes the validity mask beside the values. Same results and errors as
+/// [`crate::arrow::to_tensor`] with a copy; lossy casts are checked on the host first.
 ///
 /// # Errors
-/// [`Error::Cuda`] without a device; [`Error::Nulls`] under [`NullPolicy::Error`]; an
-/// [`Error::InvalidArgument`] naming the remedy for what the device path does not do yet
-/// (casts, masks, list-level nulls).
+/// [`Error::Cuda`] without a device; [`Error::Nulls`] under [`NullPolicy::Error`];
+/// [`Error::ValueOutOfRange`] for a fill value or a cast value that does not fit.
 pub fn to_device(
     field: &FieldRef,
     chunks: &[ArrayRef],
     opts: &ExportOptions,
     ordinal: usize,
-) -> Result<Tensor> {
-    if matches!(field.data_type(), DataType::List(_) | DataType::LargeList(_)) {
-        let (field, chunks) = lists_as_fixed_chunks(field, chunks)?;
-        return to_device(&field, &chunks, opts, ordinal);
-    }
-    let null_count: usize = chunks.iter().map(|c| nested_null_count(c.as_ref())).sum();
-    if null_count > 0 && opts.nulls == NullPolicy::Error {
-        return Err(Error::Nulls { column: format!("'{}'", field.name()), null_count });
-    }
-    if null_count > 0 && opts.nulls == NullPolicy::Mask {
-        return Err(Error::InvalidArgument(
-            "nulls='mask' is not supported on a device yet; pass nulls='fill' or convert on the CPU".into(),
-        ));
-    }
-    let dtype = leaf_dtype(field)?;
-    if opts.dtype.is_some_and(|d| d != dtype) {
-        return Err(Error::InvalidArgument(format!(
-            "casts on the device are not supported yet; cast column '{}' in Arrow first",
-            field.name()
-        )));
-    }
-    if opts.nulls == NullPolicy::Nan && !dtype.is_float() {
-        return Err(Error::InvalidArgument(format!(
-            "nulls='nan' needs a float dtype but the column is {dtype}"
-        )));
-    }
-    let (cell, cell_strides) = cell_layout(field)?;
-    let cell_size: usize = cell.iter().map(|&d| d as usize).product();
-    let n: usize = chunks.iter().map(|c| c.len()).sum();
-    let mut shape = vec![n as i64];
-    shape.extend(&cell);
-    let strides = match cell_strides {
-        Some(s) => std::iter::once(cell_size as i64).chain(s).collect(),
-        None => c_strides(&shape),
-    };
-    let fill = fill_bytes(dtype, opts.nulls)?;
+) -> Result<Converted> {
+    run(&plan::column(field, chunks, opts)?, ordinal)
+}
+
+/// Several columns as one `(n, k)` CUDA tensor in C or F order on `cuda:ordinal` (copies, to
+/// the device): each chunk's raw buffers go over once, and one kernel interleaves, casts to the
+/// common (or requested) dtype and fills nulls (and writes the mask under
+/// [`NullPolicy::Mask`]). Same results and errors as [`crate::arrow::columns_to_tensor`].
+///
+/// # Errors
+/// [`Error::Cuda`] without a device; the errors of [`crate::arrow::columns_to_tensor`].
+pub fn columns_to_device(
+    fields: &[FieldRef],
+    columns: &[Vec<ArrayRef>],
+    opts: &ExportOptions,
+    ordinal: usize,
+) -> Result<Converted> {
+    run(&plan::matrix(fields, columns, opts)?, ordinal)
+}
+
+/// Carries out a plan on `cuda:ordinal`: the output (and mask) allocated on the producer
+/// stream, then either the direct copies or the uploads into one scratch buffer and one
+/// `convert` launch; the scratch buffer is freed on the stream after the kernel.
+fn run(plan: &Plan, ordinal: usize) -> Result<Converted> {
     let g = gpu(ordinal)?;
-    let item = dtype.itemsize();
-    let total = n * cell_size;
-    let upload = catch_unwind(AssertUnwindSafe(|| -> Result<CudaSlice<u8>> {
+    let item = plan.storage.itemsize();
+    let (out, mask) = catch_unwind(AssertUnwindSafe(|| -> Result<(CudaSlice<u8>, Option<CudaSlice<u8>>)> {
         let s = &g.stream;
-        // SAFETY: every byte is written below (by a copy or a kernel) before the event that
-        // consumers wait on.
-        let mut out = unsafe { s.alloc::<u8>((total * item).max(1)) }.map_err(cuda_err)?;
-        let mut pos = 0usize;
-        for chunk in chunks {
-            let (leaf, list_nulls) = leaf_of(chunk.as_ref());
-            if !list_nulls.is_empty() {
-                return Err(Error::InvalidArgument(
-                    "list-level nulls are not supported on a device yet; fill them on the CPU first".into(),
-                ));
+        // SAFETY: every element is written below (by the copies or by the kernel, which writes
+        // each slot of each segment, and the segments cover the output) before the readiness
+        // event that consumers wait on.
+        let mut out = unsafe { s.alloc::<u8>((plan.len * item).max(1)) }.map_err(cuda_err)?;
+        // SAFETY: as above; the kernel writes one mask byte per element it writes.
+        let mut mask =
+            plan.mask.then(|| unsafe { s.alloc::<u8>(plan.len.max(1)) }).transpose().map_err(cuda_err)?;
+        if let Some(copies) = plan.direct_copies() {
+            for (at, bytes) in copies {
+                s.memcpy_htod(bytes, &mut out.slice_mut(at..at + bytes.len())).map_err(cuda_err)?;
             }
-            let slots = chunk.len() * cell_size;
-            if slots == 0 {
-                continue;
-            }
-            let data = leaf.to_data();
-            let (off, len) = (data.offset(), data.len());
-            let validity = data.nulls().filter(|v| v.null_count() > 0).map(|v| {
-                let first = v.offset() / 8;
-                let last = (v.offset() + v.len()).div_ceil(8);
-                (&v.validity()[first..last], (v.offset() % 8) as u64)
-            });
-            let mut dst = out.slice_mut(pos * item..(pos + slots) * item);
-            if dtype == DType::Bool {
-                let bits = &data.buffers()[0].as_slice()[off / 8..(off + len).div_ceil(8)];
-                let d_bits = s.clone_htod(bits).map_err(cuda_err)?;
-                let (vb, voff) = validity.unwrap_or((&[0u8][..], 0));
-                let d_valid = s.clone_htod(vb).map_err(cuda_err)?;
-                let has = validity.is_some() as i32;
-                let (boff, n64, f) = ((off % 8) as u64, slots as u64, fill[0]);
-                let mut b = s.launch_builder(&g.unpack);
-                b.arg(&mut dst).arg(&d_bits).arg(&boff).arg(&d_valid).arg(&voff).arg(&has).arg(&n64).arg(&f);
-                // SAFETY: the argument list matches unpack_bits's signature, and every index the
-                // kernel reads or writes is below n (bits and validity cover their offsets + n).
-                unsafe { b.launch(LaunchConfig::for_num_elems(slots as u32)) }.map_err(cuda_err)?;
-            } else {
-                // The values go straight into the tensor; the kernel then writes the fill value
-                // over the null slots only, in place.
-                let bytes = &data.buffers()[0].as_slice()[off * item..(off + len) * item];
-                s.memcpy_htod(bytes, &mut dst).map_err(cuda_err)?;
-                if let Some((vb, voff)) = validity {
-                    let d_valid = s.clone_htod(vb).map_err(cuda_err)?;
-                    launch_fill(&g, item, &mut dst, &d_valid, voff, slots as u64, &fill)?;
-                }
-            }
-            pos += slots;
+            return Ok((out, mask));
         }
-        Ok(out)
+        if !plan.segments().0.is_empty() {
+            let scratch = upload_scratch(&g, plan)?;
+            launch_convert(&g, plan, &mut out, mask.as_mut(), &scratch)?;
+        }
+        Ok((out, mask))
     }))
     .map_err(|_| Error::Cuda("a CUDA call panicked".into()))??;
-    device_tensor(g, upload, shape, strides, dtype, ordinal, Some(field.clone()))
+    let values = device_tensor(
+        g.clone(),
+        out,
+        plan.shape.clone(),
+        plan.strides.clone(),
+        plan.dtype,
+        ordinal,
+        plan.logical.clone(),
+    )?;
+    let mask = mask
+        .map(|m| device_tensor(g, m, plan.shape.clone(), plan.strides.clone(), DType::Bool, ordinal, None))
+        .transpose()?;
+    Ok(Converted { values, mask })
 }
 
 /// Records the readiness event after the work queued so far and wraps the memory as a copied
@@ -350,48 +300,48 @@ fn device_tensor(
     Ok(t.with_copied(true).with_logical(logical).with_sync(Some(memory)))
 }
 
-fn launch_fill(
-    g: &Gpu,
-    item: usize,
-    dst: &mut cudarc::driver::CudaViewMut<'_, u8>,
-    valid: &CudaSlice<u8>,
-    voff: u64,
-    n: u64,
-    fill: &[u8; 8],
-) -> Result<()> {
-    let f = &g.fill[item.trailing_zeros() as usize];
-    let mut b = g.stream.launch_builder(f);
-    b.arg(dst).arg(valid).arg(&voff).arg(&n);
-    let (f1, f2, f4, f8) = (
-        fill[0],
-        u16::from_le_bytes([fill[0], fill[1]]),
-        u32::from_le_bytes(fill[..4].try_into().expect("4 bytes")),
-        u64::from_le_bytes(*fill),
-    );
-    match item {
-        1 => b.arg(&f1),
-        2 => b.arg(&f2),
-        4 => b.arg(&f4),
-        _ => b.arg(&f8),
-    };
-    // SAFETY: the arguments match fill_<item>'s signature; n elements of `item` bytes are
-    // writable in `dst`, and the validity covers bits voff..voff + n.
-    unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }.map_err(cuda_err)?;
-    Ok(())
+/// The plan's scratch buffer on the device: its pieces and segment table copied host to device
+/// on the producer stream.
+fn upload_scratch(g: &Gpu, plan: &Plan) -> Result<CudaSlice<u8>> {
+    let s = &g.stream;
+    // SAFETY: the kernel reads only the placed bytes, all written by the copies below first.
+    let mut scratch = unsafe { s.alloc::<u8>(plan.scratch_len()) }.map_err(cuda_err)?;
+    for (at, bytes) in plan.uploads().filter(|(_, b)| !b.is_empty()) {
+        s.memcpy_htod(bytes, &mut scratch.slice_mut(at..at + bytes.len())).map_err(cuda_err)?;
+    }
+    Ok(scratch)
 }
 
-/// The fill value's bytes in `dtype` (little-endian, zero-padded), range-checked.
-fn fill_bytes(dtype: DType, nulls: NullPolicy) -> Result<[u8; 8]> {
-    let mut out = [0u8; 8];
-    let item = dtype.itemsize();
-    if dtype == DType::Bool {
-        out[0] = matches!(fill_for(nulls), Some(kernels::Scalar::Bool(true) | kernels::Scalar::Int(1))) as u8;
-        return Ok(out);
-    }
-    let mut buf = HostBuffer::zeroed(item)?;
-    kernels::fill_range(dtype, fill_for(nulls), &mut buf, 0..1)?;
-    out[..item].copy_from_slice(buf.as_mut_slice());
-    Ok(out)
+/// One launch of `convert` over the plan's segments (queued on the producer stream).
+fn launch_convert(
+    g: &Gpu,
+    plan: &Plan,
+    out: &mut CudaSlice<u8>,
+    mask: Option<&mut CudaSlice<u8>>,
+    scratch: &CudaSlice<u8>,
+) -> Result<()> {
+    let (segs, table_at) = plan.segments();
+    let rows = segs.iter().map(|g| g.rows).max().unwrap_or(0);
+    let cfg = LaunchConfig {
+        grid_dim: (rows.div_ceil(256).clamp(1, 1 << 20) as u32, segs.len().clamp(1, 65535) as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let table = scratch.slice(table_at..);
+    let item = plan.storage.itemsize() as u64;
+    let (nseg, out_dt, fill, no_mask) = (segs.len() as u64, plan::code(plan.storage), plan.fill, 0u64);
+    let mut b = g.stream.launch_builder(&g.convert);
+    b.arg(out);
+    match mask {
+        Some(m) => b.arg(m),
+        None => b.arg(&no_mask),
+    };
+    b.arg(scratch).arg(&table).arg(&nseg).arg(&out_dt).arg(&item).arg(&fill);
+    // SAFETY: the arguments match convert's signature in kernels.cu (four pointers, a null mask
+    // as 0, then u64s). The plan's segments write elements out + i * stride below plan.len,
+    // for which `out` (and `mask`) were allocated, and read only bytes placed in `scratch`.
+    unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+    Ok(())
 }
 
 /// A C-contiguous host tensor copied to `cuda:ordinal` in one host-to-device transfer on the
@@ -578,33 +528,33 @@ pub fn download(t: &Tensor) -> Result<Tensor> {
         .with_logical(t.logical().cloned()))
 }
 
-/// Device times of the null-fill kernel and of a device-to-device copy, in milliseconds (best
-/// of `reps`, timed with CUDA events), on `cuda:ordinal`: the kernel over `n` f32 slots of which
-/// every tenth is null, in place as [`to_device`] runs it, against a copy of the same `4 n`
-/// bytes. What `benches/gpu.py` reports for the kernel-bandwidth target; it allocates
-/// `8 n + n / 8` bytes of device memory and measures nothing on the host.
+/// Device times of the conversion kernel and of a device-to-device copy, in milliseconds
+/// (best of `reps`, timed with CUDA events), on `cuda:ordinal`: `convert` over an f32 column of
+/// `n` rows of which every tenth is null (filled with 0), as [`to_device`] runs it, against a
+/// copy of the same `4 n` bytes. What `benches/gpu.py` reports for the kernel-bandwidth target;
+/// it allocates about `12 n` bytes of device memory and measures nothing on the host.
 ///
 /// # Errors
-/// [`Error::Cuda`] without a device, or when `n` exceeds `u32::MAX`.
-pub fn fill_kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<(f64, f64)> {
-    if n == 0 || u32::try_from(n).is_err() {
-        return Err(Error::Cuda(format!("n = {n} is outside 1..=u32::MAX")));
+/// [`Error::Cuda`] without a device, or when `n` is 0.
+pub fn kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<(f64, f64)> {
+    if n == 0 {
+        return Err(Error::Cuda("n must be at least 1".into()));
     }
+    let values: arrow_array::Float32Array = (0..n).map(|i| (i % 10 != 0).then_some(i as f32)).collect();
+    let field: FieldRef = Arc::new(arrow_schema::Field::new("x", DataType::Float32, true));
+    let opts = ExportOptions { nulls: NullPolicy::Fill(kernels::Scalar::Int(0)), ..Default::default() };
+    let plan = plan::column(&field, &[Arc::new(values) as ArrayRef], &opts)?;
     let g = gpu(ordinal)?;
-    let validity: Vec<u8> = (0..n.div_ceil(8))
-        .map(|byte| (0..8).filter(|bit| (byte * 8 + bit) % 10 != 0).fold(0u8, |acc, bit| acc | (1 << bit)))
-        .collect();
     catch_unwind(AssertUnwindSafe(|| -> Result<(f64, f64)> {
         let s = &g.stream;
-        let valid = s.clone_htod(&validity).map_err(cuda_err)?;
+        let scratch = upload_scratch(&g, &plan)?;
         let mut a = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;
         let mut b = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;
-        let fill = fill_bytes(DType::Float32, NullPolicy::Fill(kernels::Scalar::Int(0)))?;
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let (mut kernel, mut copy) = (f64::INFINITY, f64::INFINITY);
         for _ in 0..=reps {
             let start = s.record_event(timing).map_err(cuda_err)?;
-            launch_fill(&g, 4, &mut a.slice_mut(..), &valid, 0, n as u64, &fill)?;
+            launch_convert(&g, &plan, &mut a, None, &scratch)?;
             let mid = s.record_event(timing).map_err(cuda_err)?;
             s.memcpy_dtod(&a, &mut b).map_err(cuda_err)?;
             let end = s.record_event(timing).map_err(cuda_err)?;
@@ -645,7 +595,7 @@ mod tests {
         if device_count() == 0 {
             eprintln!("skipped (device half): no CUDA driver or device on this machine");
             assert!(matches!(stream_handle(0).unwrap_err(), Error::Cuda(_)));
-            assert!(matches!(fill_kernel_timing(0, 1000, 1).unwrap_err(), Error::Cuda(_)));
+            assert!(matches!(kernel_timing(0, 1000, 1).unwrap_err(), Error::Cuda(_)));
             return;
         }
         let up = upload(&Tensor::from_vec(vec![1i32, 2, 3, 4, 5, 6], vec![2, 3]).unwrap(), 0).unwrap();
@@ -672,16 +622,5 @@ mod tests {
         }
         .unwrap();
         assert!(matches!(download(&transposed).unwrap_err(), Error::CopyRequired { .. }));
-    }
-
-    #[test]
-    fn fill_bytes_are_range_checked() {
-        use crate::kernels::Scalar;
-        assert_eq!(
-            fill_bytes(DType::Int16, NullPolicy::Fill(Scalar::Int(-2))).unwrap()[..2],
-            (-2i16).to_le_bytes()
-        );
-        assert_eq!(fill_bytes(DType::Float32, NullPolicy::Nan).unwrap()[..4], f32::NAN.to_le_bytes());
-        assert!(fill_bytes(DType::UInt8, NullPolicy::Fill(Scalar::Int(256))).is_err());
     }
 }

@@ -10,7 +10,7 @@ use half::f16;
 use rayon::prelude::*;
 
 use super::bits::{BitSlice, check_len};
-use super::cast::{Element, cast};
+use super::cast::{Element, always_fits, cast};
 use super::fill::fill_nulls;
 use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
 use crate::dtype::DType;
@@ -112,12 +112,14 @@ pub struct Column<'a> {
     pub validity: Option<BitSlice<'a>>,
     /// The column's name for errors; empty means "use its position".
     pub name: &'a str,
+    /// The row number of the first value, for errors (a chunk's place in its column).
+    pub first_row: usize,
 }
 
 impl<'a> Column<'a> {
     /// A column without nulls and without a name (errors name it by position).
     pub fn new(values: impl Into<ColumnRef<'a>>) -> Self {
-        Column { values: values.into(), validity: None, name: "" }
+        Column { values: values.into(), validity: None, name: "", first_row: 0 }
     }
 
     /// The same column with a validity bitmap.
@@ -128,6 +130,11 @@ impl<'a> Column<'a> {
     /// The same column with a name for errors.
     pub fn named(self, name: &'a str) -> Self {
         Column { name, ..self }
+    }
+
+    /// The same column, its rows numbered from `first_row` in errors.
+    pub fn starting_at(self, first_row: usize) -> Self {
+        Column { first_row, ..self }
     }
 
     /// Number of rows.
@@ -323,11 +330,35 @@ fn write_column<D: Element>(
         } else {
             strided(src, validity, fill, dst, stride, pos, cast)
         };
-        written.map_err(|r| Error::ValueOutOfRange {
-            value: src[r].to_string(),
-            place: format!("at row {} of column {}", r0 + r, col.label(j)),
-            target: D::DTYPE.to_string(),
-        })
+        written.map_err(|r| refused::<D>(src[r], r0 + r, col, j))
+    })
+}
+
+/// The error for a value of column `j` (at `row`) that does not fit `D`.
+fn refused<D: Element>(value: impl std::fmt::Display, row: usize, col: &Column, j: usize) -> Error {
+    Error::ValueOutOfRange {
+        value: value.to_string(),
+        place: format!("at row {} of column {}", col.first_row + row, col.label(j)),
+        target: D::DTYPE.to_string(),
+    }
+}
+
+/// Checks that every valid value of column `j` casts to `D` as [`interleave`] would cast it,
+/// without writing anything. Lossless casts pass unread.
+///
+/// # Errors
+/// [`Error::ValueOutOfRange`] for the first valid value that does not fit, placed like
+/// [`interleave`]'s.
+pub(crate) fn check_column<D: Element>(j: usize, col: &Column) -> Result<()> {
+    if always_fits(col.dtype(), D::DTYPE) {
+        return Ok(());
+    }
+    each_ref!(col.values, src => {
+        let bad = match col.validity {
+            None => src.iter().position(|&s| cast::<_, D>(s).is_none()),
+            Some(v) => (0..src.len()).find(|&r| v.get(r) && cast::<_, D>(src[r]).is_none()),
+        };
+        bad.map_or(Ok(()), |r| Err(refused::<D>(src[r], r, col, j)))
     })
 }
 

@@ -38,7 +38,9 @@ use arrow_buffer::ArrowNativeType;
 
 pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer};
 pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
-pub use cast::{Element, Num, Scalar, always_fits, can_cast_safely, cast, common_dtype, fill_value};
+pub use cast::{
+    Element, Num, Scalar, always_fits, can_cast_safely, cast, common_dtype, f16_from_f64, fill_value,
+};
 pub use concat::{concat_fill_into, concat_into};
 pub use fill::fill_nulls;
 pub use gather::{contiguous_copy, gather_strided};
@@ -132,6 +134,16 @@ pub fn interleave_into(
         let fill = fill.map(fill_value::<D>).transpose()?;
         interleave(cols, order, fill, typed_range::<D>(buf, range)?)
     })
+}
+
+/// Checks that every valid value of column `j` casts to `dtype` as [`interleave`] would cast
+/// it, reading the values once and writing nothing. Used where
+/// the cast itself runs elsewhere (on a device). Lossless casts pass without reading.
+///
+/// # Errors
+/// [`Error::ValueOutOfRange`] as [`interleave`] reports it; bool targets are refused.
+pub fn check_cast(dtype: DType, col: &Column, j: usize) -> Result<()> {
+    with_numeric!(dtype, D => interleave::check_column::<D>(j, col))
 }
 
 /// Writes `fill` (converted to `dtype`) into elements `range` of the buffer.

@@ -1,0 +1,576 @@
+//! The device kernels built for the CPU, for the tests: `kernels.cu` compiled by the host's C++
+//! compiler behind a shim that defines `__global__`, `__device__` and the thread indices, loaded,
+//! and run one (block, thread) at a time over a real launch grid. This checks the kernels'
+//! arithmetic, casts, bit offsets and index maths, and the plans that drive them, against the CPU
+//! path on machines without a GPU. What it cannot check (NVRTC, the driver, streams, parallel
+//! execution) is left to the GPU tests.
+
+use std::process::Command;
+use std::sync::OnceLock;
+
+use super::KERNELS;
+use super::plan::Plan;
+
+/// Defines what NVRTC provides: the launch indices (per host thread, so tests can run in
+/// parallel) and the function qualifiers.
+const SHIM: &str = r#"
+struct dlf_dim3 { unsigned int x, y, z; };
+static thread_local dlf_dim3 blockIdx, threadIdx, blockDim, gridDim;
+extern "C" void dlf_at(unsigned bx, unsigned by, unsigned tx, unsigned gx, unsigned gy, unsigned bd) {
+    blockIdx.x = bx; blockIdx.y = by; blockIdx.z = 0;
+    threadIdx.x = tx; threadIdx.y = 0; threadIdx.z = 0;
+    gridDim.x = gx; gridDim.y = gy; gridDim.z = 1;
+    blockDim.x = bd; blockDim.y = 1; blockDim.z = 1;
+}
+#define __global__
+#define __device__
+#define __forceinline__ inline
+"#;
+
+type At = unsafe extern "C" fn(u32, u32, u32, u32, u32, u32);
+type Convert = unsafe extern "C" fn(*mut u8, *mut u8, *const u8, *const u8, u64, u64, u64, u64);
+
+/// The kernels, loaded.
+pub(crate) struct Emulator {
+    at: At,
+    convert: Convert,
+    // Keeps the functions above loaded.
+    _lib: libloading::Library,
+}
+
+/// Why the emulator is not there.
+pub(crate) enum Missing {
+    /// No C++ compiler on this machine: the tests skip, saying so.
+    NoCompiler(String),
+}
+
+/// The emulator, built once per test process. A compiler that rejects the kernels is a test
+/// failure (a panic), not a skip.
+pub(crate) fn emulator() -> std::result::Result<&'static Emulator, &'static Missing> {
+    static E: OnceLock<std::result::Result<Emulator, Missing>> = OnceLock::new();
+    E.get_or_init(build).as_ref()
+}
+
+fn build() -> std::result::Result<Emulator, Missing> {
+    let dir = std::env::temp_dir().join(format!("dlframe-kernels-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let src = dir.join("kernels.cpp");
+    let lib = dir.join("libdlframe_kernels.so");
+    std::fs::write(&src, format!("{SHIM}\n{KERNELS}")).expect("writing the kernel source");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = Command::new(&cxx)
+        .args(["-std=c++14", "-O1", "-Wall", "-Werror", "-fno-strict-aliasing", "-fPIC", "-shared", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .map_err(|e| {
+            Missing::NoCompiler(format!("no C++ compiler `{cxx}` to build the kernels for the CPU: {e}"))
+        })?;
+    assert!(
+        out.status.success(),
+        "kernels.cu does not build for the CPU:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // SAFETY: our own library, just built from the shim and kernels.cu; loading it runs no
+    // initialisers besides the zeroing of the thread-local indices.
+    let lib = unsafe { libloading::Library::new(&lib) }.expect("loading the kernels built for the CPU");
+    // SAFETY: the symbols are the shim's dlf_at and kernels.cu's convert, with these signatures.
+    let (at, convert) = unsafe {
+        (*lib.get::<At>(b"dlf_at").expect("dlf_at"), *lib.get::<Convert>(b"convert").expect("convert"))
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Emulator { at, convert, _lib: lib })
+}
+
+/// 16-byte aligned zeroed bytes, as device allocations are (at least) aligned.
+fn aligned(len: usize, byte: u8) -> Vec<u128> {
+    vec![u128::from_ne_bytes([byte; 16]); len.div_ceil(16).max(1)]
+}
+
+fn bytes(v: &mut [u128]) -> &mut [u8] {
+    // SAFETY: u128 has no padding and any byte pattern is a valid u8; same allocation.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len() * 16) }
+}
+
+impl Emulator {
+    /// Carries out `plan` as `run` does on a device (direct copies, or the scratch uploads and one
+    /// `convert` over a `grid` of blocks of `block` threads): the output bytes and the mask. The
+    /// outputs start as 0xAB, so an element no thread writes shows.
+    pub fn run(&self, plan: &Plan, grid: (u32, u32), block: u32) -> (Vec<u8>, Option<Vec<u8>>) {
+        let n = plan.len * plan.storage.itemsize();
+        let mut out = aligned(n, 0xab);
+        let mut mask = plan.mask.then(|| aligned(plan.len, 0xab));
+        if let Some(copies) = plan.direct_copies() {
+            for (at, b) in copies {
+                bytes(&mut out)[at..at + b.len()].copy_from_slice(b);
+            }
+        } else {
+            let mut scratch = aligned(plan.scratch_len(), 0);
+            for (at, b) in plan.uploads() {
+                bytes(&mut scratch)[at..at + b.len()].copy_from_slice(b);
+            }
+            let (segs, table_at) = plan.segments();
+            let scratch = bytes(&mut scratch);
+            let mask_ptr = mask.as_mut().map_or(std::ptr::null_mut(), |m| bytes(m).as_mut_ptr());
+            let out_ptr = bytes(&mut out).as_mut_ptr();
+            for by in 0..grid.1 {
+                for bx in 0..grid.0 {
+                    for tx in 0..block {
+                        // SAFETY: the kernel writes elements below plan.len of `out` and `mask`
+                        // (allocated for them) and reads the scratch bytes the plan placed.
+                        unsafe {
+                            (self.at)(bx, by, tx, grid.0, grid.1, block);
+                            (self.convert)(
+                                out_ptr,
+                                mask_ptr,
+                                scratch.as_ptr(),
+                                scratch.as_ptr().add(table_at),
+                                segs.len() as u64,
+                                super::plan::code(plan.storage),
+                                plan.storage.itemsize() as u64,
+                                plan.fill,
+                            )
+                        }
+                    }
+                }
+            }
+        }
+        let out = bytes(&mut out)[..n].to_vec();
+        let mask = mask.map(|mut m| bytes(&mut m)[..plan.len].to_vec());
+        (out, mask)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Array, ArrayRef, BooleanArray, FixedSizeListArray, make_array};
+    use arrow_buffer::{Buffer, NullBuffer};
+    use arrow_data::ArrayData;
+    use arrow_schema::{DataType, Field, FieldRef};
+    use half::f16;
+
+    use super::super::plan;
+    use super::*;
+    use crate::arrow::{ExportOptions, NullPolicy, Order, columns_to_tensor, to_tensor};
+    use crate::dtype::DType;
+    use crate::error::Error;
+    use crate::kernels::Scalar;
+    use crate::tensor::Tensor;
+
+    fn emu() -> Option<&'static Emulator> {
+        match emulator() {
+            Ok(e) => Some(e),
+            Err(Missing::NoCompiler(why)) => {
+                eprintln!("skipped: {why}");
+                None
+            }
+        }
+    }
+
+    /// xorshift64*: reproducible inputs without a dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+        fn chance(&mut self, p: f64) -> bool {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+        }
+    }
+
+    /// A value of `dtype`'s bytes: mostly small whole numbers (so narrowing casts often pass),
+    /// some halves, and some raw bit patterns (NaN, infinities, huge values).
+    fn value(rng: &mut Rng, dtype: DType) -> Vec<u8> {
+        let item = dtype.itemsize();
+        if rng.chance(0.08) {
+            return rng.next().to_le_bytes()[..item].to_vec();
+        }
+        let v = rng.below(200) as f64 - 100.0 + if dtype.is_float() && rng.chance(0.2) { 0.5 } else { 0.0 };
+        match dtype {
+            DType::Int8 => (v as i8).to_le_bytes().to_vec(),
+            DType::Int16 => (v as i16).to_le_bytes().to_vec(),
+            DType::Int32 => (v as i32).to_le_bytes().to_vec(),
+            DType::Int64 => (v as i64).to_le_bytes().to_vec(),
+            DType::UInt8 => (v.abs() as u8).to_le_bytes().to_vec(),
+            DType::UInt16 => (v.abs() as u16).to_le_bytes().to_vec(),
+            DType::UInt32 => (v.abs() as u32).to_le_bytes().to_vec(),
+            DType::UInt64 => (v.abs() as u64).to_le_bytes().to_vec(),
+            DType::Float16 => f16::from_f64(v).to_le_bytes().to_vec(),
+            DType::Float32 => (v as f32).to_le_bytes().to_vec(),
+            DType::Float64 => v.to_le_bytes().to_vec(),
+            DType::Bool => unreachable!("bools are built as bits"),
+        }
+    }
+
+    /// Bytes in a 64-byte aligned Arrow buffer, as Arrow allocates them.
+    fn aligned_buffer(bytes: &[u8]) -> Buffer {
+        let mut b = arrow_buffer::MutableBuffer::new(bytes.len());
+        b.extend_from_slice(bytes);
+        b.into()
+    }
+
+    fn validity(rng: &mut Rng, len: usize, p_null: f64) -> Option<NullBuffer> {
+        (p_null > 0.0).then(|| NullBuffer::from((0..len).map(|_| !rng.chance(p_null)).collect::<Vec<_>>()))
+    }
+
+    /// A random array of `dtype` with `len` rows, sliced from a longer one (so its values and
+    /// validity start at a bit offset).
+    fn array(rng: &mut Rng, dtype: DType, len: usize, p_null: f64) -> ArrayRef {
+        let off = rng.below(13) as usize;
+        let total = off + len;
+        let nulls = validity(rng, total, p_null);
+        let a: ArrayRef = if dtype == DType::Bool {
+            let bits: Vec<bool> = (0..total).map(|_| rng.chance(0.5)).collect();
+            Arc::new(BooleanArray::new(bits.into(), nulls))
+        } else {
+            let values: Vec<u8> = (0..total).flat_map(|_| value(rng, dtype)).collect();
+            let data = ArrayData::builder(dtype.to_arrow())
+                .len(total)
+                .add_buffer(aligned_buffer(&values))
+                .nulls(nulls)
+                .build()
+                .unwrap();
+            make_array(data)
+        };
+        a.slice(off, len)
+    }
+
+    fn random_dtype(rng: &mut Rng) -> DType {
+        DType::ALL[rng.below(12) as usize]
+    }
+
+    fn random_nulls(rng: &mut Rng, float: bool) -> NullPolicy {
+        match rng.below(5) {
+            0 => NullPolicy::Error,
+            1 => NullPolicy::Mask,
+            2 if float => NullPolicy::Nan,
+            3 => NullPolicy::Fill(Scalar::Float(rng.below(7) as f64 - 3.0)),
+            _ => NullPolicy::Fill(Scalar::Int(if rng.chance(0.1) { 1000 } else { rng.below(3) as i64 })),
+        }
+    }
+
+    /// The bytes of a tensor's memory (every element, in memory order).
+    fn memory(t: &Tensor) -> Vec<u8> {
+        // SAFETY: a host tensor made by the CPU path: one fresh buffer of nbytes bytes.
+        unsafe { std::slice::from_raw_parts(t.data_ptr(), t.nbytes()) }.to_vec()
+    }
+
+    /// The bytes of a device tensor's memory, in memory order (downloaded as one flat view).
+    fn device_memory(t: &Tensor) -> Vec<u8> {
+        // SAFETY: the tensor's memory is one dense allocation of numel elements (a fresh device
+        // tensor in C, F or permuted order), kept alive by the same owner.
+        let flat = unsafe {
+            Tensor::from_raw_parts(
+                t.data_ptr() as *mut u8,
+                vec![t.numel() as i64],
+                None,
+                t.dtype(),
+                t.device(),
+                false,
+                t.owner().clone(),
+            )
+        }
+        .unwrap()
+        .with_sync(t.sync().cloned());
+        memory(&super::super::download(&flat).unwrap())
+    }
+
+    fn is_nan(dtype: DType, b: &[u8]) -> bool {
+        match dtype {
+            DType::Float16 => f16::from_le_bytes([b[0], b[1]]).is_nan(),
+            DType::Float32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
+            DType::Float64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
+            _ => false,
+        }
+    }
+
+    /// Element by element equal, NaN matching any NaN.
+    fn assert_same(dtype: DType, got: &[u8], want: &[u8], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: lengths");
+        let item = dtype.itemsize();
+        for (i, (g, w)) in got.chunks(item).zip(want.chunks(item)).enumerate() {
+            assert!(
+                g == w || (is_nan(dtype, g) && is_nan(dtype, w)),
+                "{what}: element {i}: {g:?} != {w:?} ({dtype})"
+            );
+        }
+    }
+
+    /// The plan (emulated over two grids) against the CPU result: same shape, strides, dtype,
+    /// values and mask, or the same error. True when values were compared (not an error), and
+    /// whether the kernel ran (not only direct copies).
+    fn check(
+        e: &Emulator,
+        plan: crate::error::Result<plan::Plan>,
+        cpu: crate::error::Result<crate::arrow::Converted>,
+        what: &str,
+    ) -> (bool, bool) {
+        let (plan, cpu) = match (plan, cpu) {
+            (Ok(p), Ok(c)) => (p, c),
+            (Err(p), Err(c)) => {
+                assert_eq!(p.to_string(), c.to_string(), "{what}: errors");
+                return (false, false);
+            }
+            (p, c) => panic!("{what}: device plan {:?} but CPU {:?}", p.err(), c.err()),
+        };
+        assert_eq!(
+            (plan.dtype, &plan.shape[..], &plan.strides[..]),
+            (cpu.values.dtype(), cpu.values.shape(), cpu.values.strides()),
+            "{what}"
+        );
+        for (grid, block) in [((1, 1), 1), ((3, 2), 4)] {
+            let (out, mask) = e.run(&plan, grid, block);
+            assert_same(plan.dtype, &out, &memory(&cpu.values), what);
+            assert_eq!(mask, cpu.mask.as_ref().map(memory), "{what}: mask");
+        }
+        if super::super::device_count() > 0 {
+            // The same plan on the real device, where there is one.
+            let c = super::super::run(&plan, 0).unwrap();
+            assert_same(
+                plan.dtype,
+                &device_memory(&c.values),
+                &memory(&cpu.values),
+                &format!("{what} (device)"),
+            );
+            assert_eq!(
+                c.mask.as_ref().map(device_memory),
+                cpu.mask.as_ref().map(memory),
+                "{what}: mask (device)"
+            );
+        }
+        (true, plan.direct_copies().is_none())
+    }
+
+    /// One column's plan against the CPU copy, under a random null policy.
+    fn check_column(
+        e: &Emulator,
+        rng: &mut Rng,
+        field: &FieldRef,
+        chunks: &[ArrayRef],
+        leaf: DType,
+        target: Option<DType>,
+        case: usize,
+    ) -> (bool, bool) {
+        let nulls = random_nulls(rng, target.unwrap_or(leaf).is_float());
+        let opts = ExportOptions { nulls, dtype: target, ..Default::default() };
+        let always = ExportOptions { copy: crate::arrow::CopyPolicy::Always, ..opts };
+        let what = format!(
+            "case {case}: {} in {} chunk(s) -> {target:?}, {nulls:?}",
+            field.data_type(),
+            chunks.len()
+        );
+        check(e, plan::column(field, chunks, &opts), to_tensor(field, chunks, &always), &what)
+    }
+
+    /// Counts of (compared, through the kernel, cases); the random tests must mostly compare
+    /// values, through the kernel, not agree on errors.
+    fn tally(counts: &mut (usize, usize, usize), (compared, kernel): (bool, bool)) {
+        counts.0 += compared as usize;
+        counts.1 += kernel as usize;
+        counts.2 += 1;
+    }
+
+    fn assert_mostly_compared(counts: (usize, usize, usize)) {
+        eprintln!("{} of {} cases compared values, {} through the kernel", counts.0, counts.2, counts.1);
+        assert!(counts.0 * 2 > counts.2 && counts.1 * 3 > counts.2, "{counts:?}");
+    }
+
+    #[test]
+    fn cuda_kernels_match_the_cpu_on_random_columns() {
+        let Some(e) = emu() else { return };
+        let mut rng = Rng(0x5eed_0001);
+        let mut counts = (0, 0, 0);
+        for case in 0..600 {
+            let leaf = random_dtype(&mut rng);
+            let p_null = [0.0, 0.0, 0.1, 0.5][rng.below(4) as usize];
+            let chunks: Vec<ArrayRef> = (0..1 + rng.below(3))
+                .map(|_| {
+                    let len = rng.below(70) as usize;
+                    array(&mut rng, leaf, len, p_null)
+                })
+                .collect();
+            let target = rng.chance(0.5).then(|| random_dtype(&mut rng));
+            let field: FieldRef = Arc::new(Field::new("x", leaf.to_arrow(), true));
+            tally(&mut counts, check_column(e, &mut rng, &field, &chunks, leaf, target, case));
+        }
+        assert_mostly_compared(counts);
+    }
+
+    #[test]
+    fn cuda_kernels_match_the_cpu_on_random_matrices() {
+        let Some(e) = emu() else { return };
+        let mut rng = Rng(0x5eed_0002);
+        let mut counts = (0, 0, 0);
+        for case in 0..400 {
+            let k = 1 + rng.below(5) as usize;
+            let n = rng.below(90) as usize;
+            let mut fields = Vec::new();
+            let mut columns = Vec::new();
+            for j in 0..k {
+                let dt = if rng.chance(0.2) { DType::Bool } else { random_dtype(&mut rng) };
+                let p_null = [0.0, 0.1, 0.5][rng.below(3) as usize];
+                // Chunk boundaries differ from column to column.
+                let mut left = n;
+                let mut chunks = Vec::new();
+                while left > 0 || chunks.is_empty() {
+                    let len = if rng.chance(0.4) { left } else { (rng.below(left as u64 + 1)) as usize };
+                    chunks.push(array(&mut rng, dt, len, p_null));
+                    left -= len;
+                }
+                fields.push(Arc::new(Field::new(format!("c{j}"), dt.to_arrow(), true)));
+                columns.push(chunks);
+            }
+            let target = rng.chance(0.3).then(|| random_dtype(&mut rng));
+            let float = rng.chance(0.5);
+            let nulls = random_nulls(&mut rng, float);
+            let order = if rng.chance(0.5) { Order::C } else { Order::F };
+            let opts = ExportOptions { nulls, dtype: target, order, ..Default::default() };
+            let what = format!("case {case}: k {k}, n {n}, {target:?}, {nulls:?}, {order:?}");
+            tally(
+                &mut counts,
+                check(
+                    e,
+                    plan::matrix(&fields, &columns, &opts),
+                    columns_to_tensor(&fields, &columns, &opts),
+                    &what,
+                ),
+            );
+        }
+        assert_mostly_compared(counts);
+    }
+
+    #[test]
+    fn cuda_kernels_match_the_cpu_on_lists_with_nulls_at_every_level() {
+        let Some(e) = emu() else { return };
+        let mut rng = Rng(0x5eed_0003);
+        let mut counts = (0, 0, 0);
+        for case in 0..200 {
+            let leaf = if rng.chance(0.15) { DType::Bool } else { random_dtype(&mut rng) };
+            let (inner, outer) = (1 + rng.below(3) as i32, 1 + rng.below(3) as i32);
+            let nested = rng.chance(0.5);
+            let chunks: Vec<ArrayRef> = (0..1 + rng.below(2))
+                .map(|_| {
+                    let rows = rng.below(20) as usize;
+                    let per_row = if nested { inner * outer } else { inner } as usize;
+                    let values = array(&mut rng, leaf, rows * per_row, 0.1);
+                    let item = Arc::new(Field::new("item", leaf.to_arrow(), true));
+                    let list: ArrayRef = if nested {
+                        let nulls = validity(&mut rng, rows * outer as usize, 0.2);
+                        let inner_list = FixedSizeListArray::new(item, inner, values, nulls);
+                        let list_field = Arc::new(Field::new("item", inner_list.data_type().clone(), true));
+                        let nulls = validity(&mut rng, rows, 0.2);
+                        Arc::new(FixedSizeListArray::new(list_field, outer, Arc::new(inner_list), nulls))
+                    } else {
+                        Arc::new(FixedSizeListArray::new(item, inner, values, validity(&mut rng, rows, 0.2)))
+                    };
+                    // Sometimes a slice of the list column itself.
+                    if rows > 2 && rng.chance(0.3) { list.slice(1, rows - 2) } else { list }
+                })
+                .collect();
+            let field: FieldRef = Arc::new(Field::new("x", chunks[0].data_type().clone(), true));
+            let target = (leaf != DType::Bool && rng.chance(0.5)).then(|| random_dtype(&mut rng));
+            tally(&mut counts, check_column(e, &mut rng, &field, &chunks, leaf, target, case));
+        }
+        assert_mostly_compared(counts);
+    }
+
+    #[test]
+    fn cuda_half_conversions_match_the_cpu_bit_for_bit() {
+        let Some(e) = emu() else { return };
+        let field = |dt: DType| -> FieldRef { Arc::new(Field::new("h", dt.to_arrow(), false)) };
+        let run = |dt: DType, bytes: Vec<u8>, len: usize, to: DType| -> Vec<u8> {
+            let data = ArrayData::builder(dt.to_arrow())
+                .len(len)
+                .add_buffer(aligned_buffer(&bytes))
+                .build()
+                .unwrap();
+            let opts = ExportOptions { dtype: Some(to), ..Default::default() };
+            let plan = plan::column(&field(dt), &[make_array(data)], &opts).unwrap();
+            e.run(&plan, (2, 1), 8).0
+        };
+        // Every half to f64, exactly.
+        let all: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        let out = run(DType::Float16, all, 1 << 16, DType::Float64);
+        for (h, got) in (0..=u16::MAX).zip(out.chunks(8)) {
+            let (want, got) = (f16::from_bits(h).to_f64(), f64::from_le_bytes(got.try_into().unwrap()));
+            assert!(
+                want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()),
+                "{h:#06x}: {got} != {want}"
+            );
+        }
+        // Doubles to half: every half, the midpoints between neighbours (ties to even) and just
+        // either side of them, subnormals, overflow, and random bit patterns.
+        let mut doubles = Vec::new();
+        for h in 0..0x7c00u16 {
+            let (a, b) = (f16::from_bits(h).to_f64(), f16::from_bits(h + 1).to_f64());
+            let mid = (a + b) / 2.0;
+            doubles.extend([
+                a,
+                mid,
+                f64::from_bits(mid.to_bits() + 1),
+                f64::from_bits(mid.to_bits() - 1),
+                -mid,
+            ]);
+        }
+        let mut rng = Rng(7);
+        doubles.extend((0..20_000).map(|_| f64::from_bits(rng.next())));
+        doubles.extend([
+            65504.0,
+            65519.99,
+            65520.0,
+            1e300,
+            f64::INFINITY,
+            f64::NAN,
+            2f64.powi(-25),
+            2f64.powi(-26),
+            0.0,
+            -0.0,
+        ]);
+        let bytes: Vec<u8> = doubles.iter().flat_map(|d| d.to_le_bytes()).collect();
+        let out = run(DType::Float64, bytes, doubles.len(), DType::Float16);
+        for (d, got) in doubles.iter().zip(out.chunks(2)) {
+            let (want, got) = (crate::kernels::f16_from_f64(*d), f16::from_le_bytes([got[0], got[1]]));
+            assert!(
+                want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()),
+                "{d:e}: {got} != {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn cuda_plans_refuse_what_the_cpu_refuses_before_anything_moves() {
+        let f: FieldRef = Arc::new(Field::new("x", DataType::Int64, true));
+        let big: ArrayRef = Arc::new(arrow_array::Int64Array::from(vec![Some(1), None, Some(300)]));
+        let to_u8 = ExportOptions {
+            dtype: Some(DType::UInt8),
+            nulls: NullPolicy::Fill(Scalar::Int(0)),
+            ..Default::default()
+        };
+        let e = plan::column(&f, std::slice::from_ref(&big), &to_u8).err().unwrap();
+        assert!(
+            matches!(&e, Error::ValueOutOfRange { value, place, .. } if value == "300" && place == "at row 2 of column 'x'"),
+            "{e}"
+        );
+        // The bad value under a null is not read.
+        let masked = big
+            .to_data()
+            .into_builder()
+            .nulls(Some(NullBuffer::from(vec![true, true, false])))
+            .build()
+            .unwrap();
+        assert!(plan::column(&f, &[make_array(masked)], &to_u8).is_ok());
+        // A bool fill must be a bool, 0 or 1.
+        let b: FieldRef = Arc::new(Field::new("b", DataType::Boolean, true));
+        let bools: ArrayRef = Arc::new(BooleanArray::from(vec![Some(true), None]));
+        let seven = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(7)), ..Default::default() };
+        assert!(matches!(plan::column(&b, &[bools], &seven), Err(Error::ValueOutOfRange { .. })));
+    }
+}

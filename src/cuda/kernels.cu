@@ -1,0 +1,204 @@
+// dlframe's device kernels, compiled at run time with NVRTC (src/cuda/mod.rs).
+//
+// Plain C++ with no headers and no CUDA intrinsics, so that the unit tests can also build this
+// file with the host's C++ compiler and run every kernel on the CPU against dlframe's CPU
+// kernels (src/cuda/emulate.rs). Every kernel is a grid-stride loop that reads only its inputs
+// and writes each output element from one thread: run one (block, thread) at a time, the
+// result is the same.
+
+typedef unsigned long long u64;
+typedef long long i64;
+
+// ---- null fill in place, and bool unpacking (the fast paths of to_device) ----
+
+#define FILL(NAME, T) \
+extern "C" __global__ void NAME(T* out, const unsigned char* valid, u64 voff, u64 n, T fill) { \
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) { \
+        u64 b = voff + i; \
+        if (!((valid[b >> 3] >> (b & 7)) & 1)) out[i] = fill; \
+    } \
+}
+FILL(fill_1, unsigned char)
+FILL(fill_2, unsigned short)
+FILL(fill_4, unsigned int)
+FILL(fill_8, u64)
+
+extern "C" __global__ void unpack_bits(unsigned char* out, const unsigned char* bits, u64 boff,
+        const unsigned char* valid, u64 voff, int has_valid, u64 n, unsigned char fill) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        u64 b = boff + i, v = voff + i;
+        bool ok = !has_valid || ((valid[v >> 3] >> (v & 7)) & 1);
+        out[i] = ok ? ((bits[b >> 3] >> (b & 7)) & 1) : fill;
+    }
+}
+
+// ---- the general kernel: null fill, bool unpack, cast, interleave and chunk concat ----
+
+// Element type codes (DType order in src/cuda/plan.rs).
+#define DT_BOOL 0
+#define DT_I8 1
+#define DT_I16 2
+#define DT_I32 3
+#define DT_I64 4
+#define DT_U8 5
+#define DT_U16 6
+#define DT_U32 7
+#define DT_U64 8
+#define DT_F16 9
+#define DT_F32 10
+#define DT_F64 11
+
+#define NO_VALIDITY 0xffffffffffffffffull
+
+// One run of source slots written to out[out + i * stride] (src/cuda/plan.rs, `Seg`). Offsets
+// are bytes into the scratch buffer; bit offsets are those of sliced Arrow bitmaps.
+struct Seg {
+    u64 src, src_bit, valid, valid_bit, rows, out, stride, dtype;
+};
+
+// A value on its way between types: exact for every integer and every float.
+struct Num {
+    int kind;  // 0 signed, 1 unsigned, 2 float
+    i64 i;
+    u64 u;
+    double f;
+};
+
+__device__ __forceinline__ double bits_to_f64(u64 b) {
+    union { u64 u; double d; } x;
+    x.u = b;
+    return x.d;
+}
+
+__device__ __forceinline__ u64 f64_to_bits(double d) {
+    union { u64 u; double d; } x;
+    x.d = d;
+    return x.u;
+}
+
+// Half -> double, exact (subnormals normalised, NaN kept quiet with its payload).
+__device__ double f16_to_f64(unsigned short h) {
+    u64 sign = (u64)(h >> 15) << 63;
+    int e = (h >> 10) & 0x1f;
+    u64 m = h & 0x3ff;
+    if (e == 31) return bits_to_f64(sign | 0x7ff0000000000000ull | (m << 42));
+    if (e == 0) {
+        if (m == 0) return bits_to_f64(sign);
+        int shift = 0;
+        while (!(m & 0x400)) { m <<= 1; shift++; }
+        return bits_to_f64(sign | ((u64)(1023 - 15 + 1 - shift) << 52) | ((m & 0x3ff) << 42));
+    }
+    return bits_to_f64(sign | ((u64)(e - 15 + 1023) << 52) | (m << 42));
+}
+
+// Double -> half, rounding to nearest even once (overflow to infinity), as half::f16::from_f64.
+__device__ unsigned short f64_to_f16(double d) {
+    u64 x = f64_to_bits(d);
+    unsigned short sign = (unsigned short)((x >> 48) & 0x8000);
+    int e = (int)((x >> 52) & 0x7ff);
+    u64 m = x & 0xfffffffffffffull;
+    if (e == 0x7ff) return sign | 0x7c00 | (m ? (0x200 | (unsigned short)(m >> 42)) : 0);
+    int he = e - 1023 + 15;
+    if (he >= 31) return sign | 0x7c00;
+    u64 kept, rest, half;
+    if (he <= 0) {
+        if (he < -10) return sign;
+        m |= 1ull << 52;
+        int shift = 43 - he;  // 43..53 bits dropped
+        kept = m >> shift;
+        rest = m & ((1ull << shift) - 1);
+        half = 1ull << (shift - 1);
+    } else {
+        kept = ((u64)he << 10) | (m >> 42);
+        rest = m & ((1ull << 42) - 1);
+        half = 1ull << 41;
+    }
+    if (rest > half || (rest == half && (kept & 1))) kept++;
+    return sign | (unsigned short)kept;
+}
+
+__device__ __forceinline__ Num load(const unsigned char* p, u64 dt, u64 r, u64 bit) {
+    Num n;
+    n.kind = 0; n.i = 0; n.u = 0; n.f = 0.0;
+    switch (dt) {
+        case DT_BOOL: { u64 b = bit + r; n.i = (p[b >> 3] >> (b & 7)) & 1; break; }
+        case DT_I8: n.i = ((const signed char*)p)[r]; break;
+        case DT_I16: n.i = ((const short*)p)[r]; break;
+        case DT_I32: n.i = ((const int*)p)[r]; break;
+        case DT_I64: n.i = ((const i64*)p)[r]; break;
+        case DT_U8: n.kind = 1; n.u = p[r]; break;
+        case DT_U16: n.kind = 1; n.u = ((const unsigned short*)p)[r]; break;
+        case DT_U32: n.kind = 1; n.u = ((const unsigned int*)p)[r]; break;
+        case DT_U64: n.kind = 1; n.u = ((const u64*)p)[r]; break;
+        case DT_F16: n.kind = 2; n.f = f16_to_f64(((const unsigned short*)p)[r]); break;
+        case DT_F32: n.kind = 2; n.f = ((const float*)p)[r]; break;
+        default: n.kind = 2; n.f = ((const double*)p)[r]; break;
+    }
+    return n;
+}
+
+// Integers from any kind; the host checked that a lossy cast's values fit (whole, in range).
+__device__ __forceinline__ i64 as_i64(Num n) {
+    return n.kind == 0 ? n.i : n.kind == 1 ? (i64)n.u : (i64)n.f;
+}
+
+__device__ __forceinline__ u64 as_u64(Num n) {
+    return n.kind == 0 ? (u64)n.i : n.kind == 1 ? n.u : (u64)n.f;
+}
+
+__device__ __forceinline__ void store(unsigned char* out, u64 dt, u64 at, Num n) {
+    switch (dt) {
+        case DT_BOOL: out[at] = as_u64(n) != 0; break;
+        case DT_I8: ((signed char*)out)[at] = (signed char)as_i64(n); break;
+        case DT_I16: ((short*)out)[at] = (short)as_i64(n); break;
+        case DT_I32: ((int*)out)[at] = (int)as_i64(n); break;
+        case DT_I64: ((i64*)out)[at] = as_i64(n); break;
+        case DT_U8: out[at] = (unsigned char)as_u64(n); break;
+        case DT_U16: ((unsigned short*)out)[at] = (unsigned short)as_u64(n); break;
+        case DT_U32: ((unsigned int*)out)[at] = (unsigned int)as_u64(n); break;
+        case DT_U64: ((u64*)out)[at] = as_u64(n); break;
+        case DT_F16: {
+            // Integers reach half through double, as the CPU kernels do.
+            double d = n.kind == 0 ? (double)n.i : n.kind == 1 ? (double)n.u : n.f;
+            ((unsigned short*)out)[at] = f64_to_f16(d);
+            break;
+        }
+        case DT_F32:
+            // One rounding from the exact value (integers straight to float, not via double).
+            ((float*)out)[at] = n.kind == 0 ? (float)n.i : n.kind == 1 ? (float)n.u : (float)n.f;
+            break;
+        default:
+            ((double*)out)[at] = n.kind == 0 ? (double)n.i : n.kind == 1 ? (double)n.u : n.f;
+            break;
+    }
+}
+
+__device__ __forceinline__ void store_fill(unsigned char* out, u64 size, u64 at, u64 fill) {
+    switch (size) {
+        case 1: out[at] = (unsigned char)fill; break;
+        case 2: ((unsigned short*)out)[at] = (unsigned short)fill; break;
+        case 4: ((unsigned int*)out)[at] = (unsigned int)fill; break;
+        default: ((u64*)out)[at] = fill; break;
+    }
+}
+
+// Writes every slot of every segment: the value cast to out_dt, or `fill` (the fill value's
+// little-endian bytes in out_dt) where the segment's validity bit is 0; and, when `mask` is not
+// null, 1 or 0 for valid or null at the same element index. Blocks along y take segments,
+// blocks along x and threads take slots.
+extern "C" __global__ void convert(unsigned char* out, unsigned char* mask, const unsigned char* scratch,
+        const Seg* segs, u64 nseg, u64 out_dt, u64 out_size, u64 fill) {
+    for (u64 s = blockIdx.y; s < nseg; s += gridDim.y) {
+        const Seg g = segs[s];
+        const unsigned char* src = scratch + g.src;
+        const unsigned char* valid = g.valid == NO_VALIDITY ? 0 : scratch + g.valid;
+        for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < g.rows; i += (u64)gridDim.x * blockDim.x) {
+            u64 v = g.valid_bit + i;
+            bool ok = !valid || ((valid[v >> 3] >> (v & 7)) & 1);
+            u64 at = g.out + i * g.stride;
+            if (ok) store(out, out_dt, at, load(src, g.dtype, i, g.src_bit));
+            else store_fill(out, out_size, at, fill);
+            if (mask) mask[at] = ok;
+        }
+    }
+}

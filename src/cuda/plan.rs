@@ -1,0 +1,348 @@
+//! The host half of the general device kernel (`convert` in `kernels.cu`): what to upload and
+//! which segments the kernel writes, checked with the CPU path's rules before anything moves.
+//!
+//! A plan covers one column (chunks concatenated, list cells flattened, permuted tensor cells
+//! kept in memory order) or several columns into an `(n, k)` matrix in C or F order. Each
+//! chunk of each column is one segment: its raw values (bit-packed for bools) and validity are
+//! uploaded as they are in Arrow, and the kernel casts, fills nulls, unpacks bits and writes
+//! each slot at `out + i * stride`. Casts that can lose values are checked here on the host,
+//! value by value as the CPU kernels check them, so the kernel never meets a value that does not
+//! fit and the errors are the CPU's. Nothing here touches CUDA: the unit tests run plans through
+//! the kernel source built for the CPU (`emulate.rs`).
+
+use std::ops::Range;
+
+use arrow_array::{Array, ArrayRef};
+use arrow_buffer::{Buffer, MutableBuffer, NullBuffer, bit_util};
+use arrow_schema::{DataType, FieldRef};
+
+use crate::arrow::policy::{
+    MatrixSpec, bool_fill, check_copy_target, checked_null_count, column_layout, column_ref, fill_for,
+    for_segments, leaf_dtype, leaf_of, lists_as_fixed_chunks, matrix_spec,
+};
+use crate::arrow::{ExportOptions, NullPolicy, Order};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernels::{self, HostBuffer, Scalar};
+
+/// `Seg::valid` of a segment without nulls.
+pub(crate) const NO_VALIDITY: u64 = u64::MAX;
+
+/// One run of slots for the kernel, laid out as `struct Seg` in `kernels.cu`: the values at byte
+/// `src` of the scratch buffer (bit `src_bit` for bools), the validity at byte `valid` (bit
+/// `valid_bit`) or [`NO_VALIDITY`], `rows` slots written at elements `out + i * stride`, and the
+/// source dtype's code.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seg {
+    pub src: u64,
+    pub src_bit: u64,
+    pub valid: u64,
+    pub valid_bit: u64,
+    pub rows: u64,
+    pub out: u64,
+    pub stride: u64,
+    pub dtype: u64,
+}
+
+/// The kernel's code for a dtype (its declaration order, the `DT_*` of `kernels.cu`).
+pub(crate) fn code(d: DType) -> u64 {
+    d as u64
+}
+
+/// Everything the device does for one conversion: the bytes to place in one scratch buffer
+/// (Arrow buffers, shared, not copied on the host), the segment table, and the output.
+pub(crate) struct Plan {
+    pieces: Vec<(usize, Buffer, Range<usize>)>,
+    segs: Vec<Seg>,
+    table: Vec<u8>,
+    table_at: usize,
+    scratch_len: usize,
+    /// The dtype the kernel writes (bool columns joining numbers become numbers).
+    pub storage: DType,
+    /// The dtype of the result.
+    pub dtype: DType,
+    /// Elements written.
+    pub len: usize,
+    /// The result's shape and strides (elements).
+    pub shape: Vec<i64>,
+    /// See `shape`.
+    pub strides: Vec<i64>,
+    /// Whether a validity mask (bool, same shape and strides) is written too.
+    pub mask: bool,
+    /// The fill value's little-endian bytes in `storage`.
+    pub fill: u64,
+    /// The Arrow field the result came from, when its dtype is the field's.
+    pub logical: Option<FieldRef>,
+}
+
+impl Plan {
+    fn new(storage: DType, dtype: DType, shape: Vec<i64>, strides: Vec<i64>, mask: bool, fill: u64) -> Self {
+        let len = shape.iter().map(|&d| d as usize).product();
+        Plan {
+            pieces: Vec::new(),
+            segs: Vec::new(),
+            table: Vec::new(),
+            table_at: 0,
+            scratch_len: 0,
+            storage,
+            dtype,
+            len,
+            shape,
+            strides,
+            mask,
+            fill,
+            logical: None,
+        }
+    }
+
+    /// Places `bytes` of `buf` in the scratch buffer (16-byte aligned) and returns its offset.
+    fn place(&mut self, buf: &Buffer, bytes: Range<usize>) -> Result<u64> {
+        if bytes.end > buf.len() {
+            return Err(Error::layout(format!("{bytes:?} outside a buffer of {} bytes", buf.len())));
+        }
+        let at = self.scratch_len.next_multiple_of(16);
+        self.scratch_len = at + bytes.len();
+        self.pieces.push((at, buf.clone(), bytes));
+        Ok(at as u64)
+    }
+
+    /// Adds a segment for a primitive or boolean leaf array (its own offset applied) whose
+    /// slots go to `out + i * stride`; `validity` replaces the array's own when given.
+    fn segment(
+        &mut self,
+        leaf: &dyn Array,
+        validity: Option<&NullBuffer>,
+        out: usize,
+        stride: usize,
+    ) -> Result<()> {
+        let data = leaf.to_data();
+        let (off, len) = (data.offset(), data.len());
+        if len == 0 {
+            return Ok(());
+        }
+        let dtype = if data.data_type() == &DataType::Boolean {
+            DType::Bool
+        } else {
+            crate::dtype::storage_dtype(data.data_type())?
+        };
+        let values =
+            data.buffers().first().ok_or_else(|| Error::layout("an array without a values buffer"))?;
+        let (src, src_bit) = if dtype == DType::Bool {
+            (self.place(values, off / 8..(off + len).div_ceil(8))?, (off % 8) as u64)
+        } else {
+            let item = dtype.itemsize();
+            (self.place(values, off * item..(off + len) * item)?, 0)
+        };
+        let validity = validity.or(data.nulls()).filter(|v| v.null_count() > 0);
+        let (valid, valid_bit) = match validity {
+            Some(v) => {
+                let (voff, vlen) = (v.offset(), v.len());
+                if vlen != len {
+                    return Err(Error::LengthMismatch {
+                        what: "a validity bitmap".into(),
+                        expected: len,
+                        found: vlen,
+                    });
+                }
+                (self.place(v.buffer(), voff / 8..(voff + vlen).div_ceil(8))?, (voff % 8) as u64)
+            }
+            None => (NO_VALIDITY, 0),
+        };
+        self.segs.push(Seg {
+            src,
+            src_bit,
+            valid,
+            valid_bit,
+            rows: len as u64,
+            out: out as u64,
+            stride: stride as u64,
+            dtype: code(dtype),
+        });
+        Ok(())
+    }
+
+    /// Appends the segment table to the scratch layout.
+    fn finish(mut self) -> Self {
+        self.table = self
+            .segs
+            .iter()
+            .flat_map(|s| [s.src, s.src_bit, s.valid, s.valid_bit, s.rows, s.out, s.stride, s.dtype])
+            .flat_map(u64::to_le_bytes)
+            .collect();
+        self.table_at = self.scratch_len.next_multiple_of(16);
+        self.scratch_len = self.table_at + self.table.len();
+        self
+    }
+
+    /// Bytes of the scratch buffer (at least 1).
+    pub fn scratch_len(&self) -> usize {
+        self.scratch_len.max(1)
+    }
+
+    /// What to copy where in the scratch buffer: every piece, then the segment table.
+    pub fn uploads(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        self.pieces
+            .iter()
+            .map(|(at, buf, r)| (*at, &buf.as_slice()[r.clone()]))
+            .chain(std::iter::once((self.table_at, &self.table[..])))
+    }
+
+    /// When the tensor is only the chunks' values one after another (one dtype, no nulls, no
+    /// bools, no mask): each chunk's bytes and their byte offset in the output. No kernel is
+    /// needed then.
+    pub fn direct_copies(&self) -> Option<Vec<(usize, &[u8])>> {
+        let item = self.storage.itemsize();
+        let direct = !self.mask
+            && self.storage != DType::Bool
+            && self.pieces.len() == self.segs.len()
+            && self
+                .segs
+                .iter()
+                .all(|s| s.dtype == code(self.storage) && s.stride == 1 && s.valid == NO_VALIDITY);
+        direct.then(|| {
+            self.segs
+                .iter()
+                .zip(&self.pieces)
+                .map(|(s, (_, buf, r))| (s.out as usize * item, &buf.as_slice()[r.clone()]))
+                .collect()
+        })
+    }
+
+    /// The segments, and the table's offset in the scratch buffer.
+    pub fn segments(&self) -> (&[Seg], usize) {
+        (&self.segs, self.table_at)
+    }
+}
+
+/// The fill value's bytes in `dtype` (little-endian, as a u64), range-checked as the CPU path
+/// checks it; bool targets take only a bool, 0 or 1.
+pub(crate) fn fill_bits(dtype: DType, nulls: NullPolicy) -> Result<u64> {
+    if dtype == DType::Bool {
+        return Ok(u64::from(bool_fill(nulls)?));
+    }
+    let item = dtype.itemsize();
+    let mut buf = HostBuffer::zeroed(item)?;
+    kernels::fill_range(dtype, fill_for(nulls), &mut buf, 0..1)?;
+    let mut out = [0u8; 8];
+    out[..item].copy_from_slice(buf.as_mut_slice());
+    Ok(u64::from_le_bytes(out))
+}
+
+/// The plan for one column (chunked or not; lists as their fixed-size cells, tensor columns in
+/// their memory order), with the CPU path's checks: nulls, bool and NaN policies, fill range,
+/// and every value of a lossy cast.
+///
+/// # Errors
+/// As [`crate::arrow::to_tensor`] for a copy.
+pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Plan> {
+    if matches!(field.data_type(), DataType::List(_) | DataType::LargeList(_)) {
+        let (field, chunks) = lists_as_fixed_chunks(field, chunks)?;
+        return column(&field, &chunks, opts);
+    }
+    let null_count = checked_null_count(field, chunks, opts.nulls)?;
+    let leaf = leaf_dtype(field)?;
+    let target = opts.dtype.unwrap_or(leaf);
+    check_copy_target(field, leaf, target, opts.nulls)?;
+    let n: usize = chunks.iter().map(|c| c.len()).sum();
+    let (shape, strides, cell_size) = column_layout(field, n)?;
+    let mask = null_count > 0 && opts.nulls == NullPolicy::Mask;
+    // The fill value is checked where the CPU path checks it: whenever the copy is more than a
+    // concatenation (nulls, a cast, bools).
+    let fill = if null_count > 0 || target != leaf || leaf == DType::Bool {
+        fill_bits(target, opts.nulls)?
+    } else {
+        0
+    };
+    let mut plan = Plan::new(target, target, shape, strides, mask, fill);
+    plan.logical = (target == leaf).then(|| field.clone());
+    let mut pos = 0;
+    for chunk in chunks {
+        let (leaf_array, list_nulls) = leaf_of(chunk.as_ref());
+        let slots = chunk.len() * cell_size;
+        if leaf_array.len() != slots {
+            return Err(Error::LengthMismatch {
+                what: format!("the values of a chunk of column '{}'", field.name()),
+                expected: slots,
+                found: leaf_array.len(),
+            });
+        }
+        if leaf != DType::Bool && target != leaf {
+            let col = column_ref(leaf_array.as_ref(), field.name())?.starting_at(pos);
+            kernels::check_cast(target, &col, 0)?;
+        }
+        let validity = (!list_nulls.is_empty()).then(|| leaf_validity(leaf_array.as_ref(), &list_nulls));
+        plan.segment(leaf_array.as_ref(), validity.as_ref(), pos, 1)?;
+        pos += slots;
+    }
+    Ok(plan.finish())
+}
+
+/// The validity of every leaf slot: the leaf's own, cleared over the cells of null list rows
+/// at every level (a new bitmap, one bit per slot; copies).
+fn leaf_validity(leaf: &dyn Array, levels: &[(usize, NullBuffer)]) -> NullBuffer {
+    let len = leaf.len();
+    let mut bits = MutableBuffer::new_null(len);
+    match leaf.nulls() {
+        Some(v) => {
+            for i in (0..len).filter(|&i| v.is_valid(i)) {
+                bit_util::set_bit(bits.as_slice_mut(), i);
+            }
+        }
+        None => {
+            let bytes = bits.as_slice_mut();
+            bytes.fill(0xff);
+        }
+    }
+    for (cell, rows) in levels {
+        for row in (0..rows.len()).filter(|&r| rows.is_null(r)) {
+            for i in row * cell..((row + 1) * cell).min(len) {
+                bit_util::unset_bit(bits.as_slice_mut(), i);
+            }
+        }
+    }
+    NullBuffer::new(arrow_buffer::BooleanBuffer::new(bits.into(), 0, len))
+}
+
+/// The plan for several columns into one `(n, k)` matrix in C or F order, with the CPU path's
+/// checks (see [`crate::arrow::columns_to_tensor`]) and every value of a lossy cast checked.
+///
+/// # Errors
+/// As [`crate::arrow::columns_to_tensor`].
+pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Plan> {
+    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask } =
+        matrix_spec(fields, columns, opts)?;
+    let fill = match fill {
+        Some(Scalar::Int(b)) if target == DType::Bool => b as u64,
+        _ => fill_bits(storage, opts.nulls)?,
+    };
+    if target != DType::Bool {
+        // Row ranges over which every column is one chunk, in the CPU path's order, so that the
+        // first value found not to fit is the one the CPU path reports.
+        for_segments(columns, |start, _, slices| {
+            for (j, (a, field)) in slices.iter().zip(fields).enumerate() {
+                if a.data_type() != &DataType::Boolean {
+                    kernels::check_cast(
+                        storage,
+                        &column_ref(a.as_ref(), field.name())?.starting_at(start),
+                        j,
+                    )?;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    let mut plan = Plan::new(storage, target, shape, strides, mask, fill);
+    for (j, chunks) in columns.iter().enumerate() {
+        let mut start = 0;
+        for chunk in chunks {
+            let (out, stride) = match opts.order {
+                Order::C => (start * k + j, k),
+                Order::F => (j * n + start, 1),
+            };
+            plan.segment(chunk.as_ref(), None, out, stride)?;
+            start += chunk.len();
+        }
+    }
+    Ok(plan.finish())
+}
