@@ -14,6 +14,7 @@ use dlframe::interface::{ArrayInterface, TypeStr};
 use dlframe::{DType, Device, Tensor, export_legacy, export_versioned, kernels};
 
 use crate::capsule;
+use crate::convert::on_host;
 use crate::error::Result;
 use crate::interface::{
     NPY_ALIGNED, NPY_C_CONTIGUOUS, NPY_NOTSWAPPED, NPY_WRITEABLE, PyArrayInterface, interface_dict,
@@ -117,16 +118,47 @@ impl PyTensor {
         };
         let versioned = parse_max_version(max_version.as_ref())?.is_some_and(|(major, _)| major >= 1);
         let must_copy = copy == Some(true) || (!versioned && t.readonly());
-        if must_copy && !t.device().is_host_accessible() {
-            // Refused before any stream is made to wait on us.
-            return Err(PyBufferError::new_err(format!(
-                "a {} tensor cannot be copied by __dlpack__ (copy=True, or a read-only tensor for a \
-                 legacy consumer, which cannot be told it is read-only); export it with \
-                 max_version=(1, 3) and copy=None",
-                t.device()
-            ))
-            .into());
+        let mut to_host = false;
+        if let Some(d) = dl_device.as_ref().filter(|d| !d.is_none()) {
+            let (ty, id) = parse_device(d)?;
+            to_host = ty == 1 && !t.device().is_host_accessible();
+            if (ty, id) != (own.device_type, own.device_id) && !(ty == 1 && id == 0) {
+                return Err(PyBufferError::new_err(format!(
+                    "cannot export a {} tensor to device ({ty}, {id}); dlframe exports to the tensor's own \
+                     device or to the CPU",
+                    t.device()
+                ))
+                .into());
+            }
         }
+        if to_host {
+            // The consumer asked for host memory: one copy, and the host waits for it (DLPack:
+            // with dl_device kDLCPU "a synchronization must be performed").
+            if copy == Some(false) {
+                return Err(PyBufferError::new_err(format!(
+                    "a {} tensor reaches the CPU only by a copy, but copy=False",
+                    t.device()
+                ))
+                .into());
+            }
+            if stream.is_some_and(|s| s != -1) {
+                return Err(PyValueError::new_err("stream must be None when dl_device is the CPU").into());
+            }
+            let t = t.clone();
+            let (host, _) = py.detach(move || on_host(t, Some(true)))?;
+            return export(py, host, versioned);
+        }
+        let copied_on_device;
+        let t = if must_copy && !t.device().is_host_accessible() {
+            // A fresh copy on the device, made on our stream after the tensor's work; the
+            // consumer then waits on the copy's own event below. Refused when it cannot be made,
+            // before any stream is made to wait on us.
+            let src = t.clone();
+            copied_on_device = py.detach(move || device_copy(&src))?;
+            &copied_on_device
+        } else {
+            t
+        };
         match (t.sync(), stream) {
             // A device tensor: make the consumer's stream wait for our work (DLPack's rules:
             // None and 1 are the legacy default stream, 2 the per-thread one, -1 no sync).
@@ -158,16 +190,6 @@ impl PyTensor {
             }
             (None, _) => {}
         }
-        if let Some(d) = dl_device.as_ref().filter(|d| !d.is_none()) {
-            let (ty, id) = parse_device(d)?;
-            if (ty, id) != (own.device_type, own.device_id) && !(ty == 1 && t.device().is_host_accessible()) {
-                return Err(PyBufferError::new_err(format!(
-                    "cannot export a {} tensor to device ({ty}, {id}); dlframe exports to the tensor's own device",
-                    t.device()
-                ))
-                .into());
-            }
-        }
         if !versioned && t.readonly() && copy == Some(false) {
             return Err(PyBufferError::new_err(
                 "a legacy DLPack capsule cannot mark shared Arrow memory read-only, so it needs a copy, \
@@ -175,17 +197,13 @@ impl PyTensor {
             )
             .into());
         }
-        let tensor = if must_copy {
+        let tensor = if must_copy && t.device().is_host_accessible() {
             let t = t.clone();
             py.detach(move || kernels::contiguous_copy(&t))?
         } else {
             t.clone()
         };
-        Ok(if versioned {
-            capsule::versioned(py, export_versioned(tensor))?
-        } else {
-            capsule::legacy(py, export_legacy(tensor))?
-        })
+        export(py, tensor, versioned)
     }
 
     /// `(device_type, device_id)`, e.g. `(1, 0)` for the CPU.
@@ -416,4 +434,27 @@ pub fn parse_dtype(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
         Err(_) => v.str()?.extract()?,
     };
     DType::from_name(&name).map(Some).map_err(|e| PyTypeError::new_err(e.to_string()))
+}
+
+/// A tensor as a DLPack capsule: versioned (1.x) or legacy.
+fn export(py: Python<'_>, tensor: Tensor, versioned: bool) -> Result<Bound<'_, PyAny>> {
+    Ok(if versioned {
+        capsule::versioned(py, export_versioned(tensor))?
+    } else {
+        capsule::legacy(py, export_legacy(tensor))?
+    })
+}
+
+/// A fresh C-contiguous copy of a device tensor on its device (copies, device to device).
+fn device_copy(t: &Tensor) -> dlframe::Result<Tensor> {
+    match t.device() {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) if t.sync().is_some() => dlframe::cuda::device_copy(t),
+        d => Err(dlframe::Error::CopyRequired {
+            reason: format!(
+                "dlframe cannot copy a tensor on {d} on its device{}; export it with copy=None",
+                if cfg!(feature = "cuda") { "" } else { " (this build has no CUDA support)" }
+            ),
+        }),
+    }
 }

@@ -76,7 +76,16 @@ def test_stream_rules(torch):
     for s in (None, 1, 2, -1, torch.cuda.Stream().cuda_stream):
         assert t.__dlpack__(max_version=(1, 3), stream=s) is not None
     with pytest.raises(BufferError):
-        t.__dlpack__(max_version=(1, 3), dl_device=(1, 0))
+        t.__dlpack__(max_version=(1, 3), dl_device=(2, 1))
+    # To the CPU on request: one copy, after which the host has waited for it.
+    with pytest.raises(BufferError, match="copy=False"):
+        t.__dlpack__(max_version=(1, 3), dl_device=(1, 0), copy=False)
+    with pytest.raises(ValueError, match="stream"):
+        t.__dlpack__(max_version=(1, 3), dl_device=(1, 0), stream=torch.cuda.Stream().cuda_stream)
+    assert np.from_dlpack(t, device="cpu").tolist() == [1, 2, 3]
+    # copy=True on the device: a fresh allocation with the same values.
+    c = torch.from_dlpack(t.__dlpack__(max_version=(1, 3), copy=True))
+    assert c.is_cuda and c.data_ptr() != torch.from_dlpack(t).data_ptr() and c.tolist() == [1, 2, 3]
 
 
 def test_consumer_stream_reads_correct_data_without_host_sync(torch):
@@ -216,8 +225,11 @@ def test_device_tensors_reach_the_host_only_by_an_explicit_copy(torch):
     assert dlframe.from_dlpack(t, copy=True).to_pylist() == [1.0, 0.0, 3.0]
     m = dlframe.tensor(torch.arange(6, dtype=torch.float64, device="cuda").reshape(2, 3))
     np.testing.assert_array_equal(m.to_arrow(copy=True).to_numpy_ndarray(), np.arange(6.0).reshape(2, 3))
-    with pytest.raises(BufferError, match="contiguous"):
-        dlframe.tensor(torch.arange(6, device="cuda").reshape(2, 3).T).to_arrow(copy=True)
+    # Strided device tensors are gathered into C order on the device, then copied once.
+    tr = dlframe.tensor(torch.arange(6, device="cuda").reshape(2, 3).T)
+    np.testing.assert_array_equal(tr.to_arrow(copy=True).to_numpy_ndarray(), np.arange(6).reshape(2, 3).T)
+    f = dlframe.to_dlpack(pa.table({"a": [1.0, 2.0], "b": [3.0, None]}), fill_value=0, order="F", device="cuda:0")
+    np.testing.assert_array_equal(f.to_arrow(copy=True).to_numpy_ndarray(), [[1.0, 3.0], [2.0, 0.0]])
 
 
 def test_the_kernel_timing_helper_measures_or_says_why_not():

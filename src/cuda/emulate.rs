@@ -29,11 +29,13 @@ extern "C" void dlf_at(unsigned bx, unsigned by, unsigned tx, unsigned gx, unsig
 
 type At = unsafe extern "C" fn(u32, u32, u32, u32, u32, u32);
 type Convert = unsafe extern "C" fn(*mut u8, *mut u8, *const u8, *const u8, u64, u64, u64, u64);
+type Gather = unsafe extern "C" fn(*mut u8, *const u8, *const i64, u64, u64, u64);
 
 /// The kernels, loaded.
 pub(crate) struct Emulator {
     at: At,
     convert: Convert,
+    gather: Gather,
     // Keeps the functions above loaded.
     _lib: libloading::Library,
 }
@@ -74,12 +76,16 @@ fn build() -> std::result::Result<Emulator, Missing> {
     // SAFETY: our own library, just built from the shim and kernels.cu; loading it runs no
     // initialisers besides the zeroing of the thread-local indices.
     let lib = unsafe { libloading::Library::new(&lib) }.expect("loading the kernels built for the CPU");
-    // SAFETY: the symbols are the shim's dlf_at and kernels.cu's convert, with these signatures.
-    let (at, convert) = unsafe {
-        (*lib.get::<At>(b"dlf_at").expect("dlf_at"), *lib.get::<Convert>(b"convert").expect("convert"))
+    // SAFETY: the symbols are the shim's dlf_at and kernels.cu's kernels, with these signatures.
+    let (at, convert, gather) = unsafe {
+        (
+            *lib.get::<At>(b"dlf_at").expect("dlf_at"),
+            *lib.get::<Convert>(b"convert").expect("convert"),
+            *lib.get::<Gather>(b"gather").expect("gather"),
+        )
     };
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(Emulator { at, convert, _lib: lib })
+    Ok(Emulator { at, convert, gather, _lib: lib })
 }
 
 /// 16-byte aligned zeroed bytes, as device allocations are (at least) aligned.
@@ -138,6 +144,34 @@ impl Emulator {
         let out = bytes(&mut out)[..n].to_vec();
         let mask = mask.map(|mut m| bytes(&mut m)[..plan.len].to_vec());
         (out, mask)
+    }
+
+    /// Runs `gather` over a host tensor's view (as `contiguous` does on a device) over a grid of
+    /// `blocks` blocks of `block` threads: the elements in C order.
+    pub fn gather(&self, t: &crate::tensor::Tensor, blocks: u32, block: u32) -> Vec<u8> {
+        let n = t.numel();
+        let item = t.dtype().itemsize();
+        let mut out = aligned(n * item, 0xab);
+        let dims: Vec<i64> = t.shape().iter().chain(t.strides()).copied().collect();
+        let out_ptr = bytes(&mut out).as_mut_ptr();
+        for bx in 0..blocks {
+            for tx in 0..block {
+                // SAFETY: the view's elements lie in the tensor's memory (its layout invariant),
+                // and `out` holds n elements.
+                unsafe {
+                    (self.at)(bx, 0, tx, blocks, 1, block);
+                    (self.gather)(
+                        out_ptr,
+                        t.data_ptr(),
+                        dims.as_ptr(),
+                        t.ndim() as u64,
+                        n as u64,
+                        item as u64,
+                    )
+                }
+            }
+        }
+        bytes(&mut out)[..n * item].to_vec()
     }
 }
 
@@ -572,5 +606,44 @@ mod tests {
         let bools: ArrayRef = Arc::new(BooleanArray::from(vec![Some(true), None]));
         let seven = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(7)), ..Default::default() };
         assert!(matches!(plan::column(&b, &[bools], &seven), Err(Error::ValueOutOfRange { .. })));
+    }
+
+    #[test]
+    fn cuda_gather_matches_the_cpu_gather_on_random_views() {
+        let Some(e) = emu() else { return };
+        let mut rng = Rng(0x5eed_0004);
+        let base: Vec<u64> = (0..4096).map(|_| rng.next()).collect();
+        for case in 0..300 {
+            let dtype = [DType::UInt8, DType::Int16, DType::Float32, DType::Float64][rng.below(4) as usize];
+            let item = dtype.itemsize();
+            let ndim = rng.below(5) as usize;
+            let shape: Vec<i64> = (0..ndim).map(|_| rng.below(6) as i64).collect();
+            let strides: Vec<i64> = (0..ndim).map(|_| rng.below(21) as i64 - 10).collect();
+            // Element 0 in the middle, so negative strides stay inside the buffer.
+            let start = (base.len() * 8 / item / 2) as isize;
+            // SAFETY: shapes below 6 and strides within 10 elements over at most 4 dimensions
+            // reach at most 200 elements either side of the middle of a 32 KB buffer, which
+            // `base` keeps alive for the view's life.
+            let view = unsafe {
+                Tensor::from_raw_parts(
+                    (base.as_ptr() as *mut u8).offset(start * item as isize),
+                    shape.clone(),
+                    Some(strides.clone()),
+                    dtype,
+                    crate::device::Device::Cpu,
+                    true,
+                    Arc::new(()),
+                )
+            }
+            .unwrap();
+            let want = memory(&crate::kernels::contiguous_copy(&view).unwrap());
+            for (blocks, block) in [(1, 1), (3, 5)] {
+                assert_eq!(
+                    e.gather(&view, blocks, block),
+                    want,
+                    "case {case}: {shape:?} {strides:?} {dtype}"
+                );
+            }
+        }
     }
 }

@@ -202,3 +202,27 @@ extern "C" __global__ void convert(unsigned char* out, unsigned char* mask, cons
         }
     }
 }
+
+// ---- strided views to C order (device-to-device copies, downloads of strided tensors) ----
+
+// Copies the `n` elements of a view of `in` into `out` in C order. `dims` holds the shape, then
+// the strides in elements (any sign, zero included), `ndim` of each; `in` points at element 0.
+extern "C" __global__ void gather(unsigned char* out, const unsigned char* in, const i64* dims, u64 ndim,
+        u64 n, u64 item) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        u64 rem = i;
+        i64 off = 0;
+        for (u64 d = ndim; d-- > 0;) {
+            u64 extent = (u64)dims[d];
+            off += (i64)(rem % extent) * dims[ndim + d];
+            rem /= extent;
+        }
+        const unsigned char* src = in + off * (i64)item;
+        switch (item) {
+            case 1: out[i] = *src; break;
+            case 2: ((unsigned short*)out)[i] = *(const unsigned short*)src; break;
+            case 4: ((unsigned int*)out)[i] = *(const unsigned int*)src; break;
+            default: ((u64*)out)[i] = *(const u64*)src; break;
+        }
+    }
+}

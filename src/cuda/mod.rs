@@ -76,6 +76,7 @@ struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     convert: CudaFunction,
+    gather: CudaFunction,
 }
 
 fn gpu(ordinal: usize) -> Result<Arc<Gpu>> {
@@ -96,8 +97,8 @@ fn gpu(ordinal: usize) -> Result<Arc<Gpu>> {
         let stream = ctx.new_stream().map_err(cuda_err)?;
         let ptx = cudarc::nvrtc::compile_ptx(KERNELS).map_err(cuda_err)?;
         let module = ctx.load_module(ptx).map_err(cuda_err)?;
-        let convert = module.load_function("convert").map_err(cuda_err)?;
-        Ok(Gpu { ctx, stream, convert })
+        let f = |name: &str| module.load_function(name).map_err(cuda_err);
+        Ok(Gpu { convert: f("convert")?, gather: f("gather")?, ctx, stream })
     })
     .map_err(|_| Error::Cuda("the CUDA driver or NVRTC library could not be loaded".into()))??;
     let g = Arc::new(g);
@@ -130,21 +131,21 @@ impl RefUnwindSafe for DeviceMemory {}
 
 impl DeviceSync for DeviceMemory {
     fn wait_on(&self, stream: usize) -> Result<()> {
-        if stream == self.gpu.stream.cu_stream() as usize {
-            // Our own stream (a download): the event was recorded on it, so it is ordered.
-            return Ok(());
-        }
         self.gpu.ctx.bind_to_thread().map_err(cuda_err)?;
-        // SAFETY: `stream` is a live stream handle of this context given by the consumer (or
-        // the legacy / per-thread default stream); the event belongs to the same context.
-        unsafe {
-            result::stream::wait_event(
-                stream as sys::CUstream,
-                self.ready.cu_event(),
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
+        // Our own stream (a copy or a download) needs no wait: the event was recorded on it. It
+        // is still remembered, so that foreign memory outlives the work queued there.
+        if stream != self.gpu.stream.cu_stream() as usize {
+            // SAFETY: `stream` is a live stream handle of this context given by the consumer
+            // (or the legacy / per-thread default stream); the event belongs to the same context.
+            unsafe {
+                result::stream::wait_event(
+                    stream as sys::CUstream,
+                    self.ready.cu_event(),
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            }
+            .map_err(cuda_err)?;
         }
-        .map_err(cuda_err)?;
         if let Ok(mut c) = self.consumers.lock()
             && !c.contains(&stream)
         {
@@ -480,24 +481,17 @@ fn adopt_after(foreign: Tensor, after: Option<usize>) -> Result<Tensor> {
     Ok(t.with_copied(copied).with_readonly(readonly).with_logical(logical).with_sync(Some(memory)))
 }
 
-/// A host copy of a C-contiguous CUDA tensor (copies, device to host): our stream waits for
-/// the tensor's readiness event, one device-to-host transfer runs on it, and the host waits for
-/// that transfer (the copy is what was asked for). The result is a read-only CPU tensor.
+/// A host copy of a CUDA tensor (copies, device to host): our stream waits for the tensor's
+/// readiness event, a strided tensor is first gathered into C order on the device
+/// ([`device_copy`]), one device-to-host transfer runs, and the host waits for that transfer
+/// (the copy is what was asked for). The result is a C-contiguous CPU tensor.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a tensor not on a CUDA device; [`Error::CopyRequired`] for a
-/// strided one (make it contiguous on the device first); [`Error::Cuda`] from the driver.
+/// [`Error::InvalidArgument`] for a tensor not on a CUDA device; [`Error::Cuda`] from the driver.
 pub fn download(t: &Tensor) -> Result<Tensor> {
     let id = cuda_id(t, "download")?;
     if t.numel() > 0 && !t.is_c_contiguous() {
-        return Err(Error::CopyRequired {
-            reason: format!(
-                "a CUDA tensor with shape {:?} and strides {:?} is not C-contiguous; dlframe copies only \
-                 contiguous device tensors to the host (make it contiguous on the device first)",
-                t.shape(),
-                t.strides()
-            ),
-        });
+        return download(&device_copy(t)?);
     }
     let g = gpu(cuda_ordinal(id)?)?;
     // Every byte is written by the transfer below.
@@ -526,6 +520,46 @@ pub fn download(t: &Tensor) -> Result<Tensor> {
     Ok(Tensor::from_buffer(host.into_buffer(), 0, t.shape().to_vec(), None, t.dtype())?
         .with_copied(true)
         .with_logical(t.logical().cloned()))
+}
+
+/// A C-contiguous copy of a CUDA tensor on its device (copies, device to device): one `gather`
+/// kernel on our stream, after the tensor's readiness event, reads any strides (negative and
+/// zero included) into fresh memory. The host does not block; the copy has its own readiness
+/// event, and the source stays alive until the kernel has read it.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a tensor not on a CUDA device; [`Error::Cuda`] from the driver.
+pub fn device_copy(t: &Tensor) -> Result<Tensor> {
+    let id = cuda_id(t, "device_copy")?;
+    let ordinal = cuda_ordinal(id)?;
+    let g = gpu(ordinal)?;
+    let item = t.dtype().itemsize();
+    let out = catch_unwind(AssertUnwindSafe(|| -> Result<CudaSlice<u8>> {
+        g.ctx.bind_to_thread().map_err(cuda_err)?;
+        let s = &g.stream;
+        if let Some(sync) = t.sync() {
+            sync.wait_on(s.cu_stream() as usize)?;
+        }
+        // SAFETY: the gather below writes each of the numel elements.
+        let mut out = unsafe { s.alloc::<u8>(t.nbytes().max(1)) }.map_err(cuda_err)?;
+        if t.numel() == 0 {
+            return Ok(out);
+        }
+        let dims: Vec<i64> = t.shape().iter().chain(t.strides()).copied().collect();
+        let dims = s.clone_htod(&dims).map_err(cuda_err)?;
+        let (src, ndim, n, item) = (t.data_ptr() as u64, t.ndim() as u64, t.numel() as u64, item as u64);
+        let mut b = s.launch_builder(&g.gather);
+        b.arg(&mut out).arg(&src).arg(&dims).arg(&ndim).arg(&n).arg(&item);
+        // SAFETY: the arguments match gather's signature in kernels.cu; `src` is the tensor's
+        // element 0 on this device and every element the view reaches lies in its allocation
+        // (the Tensor's layout invariant); `out` holds n elements. The tensor's owner waited on
+        // our stream above, so its memory outlives the kernel.
+        unsafe { b.launch(LaunchConfig::for_num_elems(n.min(u64::from(u32::MAX)) as u32)) }
+            .map_err(cuda_err)?;
+        Ok(out)
+    }))
+    .map_err(|_| Error::Cuda("a CUDA call panicked".into()))??;
+    device_tensor(g, out, t.shape().to_vec(), c_strides(t.shape()), t.dtype(), ordinal, t.logical().cloned())
 }
 
 /// Device times of the conversion kernel and of a device-to-device copy, in milliseconds
@@ -621,6 +655,11 @@ mod tests {
             )
         }
         .unwrap();
-        assert!(matches!(download(&transposed).unwrap_err(), Error::CopyRequired { .. }));
+        // Strided device tensors are gathered into C order on the device first.
+        let transposed = transposed.with_sync(adopted.sync().cloned());
+        let t = download(&transposed).unwrap();
+        assert_eq!((t.shape(), t.as_slice::<i32>().unwrap()), (&[3i64, 2][..], &[1, 4, 2, 5, 3, 6][..]));
+        let c = device_copy(&transposed).unwrap();
+        assert!(c.is_c_contiguous() && c.device() == Device::Cuda(0) && c.data_ptr() != adopted.data_ptr());
     }
 }
