@@ -15,7 +15,8 @@ mod tensor;
 use dlframe_polars as _;
 use pyo3::prelude::*;
 
-/// `(conversion kernel ms, device-to-device copy ms)` over `n` f32 rows, 10% null, on `cuda:device`:
+/// `(in-place kernel ms, full kernel ms, device-to-device copy ms)` over `n` f32 values, 10% null,
+/// on `cuda:device` (see `dlframe::cuda::kernel_timing`):
 /// a measurement for `benches/gpu.py`, not an API.
 #[pyfunction]
 #[pyo3(signature = (n, reps=20, device=0))]
@@ -24,7 +25,7 @@ fn _cuda_kernel_timing(
     n: usize,
     reps: usize,
     device: usize,
-) -> crate::error::Result<(f64, f64)> {
+) -> crate::error::Result<(f64, f64, f64)> {
     #[cfg(feature = "cuda")]
     {
         Ok(py.detach(|| dlframe::cuda::kernel_timing(device, n, reps))?)

@@ -99,18 +99,17 @@ fn bytes(v: &mut [u128]) -> &mut [u8] {
 }
 
 impl Emulator {
-    /// Carries out `plan` as `run` does on a device (direct copies, or the scratch uploads and one
-    /// `convert` over a `grid` of blocks of `block` threads): the output bytes and the mask. The
+    /// Carries out `plan` as `run` does on a device (the output copies, then the scratch uploads
+    /// and one `convert` over a `grid` of blocks of `block` threads, when needed): the output bytes and the mask. The
     /// outputs start as 0xAB, so an element no thread writes shows.
     pub fn run(&self, plan: &Plan, grid: (u32, u32), block: u32) -> (Vec<u8>, Option<Vec<u8>>) {
         let n = plan.len * plan.storage.itemsize();
         let mut out = aligned(n, 0xab);
         let mut mask = plan.mask.then(|| aligned(plan.len, 0xab));
-        if let Some(copies) = plan.direct_copies() {
-            for (at, b) in copies {
-                bytes(&mut out)[at..at + b.len()].copy_from_slice(b);
-            }
-        } else {
+        for (at, b) in plan.output_copies() {
+            bytes(&mut out)[at..at + b.len()].copy_from_slice(b);
+        }
+        if plan.needs_kernel() {
             let mut scratch = aligned(plan.scratch_len(), 0);
             for (at, b) in plan.uploads() {
                 bytes(&mut scratch)[at..at + b.len()].copy_from_slice(b);
@@ -380,7 +379,7 @@ mod tests {
                 "{what}: mask (device)"
             );
         }
-        (true, plan.direct_copies().is_none())
+        (true, plan.needs_kernel())
     }
 
     /// One column's plan against the CPU copy, under a random null policy.

@@ -51,9 +51,11 @@ extern "C" __global__ void unpack_bits(unsigned char* out, const unsigned char* 
 #define NO_VALIDITY 0xffffffffffffffffull
 
 // One run of source slots written to out[out + i * stride] (src/cuda/plan.rs, `Seg`). Offsets
-// are bytes into the scratch buffer; bit offsets are those of sliced Arrow bitmaps.
+// are bytes into the scratch buffer; bit offsets are those of sliced Arrow bitmaps. An `inplace`
+// segment's values were copied straight into the output (same dtype, stride 1): only its null
+// slots are written.
 struct Seg {
-    u64 src, src_bit, valid, valid_bit, rows, out, stride, dtype;
+    u64 src, src_bit, valid, valid_bit, rows, out, stride, dtype, inplace;
 };
 
 // A value on its way between types: exact for every integer and every float.
@@ -190,14 +192,14 @@ extern "C" __global__ void convert(unsigned char* out, unsigned char* mask, cons
         const Seg* segs, u64 nseg, u64 out_dt, u64 out_size, u64 fill) {
     for (u64 s = blockIdx.y; s < nseg; s += gridDim.y) {
         const Seg g = segs[s];
-        const unsigned char* src = scratch + g.src;
+        const unsigned char* src = g.inplace ? out + g.out * out_size : scratch + g.src;
         const unsigned char* valid = g.valid == NO_VALIDITY ? 0 : scratch + g.valid;
         for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < g.rows; i += (u64)gridDim.x * blockDim.x) {
             u64 v = g.valid_bit + i;
             bool ok = !valid || ((valid[v >> 3] >> (v & 7)) & 1);
             u64 at = g.out + i * g.stride;
-            if (ok) store(out, out_dt, at, load(src, g.dtype, i, g.src_bit));
-            else store_fill(out, out_size, at, fill);
+            if (!ok) store_fill(out, out_size, at, fill);
+            else if (!g.inplace) store(out, out_dt, at, load(src, g.dtype, i, g.src_bit));
             if (mask) mask[at] = ok;
         }
     }

@@ -219,8 +219,9 @@ pub fn columns_to_device(
 }
 
 /// Carries out a plan on `cuda:ordinal`: the output (and mask) allocated on the producer
-/// stream, then either the direct copies or the uploads into one scratch buffer and one
-/// `convert` launch; the scratch buffer is freed on the stream after the kernel.
+/// stream, the values that keep their dtype copied straight into it, then (when there is more
+/// to do) the rest uploaded into one scratch buffer and one `convert` launch; the scratch
+/// buffer is freed on the stream after the kernel.
 fn run(plan: &Plan, ordinal: usize) -> Result<Converted> {
     let g = gpu(ordinal)?;
     let item = plan.storage.itemsize();
@@ -233,13 +234,10 @@ fn run(plan: &Plan, ordinal: usize) -> Result<Converted> {
         // SAFETY: as above; the kernel writes one mask byte per element it writes.
         let mut mask =
             plan.mask.then(|| unsafe { s.alloc::<u8>(plan.len.max(1)) }).transpose().map_err(cuda_err)?;
-        if let Some(copies) = plan.direct_copies() {
-            for (at, bytes) in copies {
-                s.memcpy_htod(bytes, &mut out.slice_mut(at..at + bytes.len())).map_err(cuda_err)?;
-            }
-            return Ok((out, mask));
+        for (at, bytes) in plan.output_copies() {
+            s.memcpy_htod(bytes, &mut out.slice_mut(at..at + bytes.len())).map_err(cuda_err)?;
         }
-        if !plan.segments().0.is_empty() {
+        if plan.needs_kernel() {
             let scratch = upload_scratch(&g, plan)?;
             launch_convert(&g, plan, &mut out, mask.as_mut(), &scratch)?;
         }
@@ -562,40 +560,58 @@ pub fn device_copy(t: &Tensor) -> Result<Tensor> {
     device_tensor(g, out, t.shape().to_vec(), c_strides(t.shape()), t.dtype(), ordinal, t.logical().cloned())
 }
 
-/// Device times of the conversion kernel and of a device-to-device copy, in milliseconds
-/// (best of `reps`, timed with CUDA events), on `cuda:ordinal`: `convert` over an f32 column of
-/// `n` rows of which every tenth is null (filled with 0), as [`to_device`] runs it, against a
-/// copy of the same `4 n` bytes. What `benches/gpu.py` reports for the kernel-bandwidth target;
-/// it allocates about `12 n` bytes of device memory and measures nothing on the host.
+/// Device times in milliseconds (best of `reps`, CUDA events on our stream, on `cuda:ordinal`)
+/// of the `convert` kernel in its two modes over the same `4 n` bytes of f32, every tenth value
+/// null and filled with 0, against a device-to-device copy of those bytes:
+/// `(in_place, full, copy)`. `in_place` is what [`to_device`] runs after copying a column's
+/// values into the tensor (reads the validity, writes the null slots); `full` reads every value
+/// from the scratch buffer and writes every element, as for a cast or an interleave (here 8
+/// columns of `n / 8` rows into a C-order matrix). What `benches/gpu.py` reports for the
+/// kernel-bandwidth target; it allocates about `12 n` bytes of device memory.
 ///
 /// # Errors
-/// [`Error::Cuda`] without a device, or when `n` is 0.
-pub fn kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<(f64, f64)> {
-    if n == 0 {
-        return Err(Error::Cuda("n must be at least 1".into()));
+/// [`Error::Cuda`] without a device, or when `n` is below 8.
+pub fn kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<(f64, f64, f64)> {
+    if n < 8 {
+        return Err(Error::Cuda("n must be at least 8".into()));
     }
-    let values: arrow_array::Float32Array = (0..n).map(|i| (i % 10 != 0).then_some(i as f32)).collect();
-    let field: FieldRef = Arc::new(arrow_schema::Field::new("x", DataType::Float32, true));
+    let n = n / 8 * 8;
+    let column = |rows: usize, from: usize| -> ArrayRef {
+        Arc::new(
+            (from..from + rows)
+                .map(|i| (i % 10 != 0).then_some(i as f32))
+                .collect::<arrow_array::Float32Array>(),
+        )
+    };
+    let field =
+        |name: String| -> FieldRef { Arc::new(arrow_schema::Field::new(name, DataType::Float32, true)) };
     let opts = ExportOptions { nulls: NullPolicy::Fill(kernels::Scalar::Int(0)), ..Default::default() };
-    let plan = plan::column(&field, &[Arc::new(values) as ArrayRef], &opts)?;
+    let in_place = plan::column(&field("x".into()), &[column(n, 0)], &opts)?;
+    let rows = n / 8;
+    let fields: Vec<FieldRef> = (0..8).map(|j| field(format!("c{j}"))).collect();
+    let columns: Vec<Vec<ArrayRef>> = (0..8).map(|j| vec![column(rows, j * rows)]).collect();
+    let full = plan::matrix(&fields, &columns, &opts)?;
     let g = gpu(ordinal)?;
-    catch_unwind(AssertUnwindSafe(|| -> Result<(f64, f64)> {
+    catch_unwind(AssertUnwindSafe(|| -> Result<(f64, f64, f64)> {
         let s = &g.stream;
-        let scratch = upload_scratch(&g, &plan)?;
+        let (scratch_in_place, scratch_full) = (upload_scratch(&g, &in_place)?, upload_scratch(&g, &full)?);
         let mut a = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;
         let mut b = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let (mut kernel, mut copy) = (f64::INFINITY, f64::INFINITY);
+        let mut best = [f64::INFINITY; 3];
         for _ in 0..=reps {
-            let start = s.record_event(timing).map_err(cuda_err)?;
-            launch_convert(&g, &plan, &mut a, None, &scratch)?;
-            let mid = s.record_event(timing).map_err(cuda_err)?;
+            let e0 = s.record_event(timing).map_err(cuda_err)?;
+            launch_convert(&g, &in_place, &mut a, None, &scratch_in_place)?;
+            let e1 = s.record_event(timing).map_err(cuda_err)?;
+            launch_convert(&g, &full, &mut a, None, &scratch_full)?;
+            let e2 = s.record_event(timing).map_err(cuda_err)?;
             s.memcpy_dtod(&a, &mut b).map_err(cuda_err)?;
-            let end = s.record_event(timing).map_err(cuda_err)?;
-            kernel = kernel.min(f64::from(start.elapsed_ms(&mid).map_err(cuda_err)?));
-            copy = copy.min(f64::from(mid.elapsed_ms(&end).map_err(cuda_err)?));
+            let e3 = s.record_event(timing).map_err(cuda_err)?;
+            for (i, (x, y)) in [(&e0, &e1), (&e1, &e2), (&e2, &e3)].into_iter().enumerate() {
+                best[i] = best[i].min(f64::from(x.elapsed_ms(y).map_err(cuda_err)?));
+            }
         }
-        Ok((kernel, copy))
+        Ok((best[0], best[1], best[2]))
     }))
     .map_err(|_| Error::Cuda("a CUDA call panicked".into()))?
 }

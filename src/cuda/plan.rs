@@ -30,8 +30,9 @@ pub(crate) const NO_VALIDITY: u64 = u64::MAX;
 
 /// One run of slots for the kernel, laid out as `struct Seg` in `kernels.cu`: the values at byte
 /// `src` of the scratch buffer (bit `src_bit` for bools), the validity at byte `valid` (bit
-/// `valid_bit`) or [`NO_VALIDITY`], `rows` slots written at elements `out + i * stride`, and the
-/// source dtype's code.
+/// `valid_bit`) or [`NO_VALIDITY`], `rows` slots written at elements `out + i * stride`, the
+/// source dtype's code, and whether the values were copied straight into their place in the
+/// output (`inplace`: same dtype, stride 1), where the kernel only writes the null slots.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Seg {
@@ -43,6 +44,7 @@ pub(crate) struct Seg {
     pub out: u64,
     pub stride: u64,
     pub dtype: u64,
+    pub inplace: u64,
 }
 
 /// The kernel's code for a dtype (its declaration order, the `DT_*` of `kernels.cu`).
@@ -54,6 +56,7 @@ pub(crate) fn code(d: DType) -> u64 {
 /// (Arrow buffers, shared, not copied on the host), the segment table, and the output.
 pub(crate) struct Plan {
     pieces: Vec<(usize, Buffer, Range<usize>)>,
+    to_out: Vec<(usize, Buffer, Range<usize>)>,
     segs: Vec<Seg>,
     table: Vec<u8>,
     table_at: usize,
@@ -81,6 +84,7 @@ impl Plan {
         let len = shape.iter().map(|&d| d as usize).product();
         Plan {
             pieces: Vec::new(),
+            to_out: Vec::new(),
             segs: Vec::new(),
             table: Vec::new(),
             table_at: 0,
@@ -128,10 +132,18 @@ impl Plan {
         };
         let values =
             data.buffers().first().ok_or_else(|| Error::layout("an array without a values buffer"))?;
+        let item = dtype.itemsize();
+        let inplace = dtype == self.storage && stride == 1 && dtype != DType::Bool;
         let (src, src_bit) = if dtype == DType::Bool {
             (self.place(values, off / 8..(off + len).div_ceil(8))?, (off % 8) as u64)
+        } else if inplace {
+            let bytes = off * item..(off + len) * item;
+            if bytes.end > values.len() {
+                return Err(Error::layout(format!("{bytes:?} outside a buffer of {} bytes", values.len())));
+            }
+            self.to_out.push((out * item, values.clone(), bytes));
+            (0, 0)
         } else {
-            let item = dtype.itemsize();
             (self.place(values, off * item..(off + len) * item)?, 0)
         };
         let validity = validity.or(data.nulls()).filter(|v| v.null_count() > 0);
@@ -158,6 +170,7 @@ impl Plan {
             out: out as u64,
             stride: stride as u64,
             dtype: code(dtype),
+            inplace: inplace as u64,
         });
         Ok(())
     }
@@ -167,7 +180,9 @@ impl Plan {
         self.table = self
             .segs
             .iter()
-            .flat_map(|s| [s.src, s.src_bit, s.valid, s.valid_bit, s.rows, s.out, s.stride, s.dtype])
+            .flat_map(|s| {
+                [s.src, s.src_bit, s.valid, s.valid_bit, s.rows, s.out, s.stride, s.dtype, s.inplace]
+            })
             .flat_map(u64::to_le_bytes)
             .collect();
         self.table_at = self.scratch_len.next_multiple_of(16);
@@ -188,25 +203,17 @@ impl Plan {
             .chain(std::iter::once((self.table_at, &self.table[..])))
     }
 
-    /// When the tensor is only the chunks' values one after another (one dtype, no nulls, no
-    /// bools, no mask): each chunk's bytes and their byte offset in the output. No kernel is
-    /// needed then.
-    pub fn direct_copies(&self) -> Option<Vec<(usize, &[u8])>> {
-        let item = self.storage.itemsize();
-        let direct = !self.mask
-            && self.storage != DType::Bool
-            && self.pieces.len() == self.segs.len()
-            && self
-                .segs
-                .iter()
-                .all(|s| s.dtype == code(self.storage) && s.stride == 1 && s.valid == NO_VALIDITY);
-        direct.then(|| {
-            self.segs
-                .iter()
-                .zip(&self.pieces)
-                .map(|(s, (_, buf, r))| (s.out as usize * item, &buf.as_slice()[r.clone()]))
-                .collect()
-        })
+    /// Values copied host-to-device straight into the output: each chunk's bytes and their byte
+    /// offset there (segments of the output's dtype with stride 1).
+    pub fn output_copies(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        self.to_out.iter().map(|(at, buf, r)| (*at, &buf.as_slice()[r.clone()]))
+    }
+
+    /// Whether the kernel has anything to do: a null to fill, a mask to write, or a segment
+    /// not copied into place (a cast, bools, an interleave). A column of one dtype without
+    /// nulls is only the output copies.
+    pub fn needs_kernel(&self) -> bool {
+        self.mask || self.segs.iter().any(|s| s.inplace == 0 || s.valid != NO_VALIDITY)
     }
 
     /// The segments, and the table's offset in the scratch buffer.
