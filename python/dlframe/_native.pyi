@@ -60,6 +60,7 @@ def to_dlpack(
     order: Literal["C", "F"] = "C",
     device: str | None = None,  # "cpu", "cuda" or "cuda:N"
     columns: Literal["stack", "dict"] = "stack",
+    stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
 ) -> Tensor | tuple[Tensor, Tensor] | dict[str, Any]:
     """Any Arrow producer as a tensor.
 
@@ -70,6 +71,9 @@ def to_dlpack(
     ``SELECT to_tensor(...)`` result) becomes that column's ``(n, *cell_shape)`` tensor.
     ``nulls="mask"`` returns ``(values, mask)`` pairs. ``copy=False``
     raises BufferError when a copy would be needed; ``copy=True`` always copies.
+    With ``device="cuda:N"``, ``stream`` (DLPack numbering: 1 legacy default, 2 per-thread,
+    a handle, -1 none; or a torch/cupy stream) is made to wait for the conversion, so the
+    result can be used there at once; the host does not block.
     """
 
 def from_dlpack(x: Any, *, copy: bool | None = None, device: str | None = None) -> Any:

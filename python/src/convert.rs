@@ -20,7 +20,7 @@ use dlframe::{Device, Tensor};
 use crate::capsule;
 use crate::error::Result;
 use crate::interface;
-use crate::tensor::{PyTensor, copy_policy, parse_dtype};
+use crate::tensor::{PyTensor, consumer_stream, copy_policy, parse_dtype, stream_number};
 
 /// A pyarrow array for an Arrow column (zero-copy through the C data interface).
 pub fn to_pyarrow<'py>(py: Python<'py>, field: FieldRef, array: ArrayRef) -> Result<Bound<'py, PyAny>> {
@@ -61,21 +61,38 @@ fn scalar(v: &Bound<'_, PyAny>) -> PyResult<Scalar> {
     )))
 }
 
-fn wrap(py: Python<'_>, c: Converted, nulls: NullPolicy) -> PyResult<Py<PyAny>> {
-    let values = Py::new(py, PyTensor::new(c.values))?;
-    if nulls != NullPolicy::Mask {
-        return Ok(values.into_any());
+/// The Python result of a conversion: the values, or `(values, mask)` under `nulls="mask"`
+/// (an all-true mask, on the values' device, when there were no nulls). With a consumer
+/// `stream` (device results only), that stream is made to wait for the work that made them.
+fn wrap(py: Python<'_>, c: Converted, nulls: NullPolicy, stream: Option<usize>) -> Result<Py<PyAny>> {
+    let Converted { values, mask } = c;
+    let mask = match (nulls, mask) {
+        (NullPolicy::Mask, None) => Some(py.detach(|| all_valid(&values))?),
+        (_, m) => m,
+    };
+    if let Some(h) = stream {
+        for t in std::iter::once(&values).chain(&mask) {
+            if let Some(sync) = t.sync() {
+                py.detach(|| sync.wait_on(h))?;
+            }
+        }
     }
-    let mask = match c.mask {
-        Some(m) => m,
-        None => all_valid(&values.get().inner)?,
+    let values = Py::new(py, PyTensor::new(values))?;
+    let Some(mask) = mask.filter(|_| nulls == NullPolicy::Mask) else {
+        return Ok(values.into_any());
     };
     let mask = Py::new(py, PyTensor::new(mask))?;
     Ok(PyTuple::new(py, [values.into_any(), mask.into_any()])?.into_any().unbind())
 }
 
-fn all_valid(values: &Tensor) -> Result<Tensor> {
-    Ok(Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?.with_copied(true))
+/// A mask of `true`s shaped like `values`, on its device.
+fn all_valid(values: &Tensor) -> dlframe::Result<Tensor> {
+    let host = Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?.with_copied(true);
+    match values.device() {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(i) => dlframe::cuda::upload(&host, i as usize),
+        _ => Ok(host),
+    }
 }
 
 /// Splits a struct column (a record batch or table) into its fields and per-field chunks.
@@ -104,7 +121,7 @@ fn table_columns(field: &FieldRef, chunks: &[ArrayRef]) -> Result<Option<Columns
 
 /// Converts anything that speaks the Arrow PyCapsule interface into a tensor (see the stub).
 #[pyfunction]
-#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order="C", device=None, columns="stack"))]
+#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order="C", device=None, columns="stack", stream=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,
@@ -116,10 +133,21 @@ pub fn to_dlpack<'py>(
     order: &str,
     device: Option<Bound<'py, PyAny>>,
     columns: &str,
+    stream: Option<Bound<'py, PyAny>>,
 ) -> Result<Py<PyAny>> {
     let target = match device.as_ref().filter(|d| !d.is_none()) {
         None => None,
         Some(d) => parse_target_device(&d.str()?.extract::<String>()?)?,
+    };
+    let stream = match (stream.as_ref().filter(|s| !s.is_none()), target) {
+        (None, _) => None,
+        (Some(s), Some(_)) => consumer_stream(stream_number(s)?)?,
+        (Some(_), None) => {
+            return Err(PyValueError::new_err(
+                "stream= orders a device result on a consumer's stream; pass device='cuda:N' too",
+            )
+            .into());
+        }
     };
     let order = match order {
         "C" | "c" => Order::C,
@@ -143,17 +171,17 @@ pub fn to_dlpack<'py>(
             // tensor, `(n, *cell_shape)`: there is nothing to stack.
             "stack" if fields.len() == 1 && is_list_like(fields[0].data_type()) => {
                 let c = py.detach(|| column(&fields[0], &cols[0], &opts, target))?;
-                Ok(wrap(py, c, nulls)?)
+                wrap(py, c, nulls, stream)
             }
             "stack" => {
                 let c = py.detach(|| matrix(&fields, &cols, &opts, target))?;
-                Ok(wrap(py, c, nulls)?)
+                wrap(py, c, nulls, stream)
             }
             "dict" => {
                 let out = PyDict::new(py);
                 for (f, chunks) in fields.iter().zip(&cols) {
                     let c = py.detach(|| column(f, chunks, &opts, target))?;
-                    out.set_item(f.name(), wrap(py, c, nulls)?)?;
+                    out.set_item(f.name(), wrap(py, c, nulls, stream)?)?;
                 }
                 Ok(out.into_any().unbind())
             }
@@ -163,7 +191,7 @@ pub fn to_dlpack<'py>(
         };
     }
     let c = py.detach(|| column(&field, &chunks, &opts, target))?;
-    Ok(wrap(py, c, nulls)?)
+    wrap(py, c, nulls, stream)
 }
 
 /// An Arrow producer's data, through the PyCapsule interface. The protocol methods are looked up

@@ -116,16 +116,19 @@ impl PyTensor {
             None => None,
             Some(s) => Some(s.extract().map_err(|_| PyTypeError::new_err("stream must be None or an int"))?),
         };
+        let mut to_device = None;
         let versioned = parse_max_version(max_version.as_ref())?.is_some_and(|(major, _)| major >= 1);
         let must_copy = copy == Some(true) || (!versioned && t.readonly());
         let mut to_host = false;
         if let Some(d) = dl_device.as_ref().filter(|d| !d.is_none()) {
             let (ty, id) = parse_device(d)?;
             to_host = ty == 1 && !t.device().is_host_accessible();
-            if (ty, id) != (own.device_type, own.device_id) && !(ty == 1 && id == 0) {
+            if ty == 2 && id >= 0 && t.device().is_host_accessible() {
+                to_device = Some(id as usize);
+            } else if (ty, id) != (own.device_type, own.device_id) && !(ty == 1 && id == 0) {
                 return Err(PyBufferError::new_err(format!(
                     "cannot export a {} tensor to device ({ty}, {id}); dlframe exports to the tensor's own \
-                     device or to the CPU",
+                     device, to the CPU, or from the CPU to a CUDA device",
                     t.device()
                 ))
                 .into());
@@ -149,7 +152,32 @@ impl PyTensor {
             return export(py, host, versioned);
         }
         let copied_on_device;
-        let t = if must_copy && !t.device().is_host_accessible() {
+        let t = if let Some(ordinal) = to_device {
+            // A host tensor asked for on a CUDA device: one host-to-device copy on our stream;
+            // the consumer's stream then waits on the copy's event below.
+            if copy == Some(false) {
+                return Err(PyBufferError::new_err(format!(
+                    "a {} tensor reaches cuda:{ordinal} only by a copy, but copy=False",
+                    t.device()
+                ))
+                .into());
+            }
+            #[cfg(feature = "cuda")]
+            let visible = dlframe::cuda::device_count();
+            #[cfg(not(feature = "cuda"))]
+            let visible = 0;
+            if ordinal >= visible {
+                // An unsupported device for this export (CONFORMANCE item 10): BufferError.
+                return Err(PyBufferError::new_err(format!(
+                    "cannot export to device (2, {ordinal}): {visible} CUDA device(s) are visible{}",
+                    if cfg!(feature = "cuda") { "" } else { " (this build has no CUDA support)" }
+                ))
+                .into());
+            }
+            let src = t.clone();
+            copied_on_device = py.detach(move || upload(&src, ordinal))?;
+            &copied_on_device
+        } else if must_copy && !t.device().is_host_accessible() {
             // A fresh copy on the device, made on our stream after the tensor's work; the
             // consumer then waits on the copy's own event below. Refused when it cannot be made,
             // before any stream is made to wait on us.
@@ -160,24 +188,10 @@ impl PyTensor {
             t
         };
         match (t.sync(), stream) {
-            // A device tensor: make the consumer's stream wait for our work (DLPack's rules:
-            // None and 1 are the legacy default stream, 2 the per-thread one, -1 no sync).
+            // A device tensor: make the consumer's stream wait for our work (None is the
+            // legacy default stream, as 1 is).
             (Some(sync), s) => {
-                let handle = match s {
-                    None | Some(1) => Some(1usize),
-                    Some(-1) => None,
-                    Some(0) => {
-                        return Err(PyValueError::new_err(
-                            "stream=0 is ambiguous and disallowed; pass 1 for the legacy default stream",
-                        )
-                        .into());
-                    }
-                    Some(s) if s < 0 => {
-                        return Err(PyValueError::new_err(format!("stream={s} is not a stream")).into());
-                    }
-                    Some(s) => Some(s as usize),
-                };
-                if let Some(h) = handle {
+                if let Some(h) = consumer_stream(s.unwrap_or(1))? {
                     sync.wait_on(h)?;
                 }
             }
@@ -456,5 +470,57 @@ fn device_copy(t: &Tensor) -> dlframe::Result<Tensor> {
                 if cfg!(feature = "cuda") { "" } else { " (this build has no CUDA support)" }
             ),
         }),
+    }
+}
+
+/// DLPack's CUDA stream numbers as the handle to wait on: 1 the legacy default stream, 2 the
+/// per-thread one, > 2 a stream handle, -1 no synchronisation (`None`); 0 and other negatives
+/// are refused.
+pub fn consumer_stream(s: i64) -> Result<Option<usize>> {
+    match s {
+        -1 => Ok(None),
+        0 => Err(PyValueError::new_err(
+            "stream=0 is ambiguous and disallowed; pass 1 for the legacy default stream",
+        )
+        .into()),
+        s if s < 0 => Err(PyValueError::new_err(format!("stream={s} is not a stream")).into()),
+        s => Ok(Some(s as usize)),
+    }
+}
+
+/// A stream argument as a number: an int, or a stream object with `cuda_stream` (torch) or
+/// `ptr` (cupy).
+pub fn stream_number(s: &Bound<'_, PyAny>) -> Result<i64> {
+    if let Ok(n) = s.extract::<i64>() {
+        return Ok(n);
+    }
+    for attr in ["cuda_stream", "ptr"] {
+        if let Ok(n) = s.getattr(attr).and_then(|v| v.extract::<i64>()) {
+            return Ok(n);
+        }
+    }
+    Err(PyTypeError::new_err(
+        "stream must be an int (a DLPack stream number or handle) or a torch/cupy stream",
+    )
+    .into())
+}
+
+/// A host tensor copied to `cuda:ordinal` in one transfer (a strided one gathered on the host
+/// first; copies).
+fn upload(t: &Tensor, ordinal: usize) -> dlframe::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    {
+        if t.is_c_contiguous() {
+            dlframe::cuda::upload(t, ordinal)
+        } else {
+            dlframe::cuda::upload(&kernels::contiguous_copy(t)?, ordinal)
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = t;
+        Err(dlframe::Error::CopyRequired {
+            reason: format!("cannot copy to cuda:{ordinal}: no CUDA support"),
+        })
     }
 }

@@ -241,3 +241,47 @@ def test_the_kernel_timing_helper_measures_or_says_why_not():
     assert len(times) == 3 and all(0 < ms < 1000 for ms in times)
     with pytest.raises(RuntimeError, match="at least 8"):
         dlframe._native._cuda_kernel_timing(0)
+
+
+def test_cuda_requests_without_a_device_say_why_before_touching_one():
+    """Runs everywhere: refusals that come before any device is used, and the no-device errors."""
+    col = pa.array([1.0, 2.0])
+    with pytest.raises(ValueError, match="device='cuda:N'"):
+        dlframe.to_dlpack(col, stream=1)
+    cpu = dlframe.to_dlpack(col, copy=True)
+    with pytest.raises(BufferError, match="copy=False"):
+        cpu.__dlpack__(max_version=(1, 3), dl_device=(2, 0), copy=False)
+    if dlframe.cuda_device_count() == 0:
+        with pytest.raises(BufferError, match="0 CUDA device"):
+            cpu.__dlpack__(max_version=(1, 3), dl_device=(2, 0))
+        with pytest.raises(RuntimeError, match="CUDA|cuda"):
+            dlframe.to_dlpack(col, device="cuda:0", stream=1)
+
+
+def test_a_cpu_tensor_asked_for_on_a_cuda_device_is_copied_there(torch):
+    host = dlframe.to_dlpack(pa.array([1.0, 2.0, 3.0]))
+    x = torch.from_dlpack(host.__dlpack__(max_version=(1, 3), dl_device=(2, 0), stream=1))
+    assert x.is_cuda and x.tolist() == [1.0, 2.0, 3.0]
+    # A strided host tensor is gathered first.
+    m = dlframe.tensor(np.arange(6.0).reshape(2, 3).T)
+    y = torch.from_dlpack(m.__dlpack__(max_version=(1, 3), dl_device=(2, 0), stream=1))
+    assert y.is_cuda and y.tolist() == np.arange(6.0).reshape(2, 3).T.tolist()
+
+
+def test_to_dlpack_stream_orders_the_result_on_the_consumers_stream(torch):
+    n = 20_000_000
+    rng = np.random.default_rng(6)
+    values = rng.random(n, dtype=np.float32)
+    mask = rng.random(n) < 0.1
+    want = np.where(mask, np.float32(0), values)
+    s = torch.cuda.Stream()
+    torch.cuda._sleep(200_000_000)  # our producer stream (blocking) queues behind this
+    t = dlframe.to_dlpack(pa.array(values, mask=mask), fill_value=0, device="cuda:0", stream=s)
+    with torch.cuda.stream(s):
+        # stream=-1: no synchronisation at export; to_dlpack's stream= already ordered s.
+        y = torch.from_dlpack(t.__dlpack__(max_version=(1, 3), stream=-1)).clone()
+    s.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), want)
+    values_mask = dlframe.to_dlpack(pa.array([1.0, 2.0]), nulls="mask", device="cuda:0")
+    assert [v.device for v in values_mask] == ["cuda:0", "cuda:0"]
+

@@ -164,8 +164,11 @@ def test_dl_device_and_stream_rules():  # items 10, 11
     t = dlframe.to_dlpack(column("int8"))
     for dev in (None, (1, 0)):
         assert t.__dlpack__(max_version=(1, 3), dl_device=dev) is not None
+    if dlframe.cuda_device_count() == 0:  # with a GPU, (2, 0) copies there (tests/test_cuda.py)
+        with pytest.raises(BufferError, match="0 CUDA device"):
+            t.__dlpack__(max_version=(1, 3), dl_device=(2, 0))
     with pytest.raises(BufferError):
-        t.__dlpack__(max_version=(1, 3), dl_device=(2, 0))
+        t.__dlpack__(max_version=(1, 3), dl_device=(4, 0))
     assert t.__dlpack__(max_version=(1, 3), stream=-1) is not None
     with pytest.raises(ValueError, match="stream"):
         t.__dlpack__(max_version=(1, 3), stream=1)
