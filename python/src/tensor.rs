@@ -119,13 +119,21 @@ impl PyTensor {
         let mut to_device = None;
         let versioned = parse_max_version(max_version.as_ref())?.is_some_and(|(major, _)| major >= 1);
         let must_copy = copy == Some(true) || (!versioned && t.readonly());
+        if !versioned && t.readonly() && copy == Some(false) {
+            // Refused before any copy is made or any stream is made to wait on us.
+            return Err(PyBufferError::new_err(
+                "a legacy DLPack capsule cannot mark shared Arrow memory read-only, so it needs a copy, \
+                 but copy=False; pass max_version=(1, 0) or copy=None",
+            )
+            .into());
+        }
         let mut to_host = false;
         if let Some(d) = dl_device.as_ref().filter(|d| !d.is_none()) {
             let (ty, id) = parse_device(d)?;
-            to_host = ty == 1 && !t.device().is_host_accessible();
+            to_host = (ty, id) == (1, 0) && !t.device().is_host_accessible();
             if ty == 2 && id >= 0 && t.device().is_host_accessible() {
                 to_device = Some(id as usize);
-            } else if (ty, id) != (own.device_type, own.device_id) && !(ty == 1 && id == 0) {
+            } else if (ty, id) != (own.device_type, own.device_id) && (ty, id) != (1, 0) {
                 return Err(PyBufferError::new_err(format!(
                     "cannot export a {} tensor to device ({ty}, {id}); dlframe exports to the tensor's own \
                      device, to the CPU, or from the CPU to a CUDA device",
@@ -187,14 +195,17 @@ impl PyTensor {
         } else {
             t
         };
+        let made_here = to_device.is_some() || (must_copy && !self.inner.device().is_host_accessible());
         match (t.sync(), stream) {
             // A device tensor: make the consumer's stream wait for our work (None is the
             // legacy default stream, as 1 is).
-            (Some(sync), s) => {
-                if let Some(h) = consumer_stream(s.unwrap_or(1))? {
-                    sync.wait_on(h)?;
-                }
-            }
+            (Some(sync), s) => match consumer_stream(s.unwrap_or(1))? {
+                Some(h) => sync.wait_on(h)?,
+                // stream=-1: the consumer synchronises itself, but cannot know of a copy we
+                // have just queued on our own stream: the host waits for that one.
+                None if made_here => py.detach(|| sync.synchronize())?,
+                None => {}
+            },
             (None, Some(s)) if s != -1 => {
                 return Err(PyValueError::new_err(format!(
                     "stream={s} is not valid for a {} tensor; only None (or -1) is accepted on the CPU",
@@ -203,13 +214,6 @@ impl PyTensor {
                 .into());
             }
             (None, _) => {}
-        }
-        if !versioned && t.readonly() && copy == Some(false) {
-            return Err(PyBufferError::new_err(
-                "a legacy DLPack capsule cannot mark shared Arrow memory read-only, so it needs a copy, \
-                 but copy=False; pass max_version=(1, 0) or copy=None",
-            )
-            .into());
         }
         let tensor = if must_copy && t.device().is_host_accessible() {
             let t = t.clone();

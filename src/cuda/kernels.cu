@@ -78,12 +78,13 @@ __device__ __forceinline__ u64 f64_to_bits(double d) {
     return x.u;
 }
 
-// Half -> double, exact (subnormals normalised, NaN kept quiet with its payload).
+// Half -> double, exact (subnormals normalised; a NaN keeps its payload and is made quiet, as
+// half::f16::to_f64 does).
 __device__ double f16_to_f64(unsigned short h) {
     u64 sign = (u64)(h >> 15) << 63;
     int e = (h >> 10) & 0x1f;
     u64 m = h & 0x3ff;
-    if (e == 31) return bits_to_f64(sign | 0x7ff0000000000000ull | (m << 42));
+    if (e == 31) return bits_to_f64(sign | 0x7ff0000000000000ull | (m ? 0x0008000000000000ull : 0) | (m << 42));
     if (e == 0) {
         if (m == 0) return bits_to_f64(sign);
         int shift = 0;
@@ -175,6 +176,16 @@ __device__ __forceinline__ void store(unsigned char* out, u64 dt, u64 at, Num n)
     }
 }
 
+// The element's bits, unchanged (same dtype in and out: NaN payloads kept, as the CPU copies them).
+__device__ __forceinline__ void store_same(unsigned char* out, u64 size, u64 at, const unsigned char* src, u64 r) {
+    switch (size) {
+        case 1: out[at] = src[r]; break;
+        case 2: ((unsigned short*)out)[at] = ((const unsigned short*)src)[r]; break;
+        case 4: ((unsigned int*)out)[at] = ((const unsigned int*)src)[r]; break;
+        default: ((u64*)out)[at] = ((const u64*)src)[r]; break;
+    }
+}
+
 __device__ __forceinline__ void store_fill(unsigned char* out, u64 size, u64 at, u64 fill) {
     switch (size) {
         case 1: out[at] = (unsigned char)fill; break;
@@ -199,7 +210,9 @@ extern "C" __global__ void convert(unsigned char* out, unsigned char* mask, cons
             bool ok = !valid || ((valid[v >> 3] >> (v & 7)) & 1);
             u64 at = g.out + i * g.stride;
             if (!ok) store_fill(out, out_size, at, fill);
-            else if (!g.inplace) store(out, out_dt, at, load(src, g.dtype, i, g.src_bit));
+            else if (g.inplace) {}
+            else if (g.dtype == out_dt && out_dt != DT_BOOL) store_same(out, out_size, at, src, i);
+            else store(out, out_dt, at, load(src, g.dtype, i, g.src_bit));
             if (mask) mask[at] = ok;
         }
     }

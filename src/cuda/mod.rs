@@ -226,6 +226,7 @@ fn run(plan: &Plan, ordinal: usize) -> Result<Converted> {
     let g = gpu(ordinal)?;
     let item = plan.storage.itemsize();
     let (out, mask) = catch_unwind(AssertUnwindSafe(|| -> Result<(CudaSlice<u8>, Option<CudaSlice<u8>>)> {
+        g.ctx.bind_to_thread().map_err(cuda_err)?;
         let s = &g.stream;
         // SAFETY: every element is written below (by the copies or by the kernel, which writes
         // each slot of each segment, and the segments cover the output) before the readiness
@@ -344,7 +345,8 @@ fn launch_convert(
 }
 
 /// A C-contiguous host tensor copied to `cuda:ordinal` in one host-to-device transfer on the
-/// producer stream (copies, to the device). Used for results made on the CPU first, such as a
+/// producer stream (copies, to the device). From page-locked or managed memory the host waits
+/// for the transfer, so the source may be freed on return. Used for results made on the CPU first, such as a
 /// multi-column matrix.
 ///
 /// # Errors
@@ -360,6 +362,7 @@ pub fn upload(t: &Tensor, ordinal: usize) -> Result<Tensor> {
         unsafe { std::slice::from_raw_parts(t.data_ptr(), t.nbytes()) }
     };
     let slice = catch_unwind(AssertUnwindSafe(|| -> Result<CudaSlice<u8>> {
+        g.ctx.bind_to_thread().map_err(cuda_err)?;
         // SAFETY: every byte is written by the copy below before the readiness event.
         let mut out = unsafe { g.stream.alloc::<u8>(bytes.len().max(1)) }.map_err(cuda_err)?;
         if !bytes.is_empty() {
@@ -522,11 +525,13 @@ pub fn download(t: &Tensor) -> Result<Tensor> {
 
 /// A C-contiguous copy of a CUDA tensor on its device (copies, device to device): one `gather`
 /// kernel on our stream, after the tensor's readiness event, reads any strides (negative and
-/// zero included) into fresh memory. The host does not block; the copy has its own readiness
-/// event, and the source stays alive until the kernel has read it.
+/// zero included) into fresh memory. The host does not block (unless the tensor has no
+/// readiness hook, when it waits for the kernel); the copy has its own readiness event, and the
+/// source stays alive until the kernel has read it.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] for a tensor not on a CUDA device; [`Error::Cuda`] from the driver.
+/// [`Error::InvalidArgument`] for a tensor not on a CUDA device; [`Error::Misaligned`] for data
+/// not aligned to its element size; [`Error::Cuda`] from the driver.
 pub fn device_copy(t: &Tensor) -> Result<Tensor> {
     let id = cuda_id(t, "device_copy")?;
     let ordinal = cuda_ordinal(id)?;
@@ -548,12 +553,18 @@ pub fn device_copy(t: &Tensor) -> Result<Tensor> {
         let (src, ndim, n, item) = (t.data_ptr() as u64, t.ndim() as u64, t.numel() as u64, item as u64);
         let mut b = s.launch_builder(&g.gather);
         b.arg(&mut out).arg(&src).arg(&dims).arg(&ndim).arg(&n).arg(&item);
+        let blocks = n.div_ceil(256).min(1 << 20) as u32;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: the arguments match gather's signature in kernels.cu; `src` is the tensor's
         // element 0 on this device and every element the view reaches lies in its allocation
-        // (the Tensor's layout invariant); `out` holds n elements. The tensor's owner waited on
-        // our stream above, so its memory outlives the kernel.
-        unsafe { b.launch(LaunchConfig::for_num_elems(n.min(u64::from(u32::MAX)) as u32)) }
-            .map_err(cuda_err)?;
+        // (the Tensor's layout invariant) and is aligned (checked above); `out` holds n
+        // elements. The tensor's owner waited on our stream above (or, without a hook, the host
+        // waits below), so its memory outlives the kernel.
+        unsafe { b.launch(cfg) }.map_err(cuda_err)?;
+        if t.sync().is_none() {
+            // Nothing tells the source's owner about our stream: wait before it can go.
+            s.synchronize().map_err(cuda_err)?;
+        }
         Ok(out)
     }))
     .map_err(|_| Error::Cuda("a CUDA call panicked".into()))??;
