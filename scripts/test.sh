@@ -22,6 +22,12 @@ if [ -n "${DLFRAME_TORCH:-}" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch>=2.4"
 fi
 
+echo "== Rust: NVRTC compiles the CUDA kernels (NVRTC from PyPI's nvidia-cuda-nvrtc-cu12 in .venv;"
+echo "   no driver or GPU needed; same build as above)"
+NVRTC_LIB="$(.venv/bin/python -c 'import os, nvidia.cuda_nvrtc as m; print(os.path.join(list(m.__path__)[0], "lib"))')"
+LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  cargo test --workspace --locked --lib -- cuda::tests::nvrtc --nocapture
+
 echo "== Python: maturin develop (debug build into .venv, same target/ as cargo)"
 (
   cd python

@@ -632,6 +632,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn nvrtc_compiles_the_kernels_without_a_device() {
+        // SAFETY: only checks whether the NVRTC library can be loaded.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            eprintln!(
+                "skipped: NVRTC (libnvrtc.so) is not on the library path; scripts/test.sh puts the one \
+                 from PyPI's nvidia-cuda-nvrtc-cu12 there"
+            );
+            return;
+        }
+        // What `gpu` compiles when a device is first used; NVRTC needs no device or driver.
+        let ptx =
+            cudarc::nvrtc::compile_ptx(KERNELS).unwrap_or_else(|e| panic!("NVRTC rejects kernels.cu: {e:?}"));
+        let src = ptx.to_src();
+        for kernel in ["convert", "gather"] {
+            assert!(src.contains(&format!(".entry {kernel}(")), "no entry point {kernel} in the PTX");
+        }
+        eprintln!("NVRTC compiled kernels.cu to {} bytes of PTX", src.len());
+    }
+
+    #[test]
     fn probing_never_panics_and_says_why_when_there_is_no_device() {
         let n = device_count();
         if n == 0 {
