@@ -9,29 +9,6 @@
 typedef unsigned long long u64;
 typedef long long i64;
 
-// ---- null fill in place, and bool unpacking (the fast paths of to_device) ----
-
-#define FILL(NAME, T) \
-extern "C" __global__ void NAME(T* out, const unsigned char* valid, u64 voff, u64 n, T fill) { \
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) { \
-        u64 b = voff + i; \
-        if (!((valid[b >> 3] >> (b & 7)) & 1)) out[i] = fill; \
-    } \
-}
-FILL(fill_1, unsigned char)
-FILL(fill_2, unsigned short)
-FILL(fill_4, unsigned int)
-FILL(fill_8, u64)
-
-extern "C" __global__ void unpack_bits(unsigned char* out, const unsigned char* bits, u64 boff,
-        const unsigned char* valid, u64 voff, int has_valid, u64 n, unsigned char fill) {
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
-        u64 b = boff + i, v = voff + i;
-        bool ok = !has_valid || ((valid[v >> 3] >> (v & 7)) & 1);
-        out[i] = ok ? ((bits[b >> 3] >> (b & 7)) & 1) : fill;
-    }
-}
-
 // ---- the general kernel: null fill, bool unpack, cast, interleave and chunk concat ----
 
 // Element type codes (DType order in src/cuda/plan.rs).
