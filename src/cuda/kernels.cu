@@ -2,9 +2,9 @@
 //
 // Plain C++ with no headers and no CUDA intrinsics, so that the unit tests can also build this
 // file with the host's C++ compiler and run every kernel on the CPU against dlframe's CPU
-// kernels (src/cuda/emulate.rs). Every kernel is a grid-stride loop that reads only its inputs
-// and writes each output element from one thread: run one (block, thread) at a time, the
-// result is the same.
+// kernels (src/cuda/emulate.rs). Every kernel is a grid-stride loop in which each output
+// element is written by one thread, and read (in place) only by that thread: run one (block,
+// thread) at a time, the result is the same.
 
 typedef unsigned long long u64;
 typedef long long i64;
