@@ -36,7 +36,7 @@ import weakref
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, event, example, given, note, settings
+from hypothesis import HealthCheck, assume, event, example, given, note, settings
 from hypothesis import strategies as st
 
 import dlframe
@@ -1205,9 +1205,19 @@ def arrow_columns(draw):
 def test_tensor_dlpack_keywords(col, kwargs, consumer):
     arr, values = col
     trace(f"{arr.type} n={len(arr)} kwargs={kwargs!r}")
+    to_gpu = kwargs.get("dl_device") == (2, 0) and dlframe.cuda_device_count() > 0
+    # With a GPU, (2, 0) copies there and a stream > 2 is taken as a live stream handle, which
+    # a random integer is not (DLPack gives producers no way to check one).
+    stream = kwargs.get("stream")
+    assume(not (to_gpu and isinstance(stream, int) and not isinstance(stream, bool) and stream > 2))
     t = dlframe.to_dlpack(arr)
     ok, cap = attempt(lambda: t.__dlpack__(**kwargs))
     if not ok:
+        return
+    if to_gpu:
+        # A CUDA capsule: Arrow takes device data only by an explicit copy.
+        with pytest.raises(BufferError):
+            dlframe.from_dlpack(cap)
         return
     name = fakes.capsule_name(cap)
     mv = kwargs.get("max_version")
