@@ -242,6 +242,9 @@ fn run(plan: &Plan, ordinal: usize) -> Result<Converted> {
             let scratch = upload_scratch(&g, plan)?;
             launch_convert(&g, plan, &mut out, mask.as_mut(), &scratch)?;
         }
+        if plan.output_copies().chain(plan.uploads()).any(|(_, b)| is_page_locked(b)) {
+            s.synchronize().map_err(cuda_err)?;
+        }
         Ok((out, mask))
     }))
     .map_err(|_| Error::Cuda("a CUDA call panicked".into()))??;
@@ -300,6 +303,24 @@ fn device_tensor(
     Ok(t.with_copied(true).with_logical(logical).with_sync(Some(memory)))
 }
 
+/// Whether CUDA knows this host memory (page-locked, registered or managed). A copy from it
+/// runs asynchronously to the host, so the source must live until the copy is done: callers
+/// then wait for the stream (a copy from pageable memory returns once the driver has staged
+/// it, and the source may go at once). Needs the context bound to the thread.
+fn is_page_locked(bytes: &[u8]) -> bool {
+    let mut kind = 0u32;
+    // SAFETY: a query that writes one unsigned int into `kind`; any address may be asked about
+    // (memory CUDA does not know gives an error, not undefined behaviour).
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut kind as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            bytes.as_ptr() as sys::CUdeviceptr,
+        )
+    };
+    !bytes.is_empty() && r == sys::CUresult::CUDA_SUCCESS
+}
+
 /// The plan's scratch buffer on the device: its pieces and segment table copied host to device
 /// on the producer stream.
 fn upload_scratch(g: &Gpu, plan: &Plan) -> Result<CudaSlice<u8>> {
@@ -322,11 +343,12 @@ fn launch_convert(
 ) -> Result<()> {
     let (segs, table_at) = plan.segments();
     let rows = segs.iter().map(|g| g.rows).max().unwrap_or(0);
-    let cfg = LaunchConfig {
-        grid_dim: (rows.div_ceil(256).clamp(1, 1 << 20) as u32, segs.len().clamp(1, 65535) as u32, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    // Blocks along y take segments, along x slots; both loops stride over the grid, so about
+    // 2^18 blocks in all are enough, however skewed the segments are.
+    let gy = segs.len().clamp(1, 65535) as u64;
+    let gx = rows.div_ceil(256).clamp(1, ((1 << 18) / gy).max(1));
+    let cfg =
+        LaunchConfig { grid_dim: (gx as u32, gy as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let table = scratch.slice(table_at..);
     let item = plan.storage.itemsize() as u64;
     let (nseg, out_dt, fill, no_mask) = (segs.len() as u64, plan::code(plan.storage), plan.fill, 0u64);
@@ -368,6 +390,9 @@ pub fn upload(t: &Tensor, ordinal: usize) -> Result<Tensor> {
         if !bytes.is_empty() {
             let mut dst = out.slice_mut(..bytes.len());
             g.stream.memcpy_htod(bytes, &mut dst).map_err(cuda_err)?;
+            if is_page_locked(bytes) {
+                g.stream.synchronize().map_err(cuda_err)?;
+            }
         }
         Ok(out)
     }))
@@ -547,6 +572,9 @@ pub fn device_copy(t: &Tensor) -> Result<Tensor> {
         let mut out = unsafe { s.alloc::<u8>(t.nbytes().max(1)) }.map_err(cuda_err)?;
         if t.numel() == 0 {
             return Ok(out);
+        }
+        if t.data_ptr() as usize % item != 0 {
+            return Err(Error::Misaligned { ptr: t.data_ptr() as usize, align: item });
         }
         let dims: Vec<i64> = t.shape().iter().chain(t.strides()).copied().collect();
         let dims = s.clone_htod(&dims).map_err(cuda_err)?;
