@@ -265,7 +265,7 @@ fn matrix(
 pub const NO_CUDA: &str = "this build has no CUDA support (feature `cuda`)";
 
 #[cfg(not(feature = "cuda"))]
-fn no_cuda() -> dlframe::Error {
+pub(crate) fn no_cuda() -> dlframe::Error {
     dlframe::Error::CopyRequired { reason: NO_CUDA.into() }
 }
 

@@ -522,9 +522,7 @@ fn upload(t: &Tensor, ordinal: usize) -> dlframe::Result<Tensor> {
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = t;
-        Err(dlframe::Error::CopyRequired {
-            reason: format!("cannot copy to cuda:{ordinal}: no CUDA support"),
-        })
+        let _ = (t, ordinal);
+        Err(crate::convert::no_cuda())
     }
 }

@@ -23,7 +23,7 @@ use crate::arrow::policy::{
 use crate::arrow::{ExportOptions, NullPolicy, Order};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{self, HostBuffer, Scalar};
+use crate::kernels::{self, HostBuffer};
 
 /// `Seg::valid` of a segment without nulls.
 pub(crate) const NO_VALIDITY: u64 = u64::MAX;
@@ -102,9 +102,7 @@ impl Plan {
 
     /// Places `bytes` of `buf` in the scratch buffer (16-byte aligned) and returns its offset.
     fn place(&mut self, buf: &Buffer, bytes: Range<usize>) -> Result<u64> {
-        if bytes.end > buf.len() {
-            return Err(Error::layout(format!("{bytes:?} outside a buffer of {} bytes", buf.len())));
-        }
+        within(buf, &bytes)?;
         let at = self.scratch_len.next_multiple_of(16);
         self.scratch_len = at + bytes.len();
         self.pieces.push((at, buf.clone(), bytes));
@@ -138,9 +136,7 @@ impl Plan {
             (self.place(values, off / 8..(off + len).div_ceil(8))?, (off % 8) as u64)
         } else if inplace {
             let bytes = off * item..(off + len) * item;
-            if bytes.end > values.len() {
-                return Err(Error::layout(format!("{bytes:?} outside a buffer of {} bytes", values.len())));
-            }
+            within(values, &bytes)?;
             self.to_out.push((out * item, values.clone(), bytes));
             (0, 0)
         } else {
@@ -220,6 +216,14 @@ impl Plan {
     pub fn segments(&self) -> (&[Seg], usize) {
         (&self.segs, self.table_at)
     }
+}
+
+/// Refuses a byte range that a buffer does not hold.
+fn within(buf: &Buffer, bytes: &Range<usize>) -> Result<()> {
+    if bytes.end > buf.len() {
+        return Err(Error::layout(format!("{bytes:?} outside a buffer of {} bytes", buf.len())));
+    }
+    Ok(())
 }
 
 /// The fill value's bytes in `dtype` (little-endian, as a u64), range-checked as the CPU path
@@ -311,12 +315,9 @@ fn leaf_validity(leaf: &dyn Array, levels: &[(usize, NullBuffer)]) -> NullBuffer
 /// # Errors
 /// As [`crate::arrow::columns_to_tensor`].
 pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Plan> {
-    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask } =
-        matrix_spec(fields, columns, opts)?;
-    let fill = match fill {
-        Some(Scalar::Int(b)) if target == DType::Bool => b as u64,
-        _ => fill_bits(storage, opts.nulls)?,
-    };
+    let MatrixSpec { n, k, target, storage, shape, strides, mask, .. } = matrix_spec(fields, columns, opts)?;
+    // In the target dtype: a bool matrix's fill is a bool, 0 or 1, written as its byte.
+    let fill = fill_bits(target, opts.nulls)?;
     if target != DType::Bool {
         // Row ranges over which every column is one chunk, in the CPU path's order, so that the
         // first value found not to fit is the one the CPU path reports.
