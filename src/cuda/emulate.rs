@@ -564,6 +564,24 @@ mod tests {
             0.0,
             -0.0,
         ]);
+        // A finite double beyond half's range would become inf: the host plan refuses it (the
+        // CPU's own check), so the kernel never meets one. Each is refused alone.
+        let (doubles, overflows): (Vec<f64>, Vec<f64>) =
+            doubles.into_iter().partition(|d| !d.is_finite() || crate::kernels::f16_from_f64(*d).is_finite());
+        assert!(overflows.contains(&65520.0) && overflows.contains(&1e300) && overflows.len() > 1000);
+        for d in overflows.iter().step_by(97) {
+            let array = make_array(
+                ArrayData::builder(DataType::Float64)
+                    .len(1)
+                    .add_buffer(aligned_buffer(&d.to_le_bytes()))
+                    .build()
+                    .unwrap(),
+            );
+            let opts = ExportOptions { dtype: Some(DType::Float16), ..Default::default() };
+            let err =
+                plan::column(&field(DType::Float64), &[array], &opts).err().expect("an overflow is refused");
+            assert!(matches!(err, crate::Error::ValueOutOfRange { .. }), "{d:e}: {err}");
+        }
         let bytes: Vec<u8> = doubles.iter().flat_map(|d| d.to_le_bytes()).collect();
         let out = run(DType::Float64, bytes, doubles.len(), DType::Float16);
         for (d, got) in doubles.iter().zip(out.chunks(2)) {

@@ -2,9 +2,11 @@
 //! fill values, and numpy's dtype promotion.
 //!
 //! Casting follows numpy's `same_kind` idea with a range check: integer -> float and float ->
-//! narrower float are allowed and round (int64 above 2^53 included, as numpy does); a cast
-//! that can lose an integer (narrowing, signed <-> unsigned, float -> int) is checked value
-//! by value and refuses out-of-range integers and non-finite or fractional floats.
+//! narrower float are allowed and round (int64 above 2^53 included, as numpy does), but a
+//! finite value that would overflow to infinity is refused (1e300 into float32, 70000 into
+//! float16), where numpy gives inf with a warning; infinities and NaN stay as they are. A cast
+//! that can lose an integer (narrowing, signed <-> unsigned, float -> int) is checked value by
+//! value and refuses out-of-range integers and non-finite or fractional floats.
 
 use half::f16;
 
@@ -67,7 +69,7 @@ pub trait Element:
     /// The value as a [`Num`] (exact).
     fn to_num(self) -> Num;
     /// The value in this type, if it fits: integers need an in-range, whole, finite value;
-    /// floats take anything and round (overflow gives infinity).
+    /// floats round, and refuse a finite value that would overflow to infinity.
     fn from_num(n: Num) -> Option<Self>;
     /// The value in this type like Rust's `as` (wrapping integers, saturating floats); the
     /// unchecked cast, used only where [`always_fits`] holds.
@@ -129,7 +131,11 @@ macro_rules! float_element {
             }
             #[inline(always)]
             fn from_num(n: Num) -> Option<Self> {
-                Some(Self::from_num_lossy(n))
+                // A finite value beyond the type's range would become infinite: refused.
+                // Infinities and NaN stay what they are.
+                let v = Self::from_num_lossy(n);
+                let overflowed = $to(v).is_infinite() && !matches!(n, Num::Float(f) if f.is_infinite());
+                (!overflowed).then_some(v)
             }
             #[inline(always)]
             fn from_num_lossy(n: Num) -> Self {
@@ -208,12 +214,16 @@ const fn kind(d: DType) -> Kind {
 }
 
 /// True when every value of `from` converts to `to` without a check: integer widening that
-/// keeps every value, and any cast to a float (which may round, as numpy's `same_kind`
-/// allows). Such casts run unchecked; the others go through the range check of [`cast()`].
+/// keeps every value, float widening, and integer -> float where every integer of `from` lies
+/// within the float's finite range (which may round, as numpy's `same_kind` allows). Such
+/// casts run unchecked; the others go through the range check of [`cast()`]: float narrowing
+/// and integers into float16 (whose largest finite value is 65504) can overflow.
 pub const fn always_fits(from: DType, to: DType) -> bool {
     let (a, b) = (from.itemsize(), to.itemsize());
     match (kind(from), kind(to)) {
-        (_, Kind::Float) => true,
+        (Kind::Float, Kind::Float) => b >= a,
+        (Kind::Signed | Kind::Unsigned, Kind::Float) => b > 2 || a == 1 || matches!(from, DType::Int16),
+        (Kind::Bool, Kind::Float) => true,
         (Kind::Signed, Kind::Signed) | (Kind::Unsigned, Kind::Unsigned) => b >= a,
         (Kind::Unsigned, Kind::Signed) => b > a,
         (Kind::Bool, _) => true,
@@ -244,12 +254,10 @@ pub fn fill_value<D: Element>(s: Scalar) -> Result<D> {
         Scalar::Float(f) => Num::Float(f),
         Scalar::Bool(b) => Num::Int(b as i64),
     };
-    let finite = !matches!(n, Num::Float(f) if !f.is_finite());
-    let overflows = |v: &D| finite && matches!(v.to_num(), Num::Float(f) if f.is_infinite());
-    D::from_num(n).filter(|v| !overflows(v)).ok_or_else(|| Error::ValueOutOfRange {
+    D::from_num(n).ok_or_else(|| Error::ValueOutOfRange {
         value: match s {
             Scalar::Int(i) => i.to_string(),
-            Scalar::Float(f) => f.to_string(),
+            Scalar::Float(f) => format!("{f:?}"),
             Scalar::Bool(b) => b.to_string(),
         },
         place: "(fill_value)".into(),
@@ -357,8 +365,18 @@ mod tests {
     }
 
     #[test]
-    fn casts_to_floats_round_once_and_never_fail() {
-        assert_eq!(cast::<f64, f32>(1e300), Some(f32::INFINITY));
+    fn casts_to_floats_round_once_and_refuse_only_overflow() {
+        // A finite value past the target's range would silently become inf: refused.
+        assert_eq!(cast::<f64, f32>(1e300), None);
+        assert_eq!(cast::<f64, f32>(-1e39), None);
+        assert_eq!(cast::<f32, f16>(70_000.0), None);
+        assert_eq!(cast::<f64, f16>(65_520.0), None);
+        // Values that round into range, and inf and NaN themselves, pass.
+        assert_eq!(cast::<f64, f32>(f32::MAX as f64), Some(f32::MAX));
+        assert_eq!(cast::<f64, f16>(65_519.99), Some(f16::MAX));
+        assert_eq!(cast::<f64, f32>(f64::NEG_INFINITY), Some(f32::NEG_INFINITY));
+        assert!(cast::<f64, f16>(f64::NAN).unwrap().is_nan());
+        assert_eq!(cast::<f64, f32>(1e-300), Some(0.0));
         assert_eq!(cast::<i64, f64>(i64::MAX), Some(i64::MAX as f64));
         // 2^24 + 1 rounds to even in f32, straight from the integer.
         assert_eq!(cast::<i64, f32>(16_777_217), Some(16_777_216.0));
@@ -366,7 +384,10 @@ mod tests {
         let v = (1i64 << 62) + (1 << 38) + 1;
         assert_eq!(cast::<i64, f32>(v), Some(v as f32));
         assert_eq!(cast::<u64, f32>(u64::MAX), Some(u64::MAX as f32));
-        assert_eq!(cast::<i32, f16>(70_000), Some(f16::INFINITY));
+        assert_eq!(cast::<i32, f16>(70_000), None);
+        assert_eq!(cast::<u16, f16>(u16::MAX), None);
+        assert_eq!(cast::<i16, f16>(i16::MIN), Some(f16::from_f32(-32768.0)));
+        assert_eq!(cast::<i64, f16>(-65_504), Some(-f16::MAX));
         assert_eq!(cast::<u8, f16>(255), Some(f16::from_f32(255.0)));
         assert!(cast::<f32, f64>(f32::NAN).unwrap().is_nan());
     }
@@ -374,7 +395,17 @@ mod tests {
     #[test]
     fn always_fits_matches_the_ranges() {
         assert!(always_fits(Int8, Int64) && always_fits(UInt8, Int16) && always_fits(UInt32, UInt64));
-        assert!(always_fits(Int64, Float16) && always_fits(Float64, Float32));
+        assert!(always_fits(Int64, Float32) && always_fits(UInt64, Float32) && always_fits(Float16, Float64));
+        assert!(always_fits(Int16, Float16) && always_fits(UInt8, Float16) && always_fits(Bool, Float16));
+        // These can overflow to inf: 1e300 into float32, 65535 or 70000 into float16.
+        assert!(
+            !always_fits(Float64, Float32)
+                && !always_fits(Float32, Float16)
+                && !always_fits(Float64, Float16)
+        );
+        assert!(
+            !always_fits(UInt16, Float16) && !always_fits(Int32, Float16) && !always_fits(Int64, Float16)
+        );
         assert!(!always_fits(Int16, Int8) && !always_fits(Int8, UInt64) && !always_fits(UInt8, Int8));
         assert!(!always_fits(Float16, Int64) && !always_fits(UInt64, Int64));
         for from in DType::ALL {

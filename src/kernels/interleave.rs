@@ -335,9 +335,10 @@ fn write_column<D: Element>(
 }
 
 /// The error for a value of column `j` (at `row`) that does not fit `D`.
-fn refused<D: Element>(value: impl std::fmt::Display, row: usize, col: &Column, j: usize) -> Error {
+fn refused<D: Element>(value: impl std::fmt::Debug, row: usize, col: &Column, j: usize) -> Error {
     Error::ValueOutOfRange {
-        value: value.to_string(),
+        // Debug, not Display: 1e300 as "1e300", not as 301 digits.
+        value: format!("{value:?}"),
         place: format!("at row {} of column {}", col.first_row + row, col.label(j)),
         target: D::DTYPE.to_string(),
     }

@@ -389,3 +389,19 @@ async fn collect_concatenates_many_batches_into_one_buffer() {
     v.sort_by(f64::total_cmp);
     assert_eq!(v, (0..100).map(f64::from).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn float_narrowing_that_overflows_is_an_error_and_inf_and_nan_stay() {
+    let ctx = ctx_with(vec![batch(vec![
+        ("a", Arc::new(Float64Array::from(vec![1.0, 70000.0])) as ArrayRef),
+        ("b", Arc::new(Float64Array::from(vec![f64::INFINITY, f64::NAN])) as ArrayRef),
+        ("c", Arc::new(Float64Array::from(vec![1.0, 1e300])) as ArrayRef),
+    ])]);
+    let e = error(&ctx, "SELECT to_tensor_as('float16', a) FROM t").await;
+    assert!(e.contains("70000") && e.contains("row 1") && e.contains("float16"), "{e}");
+    let e = error(&ctx, "SELECT to_tensor_as('float32', b, c) FROM t").await;
+    assert!(e.contains("1e300") && e.contains("row 1") && e.contains("float32"), "{e}");
+    let t = tensor(&ctx, "SELECT to_tensor_as('float32', b) FROM t").await;
+    let got = t.as_slice::<f32>().unwrap();
+    assert!(got[0] == f32::INFINITY && got[1].is_nan(), "{got:?}");
+}
