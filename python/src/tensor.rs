@@ -294,7 +294,7 @@ impl PyTensor {
         if t.is_c_contiguous() {
             flags |= NPY_C_CONTIGUOUS;
         }
-        if !t.readonly() {
+        if !t.shared_readonly() {
             flags |= NPY_WRITEABLE;
         }
         let mut holder = Box::new(StructHolder {
@@ -357,7 +357,7 @@ impl PyTensor {
         };
         let t = &self.inner;
         let d = PyDict::new(py);
-        d.set_item("data", (if t.numel() == 0 { 0 } else { t.data_ptr() as usize }, t.readonly()))?;
+        d.set_item("data", (if t.numel() == 0 { 0 } else { t.data_ptr() as usize }, t.shared_readonly()))?;
         d.set_item("shape", PyTuple::new(py, t.shape())?)?;
         if t.is_c_contiguous() {
             d.set_item("strides", py.None())?;
@@ -391,10 +391,12 @@ impl PyTensor {
     fn device(&self) -> String {
         self.inner.device().to_string()
     }
-    /// True for shared (Arrow) memory that consumers must not write.
+    /// True when consumers must not write the memory: shared Arrow memory, read-only foreign
+    /// memory, and dlframe's own copies, which every view of this tensor shares (ask for a
+    /// writable copy with `np.from_dlpack(t, copy=True)`).
     #[getter]
     fn readonly(&self) -> bool {
-        self.inner.readonly()
+        self.inner.shared_readonly()
     }
     /// True when dlframe made this memory as a copy.
     #[getter]

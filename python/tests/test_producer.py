@@ -143,8 +143,13 @@ def test_bool_unpacks_with_is_copied():  # item 8
     arr = pa.array([True, False, True, True, False])
     t = dlframe.to_dlpack(arr)
     assert t.dtype == "bool" and t.copied
+    # The Tensor keeps its unpacked bytes, so its own exports are shared (READ_ONLY); only an
+    # export with a buffer of its own is IS_COPIED (the consumer is the sole owner).
     cap = t.__dlpack__(max_version=(1, 3))
     _, m = peek(cap)
+    assert (m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits, m.flags) == (6, 8, 1)
+    own = t.__dlpack__(max_version=(1, 3), copy=True)
+    _, m = peek(own)
     assert (m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits, m.flags) == (6, 8, 2)
     np.testing.assert_array_equal(np.from_dlpack(t), [True, False, True, True, False])
     with pytest.raises(BufferError, match="bit-pack"):

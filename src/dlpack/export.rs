@@ -143,17 +143,20 @@ fn build(tensor: Tensor) -> (DLTensor, *mut c_void) {
 
 /// Exports a tensor as a DLPack 1.3 `DLManagedTensorVersioned` (without copying).
 ///
-/// `flags` get `READ_ONLY` for read-only (shared Arrow) memory and `IS_COPIED` for copies.
-/// Strides are always explicit for `ndim >= 1`, `byte_offset` is 0, and an empty tensor has
-/// `data == NULL`.
+/// `flags`: `IS_COPIED` only for a copy that this export holds alone
+/// ([`Tensor::is_sole_copy`]: the consumer becomes its sole owner and may write it);
+/// otherwise `READ_ONLY` for memory that others share and must not see changed
+/// ([`Tensor::shared_readonly`]: Arrow memory, read-only foreign memory, and a copy that the
+/// tensor, an Arrow array or another consumer also holds). Strides are always explicit for
+/// `ndim >= 1`, `byte_offset` is 0, and an empty tensor has `data == NULL`.
 pub fn export_versioned(tensor: Tensor) -> ExportedVersioned {
-    let mut flags = 0;
-    if tensor.readonly() {
-        flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
-    }
-    if tensor.copied() {
-        flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
-    }
+    let flags = if tensor.is_sole_copy() {
+        DLPACK_FLAG_BITMASK_IS_COPIED
+    } else if tensor.shared_readonly() {
+        DLPACK_FLAG_BITMASK_READ_ONLY
+    } else {
+        0
+    };
     let (dl_tensor, manager_ctx) = build(tensor);
     let managed = Box::new(DLManagedTensorVersioned {
         version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
@@ -228,6 +231,25 @@ mod tests {
         let (owner, drops) = DropCounter::new(vec![7u8; 4]);
         drop(export_legacy(owner.tensor(vec![2, 2])));
         assert_eq!(drops.get(), 1);
+    }
+
+    #[test]
+    fn is_copied_goes_only_to_an_export_that_holds_the_copy_alone() {
+        let copy = || Tensor::from_vec(vec![1.0f64, 2.0], vec![2]).unwrap().with_copied(true);
+        // Made for this one export: the consumer becomes the sole owner and may write.
+        assert_eq!(export_versioned(copy()).flags(), DLPACK_FLAG_BITMASK_IS_COPIED);
+        // The tensor (or an Arrow array made from it, which holds a clone) keeps the memory:
+        // every export is shared, so read-only and never IS_COPIED.
+        let kept = copy();
+        for _ in 0..2 {
+            assert_eq!(export_versioned(kept.clone()).flags(), DLPACK_FLAG_BITMASK_READ_ONLY);
+        }
+        // Once the other holders are gone, an export holds it alone again.
+        assert_eq!(export_versioned(kept).flags(), DLPACK_FLAG_BITMASK_IS_COPIED);
+        // Memory that is not a copy keeps its own flags.
+        let writable = Tensor::from_vec(vec![1u8], vec![1]).unwrap();
+        assert_eq!(export_versioned(writable.clone()).flags(), 0);
+        assert_eq!(export_versioned(writable.with_readonly(true)).flags(), DLPACK_FLAG_BITMASK_READ_ONLY);
     }
 
     #[test]

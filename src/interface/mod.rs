@@ -49,7 +49,7 @@ impl ArrayInterface {
             shape: tensor.shape().to_vec(),
             descr: vec![(String::new(), typestr.to_string())],
             typestr,
-            data: (ptr, tensor.readonly()),
+            data: (ptr, tensor.shared_readonly()),
             strides,
             version: 3,
             stream: None,

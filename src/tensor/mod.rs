@@ -220,9 +220,26 @@ impl Tensor {
     pub fn readonly(&self) -> bool {
         self.readonly
     }
-    /// True when dlframe made this memory as a copy (DLPack `IS_COPIED`).
+    /// True when dlframe made this memory as a copy (or it arrived with DLPack `IS_COPIED`):
+    /// no one outside dlframe holds it.
     pub fn copied(&self) -> bool {
         self.copied
+    }
+    /// True when a consumer that shares this memory must not write it: shared Arrow memory,
+    /// read-only foreign memory, and also a copy, since every view of a tensor's copy is shared
+    /// with the tensor itself, with Arrow arrays made from it and with other consumers. Only an
+    /// export that holds the memory alone may be written ([`Tensor::is_sole_copy`]).
+    pub fn shared_readonly(&self) -> bool {
+        self.readonly || self.copied
+    }
+    /// True when this tensor is a copy that nothing else holds: no clone of the tensor, no Arrow
+    /// array made from it, no other export. Only then may an export carry DLPack `IS_COPIED`,
+    /// which tells the consumer that it is the sole owner and may write.
+    pub fn is_sole_copy(&self) -> bool {
+        // A device tensor's readiness hook may be the owner itself: that is not another holder.
+        let sync_is_owner =
+            self.sync.as_ref().is_some_and(|s| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(&self.owner)));
+        self.copied && Arc::strong_count(&self.owner) == 1 + usize::from(sync_is_owner)
     }
     /// True when the elements are C-contiguous.
     pub fn is_c_contiguous(&self) -> bool {
@@ -255,7 +272,8 @@ impl Tensor {
         self.logical = field;
         self
     }
-    /// Marks the tensor as a fresh copy (DLPack `IS_COPIED`); also clears `readonly`.
+    /// Marks the tensor as a fresh copy (DLPack `IS_COPIED`); also clears `readonly`. The
+    /// memory must be reachable only through this tensor's owner.
     pub fn with_copied(mut self, copied: bool) -> Self {
         self.copied = copied;
         if copied {
