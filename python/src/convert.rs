@@ -178,6 +178,13 @@ pub fn to_dlpack<'py>(
                 wrap(py, c, nulls, stream)
             }
             "dict" => {
+                if let Some(name) = first_duplicate(fields.iter().map(|f| f.name().as_str())) {
+                    return Err(dlframe::Error::InvalidArgument(format!(
+                        "column '{name}' appears twice, so columns=\"dict\" would keep only one of them; \
+                         rename one, or use columns=\"stack\""
+                    ))
+                    .into());
+                }
                 let out = PyDict::new(py);
                 for (f, chunks) in fields.iter().zip(&cols) {
                     let c = py.detach(|| column(f, chunks, &opts, target))?;
@@ -208,6 +215,12 @@ fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
         // Buffers and other objects pyo3-arrow accepts without the protocol methods.
         obj.extract()
     }
+}
+
+/// The first name that appears twice.
+fn first_duplicate<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let mut seen = std::collections::HashSet::new();
+    names.into_iter().find(|n| !seen.insert(*n))
 }
 
 fn is_list_like(dt: &DataType) -> bool {
