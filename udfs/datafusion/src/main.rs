@@ -241,8 +241,8 @@ fn directory_kind(dir: &Path) -> Result<(Kind, String, Vec<PathBuf>)> {
 struct Staging(PathBuf);
 
 impl Staging {
-    fn new(table: &str) -> Result<Staging> {
-        let dir = std::env::temp_dir().join(format!("dlframe-{}-{table}", std::process::id()));
+    fn new(index: usize) -> Result<Staging> {
+        let dir = std::env::temp_dir().join(format!("dlframe-{}-{index}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
         Ok(Staging(dir))
     }
@@ -301,7 +301,7 @@ async fn register_file(
                 .await
         }
         Kind::CsvGz => {
-            let stage = Staging::new(name)?;
+            let stage = Staging::new(staging.len())?;
             for f in &files {
                 let relative = f.strip_prefix(path).unwrap_or(f.as_path());
                 let base = if relative.as_os_str().is_empty() {
