@@ -1,9 +1,17 @@
 //! Literal arguments (dtype names, fill values, dimensions), read the same way at planning
 //! time (from `scalar_arguments`) and at run time (a scalar, or over datafusion-ffi a
 //! one-value-per-row array).
+//!
+//! A fill value may also be a constant expression such as `CAST('NaN' AS DOUBLE)`: the SQL
+//! planner asks for the output type before the optimizer folds it into a literal, so
+//! [`planned_fill`] lets a number-typed expression through, [`require_literal`] refuses it
+//! after folding if it is still not a literal, and [`invoked`] refuses a value that differs
+//! between rows.
 
+use arrow_schema::{DataType, FieldRef};
+use datafusion::arrow::compute::kernels::cmp::not_distinct;
 use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
-use datafusion::logical_expr::ColumnarValue;
+use datafusion::logical_expr::{ColumnarValue, Expr};
 use dlframe::DType;
 use dlframe::arrow::Scalar;
 
@@ -20,11 +28,46 @@ pub fn planned<'a>(
     }
 }
 
-/// The value of a literal argument while running.
+/// The fill value at position `i` while planning: the literal's value, or `None` for an
+/// expression of a number or boolean type not yet folded into a literal (such as
+/// `CAST('NaN' AS DOUBLE)`); anything else is a plan error.
+pub fn planned_fill(
+    func: &str,
+    scalars: &[Option<&ScalarValue>],
+    fields: &[FieldRef],
+    i: usize,
+) -> Result<Option<Scalar>> {
+    let foldable = |f: &FieldRef| f.data_type().is_numeric() || f.data_type() == &DataType::Boolean;
+    match scalars.get(i).copied().flatten() {
+        Some(v) => fill(func, v).map(Some),
+        None if fields.get(i).is_some_and(foldable) => Ok(None),
+        None => planned(func, "fill value", scalars, i).map(|_| None),
+    }
+}
+
+/// Refuses argument `i` when it is not a literal once the optimizer has folded constants (the
+/// `simplify` step of a UDF, which sees the folded arguments).
+pub fn require_literal(func: &str, what: &str, args: &[Expr], i: usize) -> Result<()> {
+    match args.get(i) {
+        Some(Expr::Literal(..)) | None => Ok(()),
+        Some(_) => plan_err!("{func}: argument {} ({what}) must be a literal", i + 1),
+    }
+}
+
+/// The value of a literal argument while running: a scalar, or an array holding that one value
+/// in every row (a literal over datafusion-ffi). An array whose rows differ is a column, and an
+/// error.
 pub fn invoked(func: &str, arg: &ColumnarValue) -> Result<ScalarValue> {
     match arg {
         ColumnarValue::Scalar(v) => Ok(v.clone()),
-        ColumnarValue::Array(a) if !a.is_empty() => ScalarValue::try_from_array(a, 0),
+        ColumnarValue::Array(a) if !a.is_empty() => {
+            let n = a.len();
+            let same = not_distinct(&a.slice(0, n - 1), &a.slice(1, n - 1))?;
+            if same.true_count() != n - 1 {
+                return exec_err!("{func}: a literal argument varies between rows; it must be a literal");
+            }
+            ScalarValue::try_from_array(a, 0)
+        }
         ColumnarValue::Array(_) => exec_err!("{func}: a literal argument arrived as an empty array"),
     }
 }

@@ -76,7 +76,9 @@ use datafusion::logical_expr::ScalarUDF;
 use datafusion::prelude::SessionContext;
 
 pub use inspect::{TensorDtypeFunc, TensorElementFunc, TensorNdimFunc, TensorReshapeFunc, TensorShapeFunc};
-pub use table::{collect_tensor, register_tensors, sql_to_tensor, tensors_to_table};
+pub use table::{
+    collect_in_order, collect_result, collect_tensor, register_tensors, sql_to_tensor, tensors_to_table,
+};
 pub use tensor_type::TensorType;
 pub use to_tensor::{ToTensorAsFunc, ToTensorFillFunc, ToTensorFunc};
 pub use write::{write_npy, write_safetensors};

@@ -1,7 +1,14 @@
-//! `dlframe`: run SQL with the tensor UDFs over CSV and Parquet files and write a tensor column
-//! to `.npy` or `.safetensors`. With no arguments it runs a demo query on a built-in dataset.
+//! `dlframe`: run SQL with the tensor UDFs over CSV and Parquet files and write the result as
+//! a tensor to `.npy` or `.safetensors`. With no arguments it runs a demo query on a built-in
+//! dataset.
+//!
+//! Rows keep the files' order unless the query sorts them (see `collect_in_order`). The result
+//! becomes a tensor by the rule Python's `dlframe.to_dlpack` uses (see `collect_result`), or,
+//! with `--column`, one column alone. The output file is written before anything is printed,
+//! and a closed stdout (`| head`) ends the printing quietly.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -11,39 +18,80 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::catalog::MemTable;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
-use dlframe_datafusion::{collect_tensor, write_npy, write_safetensors};
+use dlframe_datafusion::{collect_in_order, collect_result, collect_tensor, write_npy, write_safetensors};
 
 const USAGE: &str = "\
-usage: dlframe [--table NAME=PATH]... [--column NAME] [--out PATH] [--rows N] [SQL]
+usage: dlframe [--table NAME=PATH]... [--column NAME] [--out PATH] [--key NAME] [--rows N] [SQL]
+       dlframe --help | --version
 
 Runs SQL with dlframe's tensor functions (to_tensor, to_tensor_fill, to_tensor_as,
-tensor_shape, tensor_ndim, tensor_dtype, tensor_reshape, tensor_element) and collects one
-result column into a tensor, printing its shape, dtype and first rows.
+tensor_shape, tensor_ndim, tensor_dtype, tensor_reshape, tensor_element) and collects the
+result into one tensor, printing its shape, dtype and first rows. Without ORDER BY, rows keep
+the order of the files (files by path).
 
-  --table NAME=PATH  register a .csv or .parquet file (or a directory of them) as NAME
-  --column NAME      the result column to collect (default: the only, or the first tensor, column)
+The result becomes a tensor as in Python's dlframe.to_dlpack: one tensor or list column is
+that column's tensor, (rows, *cell_shape); otherwise all columns are stacked into a
+(rows, columns) matrix of their common dtype, so SELECT a, b gives (n, 2) and SELECT a (n, 1).
+
+  --table NAME=PATH  register a .csv, .csv.gz or .parquet file, or a directory of one of
+                     these kinds, as NAME (extensions in any case)
+  --column NAME      collect only this result column: (rows,) for a plain column
   --out PATH         write the tensor to PATH (.npy or .safetensors)
+  --key NAME         the tensor's name in a .safetensors file (default: the result column's
+                     name when it is a plain name such as an alias, else 'tensor')
   --rows N           rows to print (default 5)
+  -h, --help         print this help
+  -V, --version      print the version
 
 With no arguments, runs a demo query on a built-in sensor dataset.";
 
 const DEMO_SQL: &str = "SELECT to_tensor_fill(0, temperature, humidity, pressure) AS features \
                         FROM sensors WHERE healthy ORDER BY id";
 
+/// The safetensors key of a result that names none.
+const DEFAULT_KEY: &str = "tensor";
+
+/// The file formats `--out` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Npy,
+    Safetensors,
+}
+
 struct Args {
     tables: Vec<(String, PathBuf)>,
     sql: Option<String>,
     column: Option<String>,
-    out: Option<PathBuf>,
+    out: Option<(PathBuf, Format)>,
+    key: Option<String>,
     rows: usize,
 }
 
-fn parse_args(mut it: impl Iterator<Item = String>) -> std::result::Result<Args, String> {
-    let mut args = Args { tables: vec![], sql: None, column: None, out: None, rows: 5 };
+/// What the command line asks for.
+enum Command {
+    Run(Args),
+    Help,
+    Version,
+}
+
+/// The format of an `--out` path, from its extension (in any case).
+fn out_format(path: &Path) -> std::result::Result<Format, String> {
+    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("npy") => Ok(Format::Npy),
+        Some("safetensors") => Ok(Format::Safetensors),
+        _ => Err(format!("--out {}: expected a .npy or .safetensors path", path.display())),
+    }
+}
+
+/// Reads the command line. Any argument starting with `-` is an option (SQL never does), so an
+/// unknown one is an error that names it.
+fn parse_args(mut it: impl Iterator<Item = String>) -> std::result::Result<Command, String> {
+    let mut args = Args { tables: vec![], sql: None, column: None, out: None, key: None, rows: 5 };
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
-            "-h" | "--help" => return Err(String::new()),
+            "-h" | "--help" => return Ok(Command::Help),
+            "-V" | "--version" => return Ok(Command::Version),
             "--table" => {
                 let v = value("--table")?;
                 let (name, path) =
@@ -51,19 +99,27 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> std::result::Result<Args,
                 args.tables.push((name.to_string(), PathBuf::from(path)));
             }
             "--column" => args.column = Some(value("--column")?),
-            "--out" => args.out = Some(PathBuf::from(value("--out")?)),
+            "--out" => {
+                let path = PathBuf::from(value("--out")?);
+                let format = out_format(&path)?;
+                args.out = Some((path, format));
+            }
+            "--key" => args.key = Some(value("--key")?),
             "--rows" => {
                 let v = value("--rows")?;
                 args.rows = v.parse().map_err(|_| format!("--rows {v}: expected a number"))?;
             }
-            s if s.starts_with("--") => return Err(format!("unknown option {s}")),
+            s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             _ if args.sql.is_some() => {
                 return Err(format!("a second query {a:?}; quote the SQL as one argument"));
             }
             _ => args.sql = Some(a),
         }
     }
-    Ok(args)
+    if args.key.is_some() && !matches!(args.out, Some((_, Format::Safetensors))) {
+        return Err("--key names the tensor in a .safetensors file; give --out PATH.safetensors".into());
+    }
+    Ok(Command::Run(args))
 }
 
 /// The built-in dataset: 10,000 sensor readings with a few missing temperatures.
@@ -92,52 +148,239 @@ fn demo_table() -> Result<MemTable> {
     MemTable::try_new(schema, vec![vec![batch]])
 }
 
-async fn register_file(ctx: &SessionContext, name: &str, path: &std::path::Path) -> Result<()> {
-    let p = path.to_str().ok_or_else(|| DataFusionError::Plan(format!("{} is not UTF-8", path.display())))?;
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("csv") => ctx.register_csv(name, p, CsvReadOptions::new()).await,
-        Some("parquet") => ctx.register_parquet(name, p, ParquetReadOptions::default()).await,
-        _ if path.is_dir() => ctx.register_parquet(name, p, ParquetReadOptions::default()).await,
-        _ => Err(DataFusionError::Plan(format!("{}: expected a .csv or .parquet file", path.display()))),
+/// The kinds of file `--table` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Csv,
+    CsvGz,
+    Parquet,
+}
+
+impl Kind {
+    /// The kind a file name ends in (in any case), and that ending as written.
+    fn of(name: &str) -> Option<(Kind, &str)> {
+        let lower = name.to_ascii_lowercase();
+        [(".csv.gz", Kind::CsvGz), (".csv", Kind::Csv), (".parquet", Kind::Parquet)]
+            .into_iter()
+            .find(|(suffix, _)| lower.len() > suffix.len() && lower.ends_with(suffix))
+            // The ending is ASCII, so it starts at a character boundary of `name` too.
+            .map(|(suffix, kind)| (kind, &name[name.len() - suffix.len()..]))
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Kind::Csv => ".csv",
+            Kind::CsvGz => ".csv.gz",
+            Kind::Parquet => ".parquet",
+        }
     }
 }
 
-async fn run(args: Args) -> Result<()> {
+fn plan_err(msg: String) -> DataFusionError {
+    DataFusionError::Plan(msg)
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> DataFusionError {
+    plan_err(format!("{}: {e}", path.display()))
+}
+
+/// The data files under `dir` (recursively, as DataFusion lists them), skipping hidden and
+/// `_`-prefixed names such as `_SUCCESS`.
+fn data_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
+        let path = entry.map_err(|e| io_err(dir, e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.starts_with('.') || name.starts_with('_') {
+            continue;
+        }
+        if path.is_dir() {
+            data_files(&path, out)?;
+        } else if Kind::of(name).is_some() {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The one kind of data file in `dir`, and the ending its files share; an error for none, for a
+/// mix of kinds, or for one kind written in two cases (DataFusion matches endings exactly).
+fn directory_kind(dir: &Path) -> Result<(Kind, String, Vec<PathBuf>)> {
+    let mut files = Vec::new();
+    data_files(dir, &mut files)?;
+    files.sort();
+    let mut seen: Vec<(Kind, String)> = Vec::new();
+    for f in &files {
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if let Some((kind, ending)) = Kind::of(name) {
+            if !seen.iter().any(|(k, e)| *k == kind && e == ending) {
+                seen.push((kind, ending.to_string()));
+            }
+        }
+    }
+    match seen.as_slice() {
+        [] => {
+            Err(plan_err(format!("{}: no .csv, .csv.gz or .parquet files in this directory", dir.display())))
+        }
+        [(kind, ending)] => Ok((*kind, ending.clone(), files)),
+        [(a, x), (b, y), ..] if a == b => Err(plan_err(format!(
+            "{}: the {} files end in both {x} and {y}; give them one spelling",
+            dir.display(),
+            a.describe()
+        ))),
+        [(a, _), (b, _), ..] => Err(plan_err(format!(
+            "{}: the directory mixes {} and {} files; give each kind its own directory and --table",
+            dir.display(),
+            a.describe(),
+            b.describe()
+        ))),
+    }
+}
+
+/// A directory that holds decompressed copies of `.csv.gz` files while the query runs, and is
+/// removed afterwards.
+struct Staging(PathBuf);
+
+impl Staging {
+    fn new(index: usize) -> Result<Staging> {
+        let dir = std::env::temp_dir().join(format!("dlframe-{}-{index}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        Ok(Staging(dir))
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Decompresses a gzip file (all its members) to `to` (copies).
+fn gunzip(from: &Path, to: &Path) -> Result<()> {
+    let file = std::fs::File::open(from).map_err(|e| io_err(from, e))?;
+    let mut reader = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file));
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
+    }
+    let mut out = std::fs::File::create(to).map_err(|e| io_err(to, e))?;
+    std::io::copy(&mut reader, &mut out).map_err(|e| io_err(from, e))?;
+    Ok(())
+}
+
+fn utf8(path: &Path) -> Result<&str> {
+    path.to_str().ok_or_else(|| plan_err(format!("{} is not UTF-8", path.display())))
+}
+
+/// Registers a file or directory as table `name`. `.csv.gz` files are decompressed into
+/// `staging` first (this build of DataFusion reads no compressed CSV), keeping their paths'
+/// order.
+async fn register_file(
+    ctx: &SessionContext,
+    name: &str,
+    path: &Path,
+    staging: &mut Vec<Staging>,
+) -> Result<()> {
+    let (kind, ending, files) = if path.is_dir() {
+        directory_kind(path)?
+    } else {
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        match Kind::of(file_name) {
+            Some((kind, ending)) if path.is_file() => (kind, ending.to_string(), vec![path.to_path_buf()]),
+            Some(_) => return Err(plan_err(format!("{}: no such file or directory", path.display()))),
+            None => {
+                return Err(plan_err(format!(
+                    "{}: expected a .csv, .csv.gz or .parquet file, or a directory of them",
+                    path.display()
+                )));
+            }
+        }
+    };
+    match kind {
+        Kind::Csv => ctx.register_csv(name, utf8(path)?, CsvReadOptions::new().file_extension(&ending)).await,
+        Kind::Parquet => {
+            ctx.register_parquet(name, utf8(path)?, ParquetReadOptions::default().file_extension(&ending))
+                .await
+        }
+        Kind::CsvGz => {
+            let stage = Staging::new(staging.len())?;
+            for f in &files {
+                let relative = f.strip_prefix(path).unwrap_or(f.as_path());
+                let base = if relative.as_os_str().is_empty() {
+                    f.file_name().map(Path::new)
+                } else {
+                    Some(relative)
+                };
+                let base = utf8(base.unwrap_or(relative))?;
+                let csv = format!("{}.csv", &base[..base.len() - ending.len()]);
+                gunzip(f, &stage.0.join(csv))?;
+            }
+            let dir = utf8(&stage.0)?.to_string();
+            staging.push(stage);
+            ctx.register_csv(name, &dir, CsvReadOptions::new().file_extension(".csv")).await
+        }
+    }
+}
+
+/// The safetensors key of a result column: its name when that is a plain name (a column or an
+/// alias), else [`DEFAULT_KEY`] (an unnamed expression's name is its SQL text).
+fn default_key(name: Option<&str>) -> String {
+    match name {
+        Some(n)
+            if n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+        {
+            n.to_string()
+        }
+        _ => DEFAULT_KEY.to_string(),
+    }
+}
+
+/// Runs the query, writes `--out`, and appends what to print to `report`.
+async fn run(args: Args, report: &mut String) -> Result<()> {
+    use std::fmt::Write as _;
     let ctx = SessionContext::new();
     dlframe_datafusion::register(&ctx);
     let sql = match &args.sql {
         Some(sql) => sql.clone(),
         None if args.tables.is_empty() => {
             ctx.register_table("sensors", Arc::new(demo_table()?))?;
-            println!("demo: 10,000 built-in sensor readings, temperatures missing every 7th row");
-            println!("query: {DEMO_SQL}\n");
+            let _ =
+                writeln!(report, "demo: 10,000 built-in sensor readings, temperatures missing every 7th row");
+            let _ = writeln!(report, "query: {DEMO_SQL}\n");
             DEMO_SQL.to_string()
         }
-        None => return Err(DataFusionError::Plan("give a query to run over the tables".into())),
+        None => return Err(plan_err("give a query to run over the tables".into())),
     };
+    let mut staging = Vec::new();
     for (name, path) in &args.tables {
-        register_file(&ctx, name, path).await?;
+        register_file(&ctx, name, path, &mut staging).await?;
     }
     let df = ctx.sql(&sql).await?;
     let schema = Arc::new(df.schema().as_arrow().clone());
-    let column = match &args.column {
-        Some(c) => c.clone(),
-        None => {
-            let fields = schema.fields();
-            let pick = fields
-                .iter()
-                .find(|f| matches!(f.data_type(), DataType::FixedSizeList(..)))
-                .or(fields.first())
-                .ok_or_else(|| DataFusionError::Plan("the query returns no columns".into()))?;
-            pick.name().clone()
-        }
+    let batches = collect_in_order(df).await?;
+    drop(staging);
+    let (tensor, shown): (_, Vec<usize>) = match &args.column {
+        Some(c) => (collect_tensor(&schema, &batches, c)?, vec![schema.index_of(c)?]),
+        None => (collect_result(&schema, &batches)?, (0..schema.fields().len()).collect()),
     };
-    let batches = df.collect().await?;
-    let tensor = collect_tensor(&schema, &batches, &column)?;
-    println!("column: {column}");
-    println!("shape: {:?}", tensor.shape());
-    println!("dtype: {}", tensor.dtype());
-    let index = schema.index_of(&column)?;
+    let names: Vec<&str> = shown.iter().map(|&i| schema.field(i).name().as_str()).collect();
+    if let Some((out, format)) = &args.out {
+        let written = match format {
+            Format::Npy => write_npy(&tensor, out),
+            Format::Safetensors => {
+                let key = args
+                    .key
+                    .clone()
+                    .unwrap_or_else(|| default_key(names.first().filter(|_| names.len() == 1).copied()));
+                let _ = writeln!(report, "key: {key}");
+                write_safetensors(&tensor, &key, out)
+            }
+        };
+        written.map_err(dlframe_datafusion::to_df_err)?;
+    }
+    let label = if names.len() == 1 { "column" } else { "columns" };
+    let _ = writeln!(report, "{label}: {}", names.join(", "));
+    let _ = writeln!(report, "shape: {:?}", tensor.shape());
+    let _ = writeln!(report, "dtype: {}", tensor.dtype());
     let mut head = Vec::new();
     let mut left = args.rows;
     for b in &batches {
@@ -145,49 +388,68 @@ async fn run(args: Args) -> Result<()> {
             break;
         }
         let take = left.min(b.num_rows());
-        head.push(b.project(&[index])?.slice(0, take));
+        head.push(b.project(&shown)?.slice(0, take));
         left -= take;
     }
-    println!("{}", pretty_format_batches(&head)?);
-    if let Some(out) = &args.out {
-        let written = match out.extension().and_then(|e| e.to_str()) {
-            Some("npy") => write_npy(&tensor, out),
-            Some("safetensors") => write_safetensors(&tensor, &column, out),
-            _ => {
-                return Err(DataFusionError::Plan(format!(
-                    "{}: expected .npy or .safetensors",
-                    out.display()
-                )));
-            }
-        };
-        written.map_err(dlframe_datafusion::to_df_err)?;
-        println!("wrote {}", out.display());
+    let _ = writeln!(report, "{}", pretty_format_batches(&head)?);
+    if let Some((out, _)) = &args.out {
+        let _ = writeln!(report, "wrote {}", out.display());
     }
     Ok(())
 }
 
+/// Writes `text` to stdout. A reader that has gone away (`| head`) ends the output quietly; other
+/// errors are reported.
+fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// Writes a message to stderr, ignoring a closed stderr.
+fn complain(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
 fn main() -> ExitCode {
     let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
+        Ok(Command::Run(a)) => a,
+        Ok(Command::Help) => return finish(print(&format!("{USAGE}\n")), ExitCode::SUCCESS),
+        Ok(Command::Version) => {
+            return finish(print(&format!("dlframe {}\n", env!("CARGO_PKG_VERSION"))), ExitCode::SUCCESS);
+        }
         Err(msg) => {
-            if !msg.is_empty() {
-                eprintln!("dlframe: {msg}\n");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(if msg.is_empty() { 0 } else { 2 });
+            complain(&format!("dlframe: {msg}\n\n{USAGE}"));
+            return ExitCode::from(2);
         }
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("dlframe: cannot start the runtime: {e}");
+            complain(&format!("dlframe: cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
+    let mut report = String::new();
+    let result = runtime.block_on(run(args, &mut report));
+    let printed = print(&report);
+    match result {
+        Ok(()) => finish(printed, ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("dlframe: {e}");
+            complain(&format!("dlframe: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The exit code after printing: `code`, or a failure when stdout could not be written.
+fn finish(printed: std::io::Result<()>, code: ExitCode) -> ExitCode {
+    match printed {
+        Ok(()) => code,
+        Err(e) => {
+            complain(&format!("dlframe: writing to stdout: {e}"));
             ExitCode::FAILURE
         }
     }

@@ -1,5 +1,10 @@
 //! Query results as one [`Tensor`], and tensors as tables.
 //!
+//! [`collect_in_order`] runs a query and keeps the rows in the order of its plan's partitions:
+//! without ORDER BY, a scan of CSV or Parquet files gives them in file order (files by path,
+//! then rows within a file), however many partitions read it in parallel. Both the CLI and
+//! [`sql_to_tensor`] collect through it.
+//!
 //! A result column in one batch becomes a tensor over the batch's buffer (without copying);
 //! in several batches, one pass copies them into one buffer. The way back wraps each tensor's
 //! memory in Arrow buffers owned by the tensor (without copying; bool tensors are bit-packed and
@@ -8,10 +13,10 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::{DataType, FieldRef, Schema, SchemaRef};
 use datafusion::catalog::MemTable;
 use datafusion::common::{DataFusionError, Result};
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{DataFrame, SessionContext};
 use dlframe::Tensor;
 use dlframe::arrow::{CopyPolicy, ExportOptions};
 
@@ -35,6 +40,68 @@ pub fn collect_tensor(schema: &Schema, batches: &[RecordBatch], column: &str) ->
     Ok(converted.values)
 }
 
+/// A whole query result as one tensor, by the rule of Python's `dlframe.to_dlpack(table)`: a
+/// result of one list or tensor column is that column's tensor, `(rows, *cell_shape)` (see
+/// [`collect_tensor`]); otherwise every column is stacked into a `(rows, columns)` matrix of
+/// their common dtype, so one plain column gives `(rows, 1)`.
+///
+/// The matrix is written in one fused pass (copies); the single tensor column is zero-copy for
+/// one batch without nulls.
+///
+/// # Errors
+/// No columns, a list or tensor column among several (collect it by name), and the errors of
+/// [`dlframe::arrow::columns_to_tensor`] (nulls, non-numeric columns).
+pub fn collect_result(schema: &Schema, batches: &[RecordBatch]) -> Result<Tensor> {
+    let fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
+    let is_list = |f: &FieldRef| {
+        matches!(f.data_type(), DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..))
+    };
+    match fields.as_slice() {
+        [] => return Err(DataFusionError::Plan("the query returns no columns".into())),
+        [only] if is_list(only) => return collect_tensor(schema, batches, only.name()),
+        _ => {}
+    }
+    if let Some(list) = fields.iter().find(|f| is_list(f)) {
+        return Err(DataFusionError::Plan(format!(
+            "the result has {} columns and '{}' is a list or tensor column, which does not stack \
+             with others; collect one column by name",
+            fields.len(),
+            list.name()
+        )));
+    }
+    let columns: Vec<Vec<ArrayRef>> =
+        (0..fields.len()).map(|i| batches.iter().map(|b| b.column(i).clone()).collect()).collect();
+    let converted =
+        dlframe::arrow::columns_to_tensor(&fields, &columns, &ExportOptions::default()).map_err(to_df_err)?;
+    Ok(converted.values)
+}
+
+/// Runs `df` and returns its batches in file order when the query has no ORDER BY: the
+/// partitions are collected in parallel and concatenated in partition order, not in the order
+/// they finish (which `DataFrame::collect` uses).
+///
+/// A file scan's partitions are planned as contiguous ranges in file order (files sorted by
+/// path, large files split by byte range), so their concatenation is the files' row order. The
+/// query runs with three session settings turned off, because each breaks that: round-robin
+/// repartitioning (which deals batches out to partitions in turn), file-stream work stealing
+/// (an idle partition takes another's next file at run time), and grouping files by statistics
+/// (which reorders them). The caller's session is not changed. An ORDER BY result is one sorted partition; with joins, aggregates or LIMIT without
+/// ORDER BY, the order is whatever the plan gives.
+///
+/// Holds the whole result in memory, as `collect` does; the batches are not copied.
+///
+/// # Errors
+/// Planning and execution errors.
+pub async fn collect_in_order(df: DataFrame) -> Result<Vec<RecordBatch>> {
+    let (mut state, plan) = df.into_parts();
+    let options = state.config_mut().options_mut();
+    options.optimizer.enable_round_robin_repartition = false;
+    options.execution.split_file_groups_by_statistics = false;
+    options.execution.enable_file_stream_work_stealing = false;
+    let partitions = DataFrame::new(state, plan).collect_partitioned().await?;
+    Ok(partitions.into_iter().flatten().collect())
+}
+
 /// Runs `sql` and collects `column` (or the only column) of its result as one tensor; see
 /// [`collect_tensor`].
 ///
@@ -54,7 +121,7 @@ pub async fn sql_to_tensor(ctx: &SessionContext, sql: &str, column: Option<&str>
             )));
         }
     };
-    let batches = df.collect().await?;
+    let batches = collect_in_order(df).await?;
     collect_tensor(&schema, &batches, &name)
 }
 

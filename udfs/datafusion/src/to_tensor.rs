@@ -12,7 +12,10 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, FixedSizeListArray};
 use arrow_schema::{DataType, Field, FieldRef};
 use datafusion::common::{Result, plan_err};
-use datafusion::logical_expr::{ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, Signature, Volatility};
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, Signature, Volatility,
+};
 use dlframe::arrow::{CopyPolicy, ExportOptions, NullPolicy, Order, TensorMetadata};
 use dlframe::dtype::storage_dtype;
 use dlframe::kernels::common_dtype;
@@ -57,7 +60,7 @@ fn plan(func: &str, options: Options, args: &ReturnFieldArgs) -> Result<FieldRef
     let requested = match options {
         Options::As => Some(args::dtype(func, args::planned(func, "dtype", args.scalar_arguments, 0)?)?),
         Options::Fill => {
-            args::fill(func, args::planned(func, "fill value", args.scalar_arguments, 0)?)?;
+            args::planned_fill(func, args.scalar_arguments, fields, 0)?;
             None
         }
         Options::None => None,
@@ -76,6 +79,16 @@ fn plan(func: &str, options: Options, args: &ReturnFieldArgs) -> Result<FieldRef
     } else {
         let mut dtypes = Vec::with_capacity(data.len());
         for f in data {
+            if f.data_type() == &DataType::Null && f.name().ends_with('*') {
+                // DataFusion 55 passes `*` to a scalar function unexpanded, as a Null argument.
+                return plan_err!(
+                    "{func}: DataFusion does not expand {0} inside a function call; name the \
+                     columns, {func}(a, b, c), or select them without a function (SELECT {0}): \
+                     the dlframe CLI and dlframe.to_dlpack stack a result's columns into one \
+                     (rows, columns) matrix",
+                    f.name()
+                );
+            }
             if is_list(f.data_type()) {
                 return plan_err!(
                     "{func}: column '{}' is a list; stack scalar columns, or convert one list column \
@@ -237,6 +250,13 @@ macro_rules! to_tensor_udf {
 
             fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
                 invoke($sql, $options, args)
+            }
+
+            fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+                if $options == Options::Fill {
+                    args::require_literal($sql, "fill value", &args, 0)?;
+                }
+                Ok(ExprSimplifyResult::Original(args))
             }
         }
     };

@@ -1,0 +1,72 @@
+//! Files the integration tests make for themselves: a temporary directory that removes itself,
+//! and Parquet and CSV files of an `id` column (0, 1, ...) and an `x` column derived from it.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch};
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::file::properties::WriterProperties;
+
+/// A fresh directory under the system temp dir, removed with everything in it on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("dlframe-test-{}-{tag}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The `x` value of row `id`: scrambled, so Parquet cannot compress it away and files stay
+/// large enough to be split into several scan partitions.
+pub fn x_of(id: i64) -> f64 {
+    (id.wrapping_mul(2_654_435_761) % 1_000_003) as f64 / 7.0
+}
+
+/// Rows `ids` as a batch of `id` (int64) and `x` (float64).
+pub fn rows(ids: std::ops::Range<i64>) -> RecordBatch {
+    let id: ArrayRef = Arc::new(Int64Array::from_iter_values(ids.clone()));
+    let x: ArrayRef = Arc::new(Float64Array::from_iter_values(ids.map(x_of)));
+    RecordBatch::try_from_iter([("id", id), ("x", x)]).unwrap()
+}
+
+/// Writes rows `ids` as a Parquet file with row groups of `group_rows` rows.
+pub fn write_parquet(path: &Path, ids: std::ops::Range<i64>, group_rows: usize) {
+    let props = WriterProperties::builder().set_max_row_group_row_count(Some(group_rows)).build();
+    let batch = rows(ids);
+    let mut w =
+        ArrowWriter::try_new(std::fs::File::create(path).unwrap(), batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// Writes rows `ids` as a CSV file with a header line.
+pub fn write_csv(path: &Path, ids: std::ops::Range<i64>) {
+    let mut text = String::from("id,x\n");
+    for i in ids {
+        text.push_str(&format!("{i},{}\n", x_of(i)));
+    }
+    std::fs::write(path, text).unwrap();
+}
