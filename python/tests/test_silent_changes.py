@@ -208,3 +208,40 @@ def test_duplicate_column_names_are_refused_under_columns_dict():
     # The matrix keeps both columns, in order.
     got = np.from_dlpack(dlframe.to_dlpack(table))
     np.testing.assert_array_equal(got, [[1, 3], [2, 4]])
+
+
+# ---------------------------------------------------------------------------------------------
+# Row order of a query result (docs/cli.md, "Row order")
+
+
+def _ordered_file(tmp_path, n=200_000):
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": np.arange(n, dtype=np.int64), "x": np.arange(n) * 0.5}), path, row_group_size=n // 20)
+    return path, n
+
+
+def test_to_dlpack_of_a_query_keeps_file_order_with_the_documented_settings(tmp_path):
+    datafusion = pytest.importorskip("datafusion", reason="datafusion is not installed")
+    path, n = _ordered_file(tmp_path)
+    config = (
+        datafusion.SessionConfig()
+        .with_target_partitions(8)
+        .set("datafusion.optimizer.enable_round_robin_repartition", "false")
+        .set("datafusion.execution.enable_file_stream_work_stealing", "false")
+    )
+    ctx = datafusion.SessionContext(config)
+    ctx.register_parquet("t", str(path))
+    for _ in range(3):
+        got = np.from_dlpack(dlframe.to_dlpack(ctx.sql("SELECT id FROM t WHERE id % 3 <> 1")))
+        np.testing.assert_array_equal(got[:, 0], np.arange(n)[np.arange(n) % 3 != 1])
+
+
+def test_to_dlpack_of_a_query_keeps_order_by(tmp_path):
+    datafusion = pytest.importorskip("datafusion", reason="datafusion is not installed")
+    path, n = _ordered_file(tmp_path)
+    ctx = datafusion.SessionContext(datafusion.SessionConfig().with_target_partitions(8))
+    ctx.register_parquet("t", str(path))
+    got = np.from_dlpack(dlframe.to_dlpack(ctx.sql("SELECT id, x FROM t ORDER BY id DESC")))
+    np.testing.assert_array_equal(got[:, 0], np.arange(n)[::-1])
