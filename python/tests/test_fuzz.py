@@ -272,6 +272,12 @@ def check_arrow_result(arr, case):
 def check_tensor_result(t, case, copy):
     shape = tuple(case["shape"])
     assert t.shape == shape and t.ndim == len(shape)
+    if "flags" in case:
+        # A versioned capsule's flags say how the memory may be used (legacy ones carry none):
+        # IS_COPIED memory is the consumer's own, so writable even if READ_ONLY is also set.
+        flags = case["flags"] if case["versioned"] else 0
+        copied = bool(flags & fakes.IS_COPIED)
+        assert (t.copied, t.readonly) == (copied, bool(flags & fakes.READ_ONLY) and not copied), hex(flags)
     expected = expected_of(case)
     ok, got = attempt(lambda: np.from_dlpack(t))
     if case["device"][0] == 1:
@@ -337,6 +343,31 @@ def test_dlpack_capsules_over_real_memory(case, entry, copy):
         assert copy is False and isinstance(out, BufferError), f"{type(out).__name__}: {out}"
     del out
     finish(made)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "float32", "float64", "int64"])
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 2)])
+def test_copy_false_shares_contiguous_aligned_memory(dtype, shape):
+    src = np.arange(math.prod(shape)).astype(dtype).reshape(shape)
+    fake = fakes.dlpack_capsule(src.ctypes.data, list(shape), c_strides(shape), dtype=(*next(
+        k for k, v in fakes.DL_DTYPES.items() if v == src.dtype), 1), keep=src)
+    for x in (src, fake.capsule):
+        arr = dlframe.from_dlpack(x, copy=False)
+        values = arr if len(shape) == 1 else arr.storage.flatten()
+        assert values.buffers()[1].address == src.ctypes.data, "copy=False shares the producer's memory"
+        assert_same(arrow_values(arr), src, src.dtype)
+        del arr, values
+    finish([fake])
+
+
+def test_read_only_flags_of_a_real_producer_are_kept():
+    ro = np.arange(6, dtype=np.float32)
+    ro.flags.writeable = False
+    t = dlframe.tensor(ro)
+    assert t.readonly and not t.copied
+    assert not np.from_dlpack(t).flags.writeable
+    w = dlframe.tensor(np.arange(6, dtype=np.float32))
+    assert not w.readonly and not w.copied
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1196,6 +1227,35 @@ def arrow_columns(draw):
     return pa.array(values).slice(start), values[start:]
 
 
+def is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def keywords_valid(kwargs, readonly):
+    """Whether ``__dlpack__(**kwargs)`` of a CPU tensor must succeed (True) or be refused (False),
+    by the DLPack rules for a CPU producer; None where Python's bool-is-an-int makes either
+    answer defensible (a bool inside max_version or dl_device)."""
+    stream, mv, dev, copy = (kwargs.get(k) for k in ("stream", "max_version", "dl_device", "copy"))
+    if copy is not None and not isinstance(copy, bool):
+        return False
+    if not (stream is None or (is_int(stream) and stream == -1)):
+        return False  # a CPU tensor takes no stream but -1; anything else is not a stream
+    versioned = False
+    for value, ok in ((mv, lambda a, b: 0 <= a < 2**32 and 0 <= b < 2**32), (dev, lambda a, b: (a, b) == (1, 0))):
+        if value is None:
+            continue
+        if not isinstance(value, tuple) or len(value) != 2:
+            return False
+        if any(isinstance(v, bool) for v in value):
+            return None
+        if not all(is_int(v) for v in value) or not ok(*value):
+            return False
+    if mv is not None:
+        versioned = mv[0] >= 1
+    # A legacy capsule cannot mark shared read-only memory: it needs a copy.
+    return not (not versioned and readonly and copy is False)
+
+
 @fuzz
 @given(
     col=arrow_columns(),
@@ -1212,6 +1272,10 @@ def test_tensor_dlpack_keywords(col, kwargs, consumer):
     assume(not (to_gpu and isinstance(stream, int) and not isinstance(stream, bool) and stream > 2))
     t = dlframe.to_dlpack(arr)
     ok, cap = attempt(lambda: t.__dlpack__(**kwargs))
+    valid = None if to_gpu else keywords_valid(kwargs, t.readonly)
+    event(f"keywords {'unclassified' if valid is None else 'valid' if valid else 'invalid'}")
+    if valid is not None:
+        assert ok == valid, f"{kwargs!r} (readonly={t.readonly}): " + ("refused: %s" % cap if valid else "accepted")
     if not ok:
         return
     if to_gpu:
