@@ -28,6 +28,7 @@ import gc
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -272,7 +273,7 @@ def check_arrow_result(arr, case):
 def check_tensor_result(t, case, copy):
     shape = tuple(case["shape"])
     assert t.shape == shape and t.ndim == len(shape)
-    if "flags" in case:
+    if "versioned" in case:  # a DLPack capsule
         # A versioned capsule's flags say how the memory may be used (legacy ones carry none):
         # IS_COPIED memory is the consumer's own, so writable even if READ_ONLY is also set.
         flags = case["flags"] if case["versioned"] else 0
@@ -339,10 +340,27 @@ def test_dlpack_capsules_over_real_memory(case, entry, copy):
         check_tensor_result(out, case, copy)
     elif ok:
         check_arrow_result(out, case)
+        if copy is False and numel(case["shape"]):
+            lo, hi = buffer_range(case["buf"])
+            assert any(b is not None and lo <= b.address < hi for b in out.buffers()), "copy=False copied"
+            event("copy=False shared")
     else:
         assert copy is False and isinstance(out, BufferError), f"{type(out).__name__}: {out}"
+        assert not arrow_can_share(case), f"copy=False refused memory Arrow can share: {out}"
     del out
     finish(made)
+
+
+def arrow_can_share(case) -> bool:
+    """Whether an Arrow array can be a view of the case's memory: CPU, C order, elements aligned
+    to their size, and not bool (which Arrow bit-packs)."""
+    item = case["np_dtype"].itemsize
+    return (
+        case["device"] == (1, 0)
+        and case["np_dtype"] != np.bool_
+        and (case["null_strides"] or case["strides"] == c_strides(case["shape"]))
+        and (case["buf"].ctypes.data + case["off"]) % item == 0
+    )
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "float32", "float64", "int64"])
@@ -392,6 +410,33 @@ INVALID_KINDS = [
     "bad_name",
 ]
 KNOWN_DEVICES = {1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}
+OUTSIDE = "reaches outside the address space"
+#: What the refusal of each kind of invalid capsule must say (a regex searched in the message).
+INVALID_SAYS = {
+    "negative_extent": "negative extent",
+    "ndim_too_big": r"ndim \d+ is outside",
+    "ndim_huge_short_arrays": r"ndim \d+ is outside",
+    "ndim_negative": r"ndim -\d+ is outside",
+    "overflow_numel": "overflows",
+    "overflow_span": "overflows",
+    "null_data": "NULL data",
+    "null_shape": "NULL shape",
+    "bad_dtype": r"unsupported dtype \(code=",
+    # A producer's __dlpack_device__ is asked first: its device is refused as not the host.
+    "unknown_device": r"unsupported device \(device_type=|DLPack device \(.*Arrow needs host memory",
+    "non_host_device": "Arrow needs host memory",
+    "major_version": r"DLPack version \d+\.\d+ is not supported",
+    "byte_offset_overflow": r"byte_offset \d+ overflows",
+    "address_wrap": OUTSIDE,
+    "stride_below_zero": OUTSIDE,
+    "bad_name": "not a DLPack capsule",
+}
+assert set(INVALID_SAYS) == set(INVALID_KINDS)
+
+
+def assert_refused(kind, ok, out, says):
+    assert not ok, f"{kind}: accepted {out!r}"
+    assert re.search(says[kind], str(out)), f"{kind}: refused for another reason: {type(out).__name__}: {out}"
 
 
 @st.composite
@@ -531,7 +576,7 @@ def test_invalid_dlpack_capsules_are_refused(data, kind, entry, copy):
             assert fake.consumed(), "the capsule is consumed (and its tensor released) even when refused"
             with pytest.raises(ValueError, match="consumed"):
                 dlframe.from_dlpack(fake.capsule)
-    assert not ok, f"{kind}: accepted {out!r}"
+    assert_refused(kind, ok, out, INVALID_SAYS)
     del out
     finish(made, expected_deletes=0 if kind == "bad_name" else 1)
 
@@ -727,6 +772,23 @@ IFACE_INVALID = [
     "not_a_dict",
     "missing_key",
 ]
+IFACE_INVALID_SAYS = {
+    "negative_extent": "negative extent",
+    "ndim_too_big": r"ndim \d+ exceeds the limit",
+    "overflow_numel": "overflows",
+    "overflow_span": "overflows",
+    "null_data": "data is NULL",
+    "strides_length": r"\d+ strides for \d+ dimensions",
+    "partial_stride": r"not a multiple of the itemsize|unsupported dtype <f3",  # (<f3 for 1-byte items)
+    "address_wrap": OUTSIDE,
+    "byte_order": r"non-native byte order|unsupported dtype <c8",  # (<c8 for 1-byte items)
+    # (a typestr that is not a str is refused by the argument conversion, which names the type)
+    "bad_typestr": r"typestr|unsupported dtype|is not an instance of 'str'",
+    "data_not_a_pair": re.escape("data must be a (pointer, read_only) tuple"),
+    "not_a_dict": "must be a dict",
+    "missing_key": "missing (shape|typestr)",
+}
+assert set(IFACE_INVALID_SAYS) == set(IFACE_INVALID)
 
 
 @pytest.mark.parametrize("kind", IFACE_INVALID)
@@ -788,7 +850,7 @@ def test_invalid_array_interface_dicts_are_refused(case, data, kind):
     obj = fakes.Interface(d, keep=case["buf"])
     for call in (lambda: dlframe.from_dlpack(obj), lambda: dlframe.tensor(obj)):
         ok, out = attempt(call)
-        assert not ok, f"{kind}: accepted {d!r}"
+        assert_refused(kind, ok, out if not ok else d, IFACE_INVALID_SAYS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -931,6 +993,27 @@ STRUCT_INVALID = [
     "address_wrap",
     "not_a_capsule",
 ]
+# A header with a negative nd or itemsize is refused with the message about `two` (one check
+# covers the three fields).
+HEADER = re.escape("the struct does not start with two == 2")
+STRUCT_INVALID_SAYS = {
+    "two": HEADER,
+    "nd_negative": HEADER,
+    "nd_too_big": r"nd \d+ exceeds the limit",
+    "nd_huge_short_arrays": r"nd \d+ exceeds the limit",
+    "null_shape": "NULL shape",
+    "null_data": "NULL data pointer",
+    "swapped": "byte-swapped",
+    "named": "a named or empty capsule",
+    "itemsize": HEADER + r"|unsupported dtype \|[biufmM]\d+:",  # sizes <= 0 | sizes no dtype has
+    "typekind": "unknown kind",
+    "negative_extent": "negative extent",
+    "overflow": "overflows",
+    "partial_stride": "not a whole element",
+    "address_wrap": OUTSIDE,
+    "not_a_capsule": "not a capsule|a named or empty capsule",  # (a DLPack capsule is named)
+}
+assert set(STRUCT_INVALID_SAYS) == set(STRUCT_INVALID)
 
 
 @pytest.mark.parametrize("kind", STRUCT_INVALID)
@@ -1002,7 +1085,7 @@ def test_invalid_array_structs_are_refused(data, kind, entry):
             obj = fakes.ArrayStruct(case["buf"].ctypes.data + case["off"], [2], case["byte_strides"], typekind=case["typekind"], itemsize=item, flags=case["flags"], keep=case["buf"])
     call = (lambda: dlframe.from_dlpack(obj)) if entry == "from_dlpack" else (lambda: dlframe.tensor(obj))
     ok, out = attempt(call)
-    assert not ok, f"{kind}: accepted {out!r}"
+    assert_refused(kind, ok, out, STRUCT_INVALID_SAYS)
 
 
 # ---------------------------------------------------------------------------------------------

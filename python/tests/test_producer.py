@@ -224,7 +224,13 @@ def test_jax_array_is_a_copy_of_readonly_memory():  # item 4 via jax
     arr = column("float32")
     x = jax.dlpack.from_dlpack(dlframe.to_dlpack(arr))
     assert isinstance(x, jnp.ndarray)
+    assert x.unsafe_buffer_pointer() != arr.buffers()[1].address, "jax got the Arrow buffer itself"
     np.testing.assert_array_equal(np.asarray(x), arr.to_numpy())
+    # jax does share writable, 64-byte aligned memory: so the address above tells a copy.
+    buf = np.zeros(64 + 16, np.float32)
+    src = buf[(-buf.ctypes.data % 64) // 4 :][:64]
+    src[:] = np.arange(64)
+    assert jax.dlpack.from_dlpack(dlframe.tensor(src)).unsafe_buffer_pointer() == src.ctypes.data
 
 
 def test_cupy_refuses_cpu_tensors_when_installed():  # item 14: cupy on a CPU tensor
