@@ -90,12 +90,28 @@ unsafe extern "C" fn count_legacy(m: *mut DLManagedTensor) {
     }
 }
 
+/// What [`dlpack_import_outcome`] did with its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The import refused the tensor.
+    Refused,
+    /// The import accepted it; it was not read (outside the arena, or too large a copy).
+    Accepted,
+    /// The import accepted it, and every path that reads it ran.
+    Read,
+}
+
 /// A foreign DLPack producer from fuzz bytes: either version, any flags, device, dtype, ndim,
 /// shape, strides, byte offset and data pointer (NULL or into a 4 KiB arena). The import must
 /// refuse what it cannot prove sane and release the tensor exactly once either way. A tensor it
 /// accepts whose extent lies inside the arena is then read: to Arrow, copied contiguous, and
 /// exported and imported again.
 pub fn dlpack_import(input: &[u8]) {
+    dlpack_import_outcome(input);
+}
+
+/// [`dlpack_import`], saying what became of the input (for seeds that must be accepted).
+pub fn dlpack_import_outcome(input: &[u8]) -> Outcome {
     let mut r = Reader(input);
     let versioned = r.u8() & 1 == 1;
     let version = match r.u8() % 8 {
@@ -162,24 +178,28 @@ pub fn dlpack_import(input: &[u8]) {
         // SAFETY: as above.
         unsafe { ForeignTensor::from_legacy(Box::into_raw(m)) }
     };
-    match imported {
+    let outcome = match imported {
         Err(e) => {
             assert!(!e.to_string().is_empty(), "an empty error message");
             assert_eq!(deleted.load(Ordering::SeqCst), 1, "a refused tensor is released once: {e}");
+            Outcome::Refused
         }
         Ok(foreign) => {
             let t = foreign.into_tensor();
             assert_eq!(deleted.load(Ordering::SeqCst), 0, "released while still in use");
             // A broadcast view (stride 0) may have far more elements than bytes: a copy of it
             // is as large as asked, as in numpy, so copies are tried only when small.
-            if within(&t, &arena_range) && t.nbytes() <= MAX_COPY_BYTES {
+            let read = within(&t, &arena_range) && t.nbytes() <= MAX_COPY_BYTES;
+            if read {
                 read_everything(&t);
             }
             drop(t);
             assert_eq!(deleted.load(Ordering::SeqCst), 1, "an accepted tensor is released once");
+            if read { Outcome::Read } else { Outcome::Accepted }
         }
-    }
+    };
     drop((arena, shape, strides));
+    outcome
 }
 
 /// True when every element `t` can reach lies inside `arena` (or it has none).

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use dlframe::fuzz::{dlpack_import, tensor_metadata, typestr};
+use dlframe::fuzz::{Outcome, dlpack_import, dlpack_import_outcome, tensor_metadata, typestr};
 
 type Harness = fn(&[u8]);
 
@@ -57,15 +57,27 @@ fn pseudo_random_inputs_are_refused_or_handled() {
 
 #[test]
 fn hand_written_seeds() {
-    // A 2x3 f32 C-order tensor into the arena, versioned, CPU: accepted and read.
-    let mut ok = vec![1u8, 1, 0, 0, 0, 0, 0, 0, 0, 1, 3, 4, 1, 5];
-    ok.extend([4u8, 4, 4, 4, 3 << 2, 2 << 2, 0, 0]);
-    dlpack_import(&ok);
-    // ndim -1, 65 and i32::MAX, and shapes that overflow: refused before reading.
+    // The bytes in the order the harness reads them (src/fuzz.rs, dlpack_import_outcome).
+    let head = |device: &[u8]| -> Vec<u8> {
+        let mut b = vec![1u8, 1]; // versioned, version 1.1
+        b.extend([0u8; 8]); // flags 0 ...
+        b.push(1); // ... masked to the two known bits
+        b.extend(device);
+        b
+    };
+    // A 2x3 f32 C-order tensor into the arena on the CPU: accepted and read.
+    let mut ok = head(&[3]); // the CPU
+    ok.extend([4u8, 1, 5]); // ndim 2; dtype from the table: f32
+    ok.extend([2 << 2 | 1, 3 << 2 | 1]); // shape (2, 3)
+    ok.extend([1u8, 3 << 2 | 1, 1 << 2 | 1]); // strides present: (3, 1)
+    ok.extend([1u8, 0, 1]); // byte offset 0; data in the arena
+    assert_eq!(dlpack_import_outcome(&ok), Outcome::Read, "the 2x3 f32 seed is accepted and read");
+    // ndim -1, 65 and i32::MAX: refused before reading.
     for ndim in [-1i32, 65, i32::MAX] {
-        let mut b = vec![1u8, 1, 0, 0, 0, 0, 0, 0, 0, 1, 3, 0];
+        let mut b = head(&[3, 0]); // the CPU; ndim given raw
         b.extend(ndim.to_le_bytes());
-        dlpack_import(&b);
+        b.extend(ok[head(&[3]).len() + 1..].iter().copied());
+        assert_eq!(dlpack_import_outcome(&b), Outcome::Refused, "ndim {ndim} is refused");
     }
     typestr(b"<f8");
     typestr(b"|b1");

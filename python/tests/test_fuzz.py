@@ -28,6 +28,7 @@ import gc
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -272,6 +273,12 @@ def check_arrow_result(arr, case):
 def check_tensor_result(t, case, copy):
     shape = tuple(case["shape"])
     assert t.shape == shape and t.ndim == len(shape)
+    if "versioned" in case:  # a DLPack capsule
+        # A versioned capsule's flags say how the memory may be used (legacy ones carry none):
+        # IS_COPIED memory is the consumer's own, so writable even if READ_ONLY is also set.
+        flags = case["flags"] if case["versioned"] else 0
+        copied = bool(flags & fakes.IS_COPIED)
+        assert (t.copied, t.readonly) == (copied, bool(flags & fakes.READ_ONLY) and not copied), hex(flags)
     expected = expected_of(case)
     ok, got = attempt(lambda: np.from_dlpack(t))
     if case["device"][0] == 1:
@@ -333,10 +340,52 @@ def test_dlpack_capsules_over_real_memory(case, entry, copy):
         check_tensor_result(out, case, copy)
     elif ok:
         check_arrow_result(out, case)
+        if copy is False and numel(case["shape"]):
+            lo, hi = buffer_range(case["buf"])
+            assert any(b is not None and lo <= b.address < hi for b in out.buffers()), "copy=False copied"
+            event("copy=False shared")
     else:
         assert copy is False and isinstance(out, BufferError), f"{type(out).__name__}: {out}"
+        assert not arrow_can_share(case), f"copy=False refused memory Arrow can share: {out}"
     del out
     finish(made)
+
+
+def arrow_can_share(case) -> bool:
+    """Whether an Arrow array can be a view of the case's memory: CPU, C order, elements aligned
+    to their size, and not bool (which Arrow bit-packs)."""
+    item = case["np_dtype"].itemsize
+    return (
+        case["device"] == (1, 0)
+        and case["np_dtype"] != np.bool_
+        and (case["null_strides"] or case["strides"] == c_strides(case["shape"]))
+        and (case["buf"].ctypes.data + case["off"]) % item == 0
+    )
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "float32", "float64", "int64"])
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 2)])
+def test_copy_false_shares_contiguous_aligned_memory(dtype, shape):
+    src = np.arange(math.prod(shape)).astype(dtype).reshape(shape)
+    fake = fakes.dlpack_capsule(src.ctypes.data, list(shape), c_strides(shape), dtype=(*next(
+        k for k, v in fakes.DL_DTYPES.items() if v == src.dtype), 1), keep=src)
+    for x in (src, fake.capsule):
+        arr = dlframe.from_dlpack(x, copy=False)
+        values = arr if len(shape) == 1 else arr.storage.flatten()
+        assert values.buffers()[1].address == src.ctypes.data, "copy=False shares the producer's memory"
+        assert_same(arrow_values(arr), src, src.dtype)
+        del arr, values
+    finish([fake])
+
+
+def test_read_only_flags_of_a_real_producer_are_kept():
+    ro = np.arange(6, dtype=np.float32)
+    ro.flags.writeable = False
+    t = dlframe.tensor(ro)
+    assert t.readonly and not t.copied
+    assert not np.from_dlpack(t).flags.writeable
+    w = dlframe.tensor(np.arange(6, dtype=np.float32))
+    assert not w.readonly and not w.copied
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,6 +410,33 @@ INVALID_KINDS = [
     "bad_name",
 ]
 KNOWN_DEVICES = {1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}
+OUTSIDE = "reaches outside the address space"
+#: What the refusal of each kind of invalid capsule must say (a regex searched in the message).
+INVALID_SAYS = {
+    "negative_extent": "negative extent",
+    "ndim_too_big": r"ndim \d+ is outside",
+    "ndim_huge_short_arrays": r"ndim \d+ is outside",
+    "ndim_negative": r"ndim -\d+ is outside",
+    "overflow_numel": "overflows",
+    "overflow_span": "overflows",
+    "null_data": "NULL data",
+    "null_shape": "NULL shape",
+    "bad_dtype": r"unsupported dtype \(code=",
+    # A producer's __dlpack_device__ is asked first: its device is refused as not the host.
+    "unknown_device": r"unsupported device \(device_type=|DLPack device \(.*Arrow needs host memory",
+    "non_host_device": "Arrow needs host memory",
+    "major_version": r"DLPack version \d+\.\d+ is not supported",
+    "byte_offset_overflow": r"byte_offset \d+ overflows",
+    "address_wrap": OUTSIDE,
+    "stride_below_zero": OUTSIDE,
+    "bad_name": "not a DLPack capsule",
+}
+assert set(INVALID_SAYS) == set(INVALID_KINDS)
+
+
+def assert_refused(kind, ok, out, says):
+    assert not ok, f"{kind}: accepted {out!r}"
+    assert re.search(says[kind], str(out)), f"{kind}: refused for another reason: {type(out).__name__}: {out}"
 
 
 @st.composite
@@ -500,7 +576,7 @@ def test_invalid_dlpack_capsules_are_refused(data, kind, entry, copy):
             assert fake.consumed(), "the capsule is consumed (and its tensor released) even when refused"
             with pytest.raises(ValueError, match="consumed"):
                 dlframe.from_dlpack(fake.capsule)
-    assert not ok, f"{kind}: accepted {out!r}"
+    assert_refused(kind, ok, out, INVALID_SAYS)
     del out
     finish(made, expected_deletes=0 if kind == "bad_name" else 1)
 
@@ -696,6 +772,23 @@ IFACE_INVALID = [
     "not_a_dict",
     "missing_key",
 ]
+IFACE_INVALID_SAYS = {
+    "negative_extent": "negative extent",
+    "ndim_too_big": r"ndim \d+ exceeds the limit",
+    "overflow_numel": "overflows",
+    "overflow_span": "overflows",
+    "null_data": "data is NULL",
+    "strides_length": r"\d+ strides for \d+ dimensions",
+    "partial_stride": r"not a multiple of the itemsize|unsupported dtype <f3",  # (<f3 for 1-byte items)
+    "address_wrap": OUTSIDE,
+    "byte_order": r"non-native byte order|unsupported dtype <c8",  # (<c8 for 1-byte items)
+    # (a typestr that is not a str is refused by the argument conversion, which names the type)
+    "bad_typestr": r"typestr|unsupported dtype|is not an instance of 'str'",
+    "data_not_a_pair": re.escape("data must be a (pointer, read_only) tuple"),
+    "not_a_dict": "must be a dict",
+    "missing_key": "missing (shape|typestr)",
+}
+assert set(IFACE_INVALID_SAYS) == set(IFACE_INVALID)
 
 
 @pytest.mark.parametrize("kind", IFACE_INVALID)
@@ -757,7 +850,7 @@ def test_invalid_array_interface_dicts_are_refused(case, data, kind):
     obj = fakes.Interface(d, keep=case["buf"])
     for call in (lambda: dlframe.from_dlpack(obj), lambda: dlframe.tensor(obj)):
         ok, out = attempt(call)
-        assert not ok, f"{kind}: accepted {d!r}"
+        assert_refused(kind, ok, out if not ok else d, IFACE_INVALID_SAYS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -900,6 +993,27 @@ STRUCT_INVALID = [
     "address_wrap",
     "not_a_capsule",
 ]
+# A header with a negative nd or itemsize is refused with the message about `two` (one check
+# covers the three fields).
+HEADER = re.escape("the struct does not start with two == 2")
+STRUCT_INVALID_SAYS = {
+    "two": HEADER,
+    "nd_negative": HEADER,
+    "nd_too_big": r"nd \d+ exceeds the limit",
+    "nd_huge_short_arrays": r"nd \d+ exceeds the limit",
+    "null_shape": "NULL shape",
+    "null_data": "NULL data pointer",
+    "swapped": "byte-swapped",
+    "named": "a named or empty capsule",
+    "itemsize": HEADER + r"|unsupported dtype \|[biufmM]\d+:",  # sizes <= 0 | sizes no dtype has
+    "typekind": "unknown kind",
+    "negative_extent": "negative extent",
+    "overflow": "overflows",
+    "partial_stride": "not a whole element",
+    "address_wrap": OUTSIDE,
+    "not_a_capsule": "not a capsule|a named or empty capsule",  # (a DLPack capsule is named)
+}
+assert set(STRUCT_INVALID_SAYS) == set(STRUCT_INVALID)
 
 
 @pytest.mark.parametrize("kind", STRUCT_INVALID)
@@ -971,7 +1085,7 @@ def test_invalid_array_structs_are_refused(data, kind, entry):
             obj = fakes.ArrayStruct(case["buf"].ctypes.data + case["off"], [2], case["byte_strides"], typekind=case["typekind"], itemsize=item, flags=case["flags"], keep=case["buf"])
     call = (lambda: dlframe.from_dlpack(obj)) if entry == "from_dlpack" else (lambda: dlframe.tensor(obj))
     ok, out = attempt(call)
-    assert not ok, f"{kind}: accepted {out!r}"
+    assert_refused(kind, ok, out, STRUCT_INVALID_SAYS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1196,6 +1310,35 @@ def arrow_columns(draw):
     return pa.array(values).slice(start), values[start:]
 
 
+def is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def keywords_valid(kwargs, readonly):
+    """Whether ``__dlpack__(**kwargs)`` of a CPU tensor must succeed (True) or be refused (False),
+    by the DLPack rules for a CPU producer; None where Python's bool-is-an-int makes either
+    answer defensible (a bool inside max_version or dl_device)."""
+    stream, mv, dev, copy = (kwargs.get(k) for k in ("stream", "max_version", "dl_device", "copy"))
+    if copy is not None and not isinstance(copy, bool):
+        return False
+    if not (stream is None or (is_int(stream) and stream == -1)):
+        return False  # a CPU tensor takes no stream but -1; anything else is not a stream
+    versioned = False
+    for value, ok in ((mv, lambda a, b: 0 <= a < 2**32 and 0 <= b < 2**32), (dev, lambda a, b: (a, b) == (1, 0))):
+        if value is None:
+            continue
+        if not isinstance(value, tuple) or len(value) != 2:
+            return False
+        if any(isinstance(v, bool) for v in value):
+            return None
+        if not all(is_int(v) for v in value) or not ok(*value):
+            return False
+    if mv is not None:
+        versioned = mv[0] >= 1
+    # A legacy capsule cannot mark shared read-only memory: it needs a copy.
+    return not (not versioned and readonly and copy is False)
+
+
 @fuzz
 @given(
     col=arrow_columns(),
@@ -1212,6 +1355,10 @@ def test_tensor_dlpack_keywords(col, kwargs, consumer):
     assume(not (to_gpu and isinstance(stream, int) and not isinstance(stream, bool) and stream > 2))
     t = dlframe.to_dlpack(arr)
     ok, cap = attempt(lambda: t.__dlpack__(**kwargs))
+    valid = None if to_gpu else keywords_valid(kwargs, t.readonly)
+    event(f"keywords {'unclassified' if valid is None else 'valid' if valid else 'invalid'}")
+    if valid is not None:
+        assert ok == valid, f"{kwargs!r} (readonly={t.readonly}): " + ("refused: %s" % cap if valid else "accepted")
     if not ok:
         return
     if to_gpu:

@@ -105,7 +105,18 @@ def test_table_with_misaligned_chunks_and_mask():
     tbl = pa.table({"a": t1["a"], "b": b})
     vals, mask = dlframe.to_dlpack(tbl, nulls="mask")
     np.testing.assert_array_equal(np.from_dlpack(mask), [[1, 1], [1, 0], [1, 1], [1, 1]])
-    np.testing.assert_array_equal(np.from_dlpack(vals)[:, 0], [1, 2, 3, 4])
+    got = np.from_dlpack(vals)
+    np.testing.assert_array_equal(got[:, 0], [1, 2, 3, 4])
+    # b's chunks break at row 2, a's do not: b's values land in their rows (its null's slot is
+    # whatever the mask hides).
+    np.testing.assert_array_equal(got[[0, 2, 3], 1], [1, 3, 4])
+    filled = np.from_dlpack(dlframe.to_dlpack(tbl, fill_value=-1))
+    np.testing.assert_array_equal(filled, [[1, 1], [2, -1], [3, 3], [4, 4]])
+    for order in ("C", "F"):
+        chunked = pa.table({"a": pa.chunked_array([[1.0], [2.0, 3.0, 4.0]]), "b": b})
+        np.testing.assert_array_equal(
+            np.from_dlpack(dlframe.to_dlpack(chunked, fill_value=-1, order=order)), [[1, 1], [2, -1], [3, 3], [4, 4]]
+        )
 
 
 def test_polars_series_and_frames():

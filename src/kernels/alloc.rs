@@ -206,21 +206,79 @@ mod pool {
 mod tests {
     use super::*;
 
+    /// Takes every mapping out of the pool, which the tests running in parallel share, so that
+    /// the next mapping given back is the next one taken. The result holds them until it drops.
+    #[cfg(target_os = "linux")]
+    fn drain_pool() -> Vec<HostBuffer> {
+        // take(len) fits usable sizes from len to 2 len + HUGE_PAGE: doubling covers them all.
+        let mut held = Vec::new();
+        let mut len = HUGE_PAGE_THRESHOLD;
+        while len <= 2 * POOL_BYTES {
+            while let Some(b) = pool::take(len) {
+                held.push(b);
+            }
+            len *= 2;
+        }
+        held
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn large_mappings_are_recycled_for_overwriting_writers_only() {
-        let len = HUGE_PAGE_THRESHOLD + 4096;
+        // A size no other test asks for, so that no test running beside this one takes it.
+        let len = (96 << 20) + 4096;
+        let marks = [0, 7, len / 2, len - 1];
+        let _held = drain_pool();
         let mut a = HostBuffer::zeroed(len).unwrap();
-        a.as_mut_slice()[7] = 42;
-        let ptr = a.as_mut_slice().as_ptr();
-        drop(a);
+        let ptr = a.as_mut_slice().as_ptr() as usize;
+        for at in marks {
+            a.as_mut_slice()[at] = 42;
+        }
+        drop(a); // into the pool, which is empty
         let mut fresh = HostBuffer::zeroed(len).unwrap();
-        assert!(fresh.as_mut_slice().iter().all(|&b| b == 0), "zeroed never recycles");
-        drop(fresh);
+        assert_ne!(fresh.as_mut_slice().as_ptr() as usize, ptr, "zeroed never recycles");
+        assert!(marks.iter().all(|&at| fresh.as_mut_slice()[at] == 0), "zeroed never recycles");
         let mut again = HostBuffer::for_overwrite(len).unwrap();
         assert_eq!(again.len(), len);
-        assert_eq!(again.as_mut_slice().as_ptr() as usize % ALIGN, 0);
-        let _ = ptr; // which pooled mapping comes back is the pool's choice
+        assert_eq!(again.as_mut_slice().as_ptr() as usize, ptr, "for_overwrite takes the pooled mapping");
+        // Recycled as it was, not zeroed again: the earlier tensor's bytes are still there.
+        assert!(marks.iter().all(|&at| again.as_mut_slice()[at] == 42));
+        drop(fresh);
+    }
+
+    /// The writers that ask for recycled memory must overwrite every byte of it: a null fill
+    /// that left the slots of an all-null word untouched would pass on fresh (zeroed) memory
+    /// with a fill of 0, and shows here.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn outputs_written_into_dirty_recycled_memory_hold_exactly_their_values() {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, Float64Array};
+        use arrow_schema::{DataType, Field, FieldRef};
+
+        use crate::arrow::{ExportOptions, NullPolicy, Scalar, to_tensor};
+
+        // 40 MiB of f64 (a size no other test asks for): nulls in whole 64-bit validity words,
+        // in sparse and in dense words, all filled with 0.
+        let n = 5 << 20;
+        let is_null = |i: usize| i % 200 < 70 || i % 97 == 5 || (i / 64) % 3 == 1 && i % 2 == 0;
+        let column: ArrayRef =
+            Arc::new((0..n).map(|i| (!is_null(i)).then_some(i as f64)).collect::<Float64Array>());
+        let field: FieldRef = Arc::new(Field::new("x", DataType::Float64, true));
+        let opts = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(0)), ..Default::default() };
+        let _held = drain_pool();
+        let mut dirty = HostBuffer::zeroed(n * 8).unwrap();
+        dirty.as_mut_slice().fill(0xab);
+        let ptr = dirty.as_mut_slice().as_ptr() as usize;
+        drop(dirty);
+        let out = to_tensor(&field, &[column], &opts).unwrap().values;
+        assert_eq!(out.data_ptr() as usize, ptr, "the output was written into the dirty mapping");
+        let got = out.as_slice::<f64>().unwrap();
+        for (i, &v) in got.iter().enumerate() {
+            let want = if is_null(i) { 0.0 } else { i as f64 };
+            assert!(v.to_bits() == want.to_bits(), "row {i}: {v} != {want}");
+        }
     }
 
     #[test]
