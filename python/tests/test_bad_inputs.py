@@ -1,4 +1,4 @@
-"""Runs the README's table of bad inputs: each row must raise its exception with its message."""
+"""Runs the bad-input table of docs/hardening.md: each row must raise its exception with its message."""
 
 import json
 import pathlib
@@ -12,7 +12,7 @@ import pytest
 import dlframe
 import fakes
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+TABLE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "hardening.md"
 
 
 def tensor_type(metadata, width):
@@ -24,19 +24,19 @@ def tensor_type(metadata, width):
 
 
 def rows():
-    text = README.read_text()
+    text = TABLE.read_text()
     table = text.split("<!-- bad-inputs:start -->")[1].split("<!-- bad-inputs:end -->")[0]
     out = []
     for line in table.strip().splitlines()[2:]:
         m = re.fullmatch(r"\| `(.+)` \| (\w+) \| `(.+)` \|", line.strip())
-        assert m, f"a README bad-input row that does not parse: {line!r}"
+        assert m, f"a bad-input row of docs/hardening.md that does not parse: {line!r}"
         out.append(m.groups())
-    assert len(out) >= 20, "the README's bad-input table lost its rows"
+    assert len(out) >= 20, "the bad-input table of docs/hardening.md lost its rows"
     return out
 
 
 @pytest.mark.parametrize("expr,exc,message", rows(), ids=[r[0][:60] for r in rows()])
-def test_readme_bad_input_row(expr, exc, message):
+def test_bad_input_row(expr, exc, message):
     buf = np.zeros(16, np.float32)
     namespace = dict(np=np, pa=pa, pl=pl, json=json, dlframe=dlframe, Iface=fakes.Interface, WithBuffer=fakes.OwnBuffer, buf=buf, tensor_type=tensor_type)
     with pytest.raises(Exception) as info:
