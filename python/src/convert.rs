@@ -291,7 +291,7 @@ enum Keep {
     Device,
 }
 
-/// Imports through `__dlpack__`, following the consumer ladder of CONFORMANCE.md item 16.
+/// Imports through `__dlpack__`, following the consumer ladder of docs/conformance.md item 16.
 fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
     let py = x.py();
     // Interned names: this runs once per imported tensor, and building and hashing the strings

@@ -100,7 +100,7 @@ unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
 
 #[pymethods]
 impl PyTensor {
-    /// Exports the tensor as a DLPack capsule (CONFORMANCE.md section 8, items 1-15).
+    /// Exports the tensor as a DLPack capsule (docs/conformance.md, items 1-15).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,

@@ -12,7 +12,7 @@ Every ctypes object a fake hands to dlframe (structs, shape and stride arrays, t
 the callbacks) lives in ``REGISTRY`` until the test has seen the deleter run exactly once, and
 stays there for good otherwise, so a late deleter call never touches freed memory.
 
-Layouts are 64-bit (CONFORMANCE.md 1.2); the structs are checked against those offsets below.
+Layouts are 64-bit (docs/conformance.md, "The C structs"); the structs are checked against those offsets below.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CONFORMANCE.md section 8, consumer items 16-23: dlframe.from_dlpack into Arrow."""
+"""docs/conformance.md, consumer items 16-23: dlframe.from_dlpack into Arrow."""
 
 import gc
 import threading

@@ -1,4 +1,4 @@
-"""CONFORMANCE.md section 8, array-interface items 24-27, and the fallbacks of item 16."""
+"""docs/conformance.md, array-interface items 24-27, and the fallbacks of item 16."""
 
 import array
 import gc

@@ -1,4 +1,4 @@
-"""CONFORMANCE.md section 8, producer items 1-15, checked with real consumers."""
+"""docs/conformance.md, producer items 1-15, checked with real consumers."""
 
 import ctypes
 import gc

@@ -1,5 +1,5 @@
 //! `arrow.fixed_shape_tensor` metadata, read and written leniently so pyarrow and arrow-rs
-//! agree (STYLE.md, pitfalls).
+//! agree.
 //!
 //! Reading accepts `permutation` (the spec and Arrow C++) and `permutations` (arrow-rs 59),
 //! treats `null` as absent, and ignores unknown keys. Writing emits only the keys that are

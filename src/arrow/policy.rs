@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef, Order, Scalar};
 use crate::tensor::{Tensor, c_strides};
 
-/// What to do with nulls (DESIGN.md, "Nulls").
+/// What to do with nulls (docs/design.md, "Null policy").
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum NullPolicy {
     /// Refuse columns with nulls, naming the column and the count (the default).

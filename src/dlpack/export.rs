@@ -172,7 +172,7 @@ pub fn export_versioned(tensor: Tensor) -> ExportedVersioned {
 /// Exports a tensor as a legacy `DLManagedTensor` (without copying).
 ///
 /// The legacy struct cannot say "read-only": the caller decides whether sharing read-only
-/// memory this way is acceptable (the Python layer copies, CONFORMANCE.md item 4).
+/// memory this way is acceptable (the Python layer copies, docs/conformance.md item 4).
 pub fn export_legacy(tensor: Tensor) -> ExportedLegacy {
     let (dl_tensor, manager_ctx) = build(tensor);
     let managed = Box::new(DLManagedTensor { dl_tensor, manager_ctx, deleter: Some(delete_legacy) });

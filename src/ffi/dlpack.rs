@@ -2,7 +2,7 @@
 //!
 //! The names follow the header. Nothing here has logic or ownership rules: `crate::dlpack`
 //! owns these structs (export) or wraps foreign ones (import). Sizes and offsets are checked at
-//! compile time against the 64-bit C layout (CONFORMANCE.md section 1.2).
+//! compile time against the 64-bit C layout (docs/conformance.md, "The C structs").
 
 use std::ffi::{CStr, c_void};
 use std::mem::{offset_of, size_of};
@@ -152,7 +152,7 @@ pub struct DLManagedTensorVersioned {
     pub dl_tensor: DLTensor,
 }
 
-// The 64-bit C layout (CONFORMANCE.md 1.2), checked at compile time.
+// The 64-bit C layout (docs/conformance.md, "The C structs"), checked at compile time.
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(size_of::<DLDevice>() == 8);

@@ -3,7 +3,7 @@
 //!
 //! These are descriptions only: building one copies nothing, and reading one validates the
 //! layout before anything touches memory. Spec: numpy `arrays.interface`, numba
-//! `cuda_array_interface` (CONFORMANCE.md sections 3 and 4).
+//! `cuda_array_interface` (docs/conformance.md, "Array interfaces").
 
 pub mod typestr;
 
@@ -39,7 +39,7 @@ pub struct ArrayInterface {
 
 impl ArrayInterface {
     /// Describes a tensor (copies nothing). Never carries a `mask`: validity travels
-    /// separately (CONFORMANCE.md item 26).
+    /// separately (docs/conformance.md item 26).
     pub fn from_tensor(tensor: &Tensor, typestr: TypeStr) -> Self {
         let item = tensor.dtype().itemsize() as i64;
         let strides =
