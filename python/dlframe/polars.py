@@ -119,6 +119,12 @@ def to_tensor(
 
     - ``to_tensor("a", "b", "c")``: k numeric, boolean or temporal columns become
       ``Array(T, k)``, where T is ``dtype`` or the columns' common dtype (numpy's promotion).
+      Selectors (``cs.numeric()``, ``pl.exclude("y")``) give all their columns to one call; a
+      literal (``pl.lit(1.0)``) is repeated for every row. The result is named after the first
+      input.
+    - ``dtype``: any dtype-like ``dlframe.to_dlpack`` takes (``"float32"``, ``np.float32``,
+      ``"f4"``, ``pl.Float32``, ``pa.float32()``, ``torch.float32``); an unknown one raises
+      TypeError here, before the query runs.
     - ``to_tensor("lists", width=d)``: equal-length lists become ``Array(T, d)``; Polars must
       know the width before the query runs, so ``width`` is required for a List column. An
       ``Array`` column passes through (cast or filled when asked).
