@@ -52,7 +52,8 @@ def test_torch_dtypes_are_dtype_likes():
         like = getattr(torch, name, None)
         if like is None:  # torch has no uint16..uint64 before 2.3
             continue
-        assert dlframe.to_dlpack(pa.array([1, 0]), dtype=like).dtype == name
+        values = [True, False] if name == "bool" else [1, 0]
+        assert dlframe.to_dlpack(pa.array(values), dtype=like).dtype == name
         assert dlframe._native._dtype_name(like) == name
     with pytest.raises(TypeError, match="bfloat16"):
         dlframe.to_dlpack(pa.array([1.0]), dtype=torch.bfloat16)
