@@ -109,7 +109,7 @@ pub enum Error {
         found: usize,
     },
     /// A value that does not fit the target dtype of a cast or a fill.
-    #[error("{value} {place} does not fit {target}; choose a wider dtype")]
+    #[error("{value} {place} does not fit {target}; {}", out_of_range_remedy(value, place, target))]
     ValueOutOfRange {
         /// The value, printed.
         value: String,
@@ -131,6 +131,25 @@ pub enum Error {
     #[cfg(feature = "polars")]
     #[error("polars: {0}")]
     Polars(#[from] polars_core::error::PolarsError),
+}
+
+/// The remedy for a value that does not fit its target: a wider dtype helps only an integer
+/// (or finite float) that is too large; NaN, infinity and fractions need a float dtype or, for a
+/// fill, another fill value.
+fn out_of_range_remedy(value: &str, place: &str, target: &str) -> &'static str {
+    let fill = place == "(fill_value)";
+    let whole = value.parse::<f64>().is_ok_and(|v| v.is_finite() && v.fract() == 0.0);
+    match (target, fill) {
+        ("bool", true) => "fill a bool column with True, False, 0 or 1",
+        ("bool", false) => "only 0 and 1 become bool; compare the column instead (x != 0)",
+        (t, true) if !t.starts_with("float") && !whole => "fill with an integer, or choose a float dtype",
+        (t, false) if !t.starts_with("float") && !whole => {
+            "integer dtypes hold no NaN, infinity or fraction; choose a float dtype, or round or \
+             fill the values first"
+        }
+        (t, _) if t.starts_with('u') && value.starts_with('-') => "choose a signed dtype",
+        _ => "choose a wider dtype",
+    }
 }
 
 impl Error {

@@ -1,11 +1,17 @@
 """dlframe: dataframe columns to tensors and back, without copying where the memory allows.
 
 - ``to_dlpack(obj, ...)`` takes anything that speaks the Arrow PyCapsule interface (pyarrow,
-  polars, datafusion, duckdb, arro3, nanoarrow) and returns a :class:`Tensor` that numpy, torch,
-  jax and cupy consume through ``__dlpack__`` or the array interfaces.
+  polars, datafusion, duckdb, arro3, nanoarrow) and Polars LazyFrames, and returns a
+  :class:`Tensor` that numpy, torch, jax and cupy consume through ``__dlpack__`` or the array
+  interfaces.
 - ``from_dlpack(x, ...)`` takes any tensor (DLPack, array interface, buffer protocol) and
   returns a pyarrow array, sharing memory where possible.
+- ``dlframe.polars`` (imported with ``dlframe`` when Polars is installed) and
+  ``dlframe.datafusion`` (imported on first use, so ``import dlframe`` never imports
+  datafusion) hold the Polars and DataFusion integrations.
 """
+
+from typing import Any
 
 from ._native import Tensor, __version__, cuda_device_count, from_dlpack, tensor, to_dlpack
 
@@ -16,3 +22,12 @@ if _util.find_spec("polars") is not None:
     from . import polars as polars  # noqa: F401
 
 __all__ = ["Tensor", "cuda_device_count", "from_dlpack", "tensor", "to_dlpack", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """``dlframe.datafusion`` on first use: the module imports datafusion only when called."""
+    if name == "datafusion":
+        import importlib
+
+        return importlib.import_module(".datafusion", __name__)
+    raise AttributeError(f"module 'dlframe' has no attribute {name!r}")

@@ -1,4 +1,11 @@
-from typing import Any, Literal
+from typing import Any, Literal, overload
+
+import numpy as np
+
+# Every dtype-like `dtype=` accepts: a name ("float32"), a numpy dtype, type or code (np.float32,
+# np.dtype("f4"), "f4", "<f4"), a pyarrow DataType, a Polars dtype or a torch dtype.
+DTypeLike = Any
+_Nulls = Literal["error", "fill", "nan", "mask"]
 
 class Tensor:
     """A tensor over Arrow (or foreign) memory.
@@ -33,7 +40,8 @@ class Tensor:
     def strides(self) -> tuple[int, ...]:
         """Strides in elements, as DLPack counts them."""
     @property
-    def dtype(self) -> str: ...
+    def dtype(self) -> np.dtype[Any]:
+        """The element type as a numpy dtype (equal to its name: ``t.dtype == "float32"``)."""
     @property
     def device(self) -> str: ...
     @property
@@ -49,17 +57,59 @@ class Tensor:
         A CUDA tensor needs ``copy=True`` (one device-to-host transfer); otherwise BufferError.
         """
     def to_polars(self, *, copy: bool | None = None) -> Any: ...
+    def to_numpy(self, *, copy: bool | None = None) -> np.ndarray[Any, np.dtype[Any]]:
+        """A numpy view of the memory (read-only when the tensor is); ``copy=True``: a writable copy."""
 
+@overload
 def to_dlpack(
     obj: Any,
     *,
-    nulls: Literal["error", "fill", "nan", "mask"] = "error",
+    nulls: Literal["error", "fill", "nan"] = "error",
     fill_value: bool | int | float | None = None,
     copy: bool | None = None,
-    dtype: Any | None = None,
+    dtype: DTypeLike | None = None,
     order: Literal["C", "F"] = "C",
     device: str | None = None,  # "cpu", "cuda" or "cuda:N"
-    columns: Literal["stack", "dict"] = "stack",
+    columns: Literal["stack"] = "stack",
+    stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
+) -> Tensor: ...
+@overload
+def to_dlpack(
+    obj: Any,
+    *,
+    nulls: Literal["mask"],
+    fill_value: bool | int | float | None = None,
+    copy: bool | None = None,
+    dtype: DTypeLike | None = None,
+    order: Literal["C", "F"] = "C",
+    device: str | None = None,  # "cpu", "cuda" or "cuda:N"
+    columns: Literal["stack"] = "stack",
+    stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def to_dlpack(
+    obj: Any,
+    *,
+    nulls: _Nulls = "error",
+    fill_value: bool | int | float | None = None,
+    copy: bool | None = None,
+    dtype: DTypeLike | None = None,
+    order: Literal["C", "F"] = "C",
+    device: str | None = None,  # "cpu", "cuda" or "cuda:N"
+    columns: Literal["dict"],
+    stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
+) -> dict[str, Any]: ...
+@overload
+def to_dlpack(
+    obj: Any,
+    *,
+    nulls: str = "error",
+    fill_value: bool | int | float | None = None,
+    copy: bool | None = None,
+    dtype: DTypeLike | None = None,
+    order: Literal["C", "F"] = "C",
+    device: str | None = None,  # "cpu", "cuda" or "cuda:N"
+    columns: str = "stack",
     stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
 ) -> Tensor | tuple[Tensor, Tensor] | dict[str, Any]:
     """Any Arrow producer as a tensor.
@@ -75,6 +125,7 @@ def to_dlpack(
     a handle, -1 none; or a torch/cupy stream) is made to wait for the conversion, so the
     result can be used there at once; the host does not block.
     """
+
 
 def from_dlpack(x: Any, *, copy: bool | None = None, device: str | None = None) -> Any:
     """Any tensor as a pyarrow array, zero-copy where the memory allows.
@@ -109,6 +160,9 @@ class ScalarUDF:
 
 def datafusion_udfs() -> list[ScalarUDF]:
     """Every dlframe SQL function; register them with ``dlframe.datafusion.register(ctx)``."""
+
+def _dtype_name(dtype: DTypeLike | None, /) -> str | None:
+    """dlframe's name for a dtype-like (np.float32 -> "float32"); None for None."""
 
 def datafusion_version() -> str:
     """The DataFusion version the SQL functions are built against."""

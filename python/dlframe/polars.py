@@ -19,6 +19,7 @@ directly where Polars does not define it (it never replaces a method Polars has)
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +30,34 @@ from . import _native
 __all__ = ["from_dlpack", "to_dlpack", "to_tensor"]
 
 
-def to_dlpack(obj: Any, **options: Any) -> Any:
-    """A Polars DataFrame, Series or LazyFrame as a tensor; options as ``dlframe.to_dlpack``.
+def to_dlpack(
+    obj: Any,
+    *,
+    nulls: str = "error",
+    fill_value: bool | int | float | None = None,
+    copy: bool | None = None,
+    dtype: Any = None,
+    order: str = "C",
+    device: str | None = None,
+    columns: str = "stack",
+    stream: Any = None,
+    engine: str = "auto",
+) -> Any:
+    """A Polars DataFrame, Series or LazyFrame as a tensor; the options are
+    ``dlframe.to_dlpack``'s, and ``engine`` is passed to ``LazyFrame.collect``.
 
     A Series of one chunk of numeric data without nulls shares its memory (no copy, constant
     time); everything else goes through the Arrow stream and the fused kernels.
     """
-    if not options and type(obj) is pl.Series:
+    options = {"nulls": nulls, "fill_value": fill_value, "copy": copy, "dtype": dtype, "order": order}
+    options.update(device=device, columns=columns, stream=stream)
+    plain = nulls == "error" and fill_value is None and copy is None and dtype is None and device is None
+    if plain and type(obj) is pl.Series:
         view = _numeric_view(obj)
         if view is not None:
             # The view's own capsule: numpy (>= 2.1) marks it read-only, as Polars' memory is.
             return _native.tensor(view.__dlpack__(max_version=(1, 3)))
     if isinstance(obj, pl.LazyFrame):
-        engine = options.pop("engine", "auto")
         obj = obj.collect(engine=engine)
     return _native.to_dlpack(obj, **options)
 
@@ -103,6 +119,12 @@ def to_tensor(
 
     - ``to_tensor("a", "b", "c")``: k numeric, boolean or temporal columns become
       ``Array(T, k)``, where T is ``dtype`` or the columns' common dtype (numpy's promotion).
+      Selectors (``cs.numeric()``, ``pl.exclude("y")``) give all their columns to one call; a
+      literal (``pl.lit(1.0)``) is repeated for every row. The result is named after the first
+      input.
+    - ``dtype``: any dtype-like ``dlframe.to_dlpack`` takes (``"float32"``, ``np.float32``,
+      ``"f4"``, ``pl.Float32``, ``pa.float32()``, ``torch.float32``); an unknown one raises
+      TypeError here, before the query runs.
     - ``to_tensor("lists", width=d)``: equal-length lists become ``Array(T, d)``; Polars must
       know the width before the query runs, so ``width`` is required for a List column. An
       ``Array`` column passes through (cast or filled when asked).
@@ -119,34 +141,26 @@ def to_tensor(
     if fill_value is not None and not isinstance(fill_value, (bool, int, float)):
         raise TypeError(f"fill_value must be a bool, int or float, not {type(fill_value).__name__}")
     # Every key is always sent: Polars sends no bytes at all for an empty kwargs dict.
-    kwargs = {"dtype": _dtype_name(dtype), "nulls": nulls, "fill_value": fill_value, "width": width}
+    kwargs = {"dtype": _native._dtype_name(dtype), "nulls": nulls, "fill_value": fill_value, "width": width}
     return register_plugin_function(
         plugin_path=Path(_native.__file__),
         function_name="to_tensor",
         args=list(exprs),
         kwargs=kwargs,
         is_elementwise=True,
+        # Selectors (cs.numeric(), pl.exclude("y"), pl.all()) are inputs of one call, not one
+        # call per column.
+        input_wildcard_expansion=True,
     )
-
-
-def _dtype_name(dtype: Any) -> str | None:
-    """A dtype as dlframe's name for it: Polars dtypes, numpy dtypes and names all work."""
-    if dtype is None or isinstance(dtype, str):
-        return dtype
-    if isinstance(dtype, pl.DataType) or (isinstance(dtype, type) and issubclass(dtype, pl.DataType)):
-        name = str(dtype).lower()
-        return "bool" if name == "boolean" else name
-    import numpy as np
-
-    return np.dtype(dtype).name
 
 
 class _Namespace:
     def __init__(self, obj: Any) -> None:
         self._obj = obj
 
+    # The signature and docs of `to_dlpack` (inspect.signature follows __wrapped__).
+    @functools.wraps(to_dlpack)
     def to_dlpack(self, **options: Any) -> Any:
-        """As ``dlframe.to_dlpack(obj, **options)``."""
         return to_dlpack(self._obj, **options)
 
 

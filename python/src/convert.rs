@@ -17,10 +17,11 @@ use dlframe::ffi::dlpack::DLDevice;
 use dlframe::kernels::Order;
 use dlframe::{Device, Tensor};
 
+use crate::args::DTypeArg;
 use crate::capsule;
 use crate::error::Result;
 use crate::interface;
-use crate::tensor::{PyTensor, consumer_stream, copy_policy, parse_dtype, stream_number};
+use crate::tensor::{PyTensor, consumer_stream, copy_policy, stream_number};
 
 /// A pyarrow array for an Arrow column (zero-copy through the C data interface).
 pub fn to_pyarrow<'py>(py: Python<'py>, field: FieldRef, array: ArrayRef) -> Result<Bound<'py, PyAny>> {
@@ -29,20 +30,9 @@ pub fn to_pyarrow<'py>(py: Python<'py>, field: FieldRef, array: ArrayRef) -> Res
     Ok(out.into_bound(py))
 }
 
-fn null_policy(nulls: &str, fill_value: Option<&Bound<'_, PyAny>>) -> PyResult<NullPolicy> {
+fn null_policy(nulls: &str, fill_value: Option<&Bound<'_, PyAny>>) -> Result<NullPolicy> {
     let fill = fill_value.filter(|v| !v.is_none()).map(scalar).transpose()?;
-    Ok(match (nulls, fill) {
-        ("error", None) => NullPolicy::Error,
-        ("error" | "fill", Some(v)) => NullPolicy::Fill(v),
-        ("fill", None) => return Err(PyValueError::new_err("nulls='fill' needs fill_value=...")),
-        ("nan", _) => NullPolicy::Nan,
-        ("mask", _) => NullPolicy::Mask,
-        (other, _) => {
-            return Err(PyValueError::new_err(format!(
-                "nulls={other:?}: expected 'error', 'fill', 'nan' or 'mask'"
-            )));
-        }
-    })
+    Ok(NullPolicy::parse(nulls, fill)?)
 }
 
 fn scalar(v: &Bound<'_, PyAny>) -> PyResult<Scalar> {
@@ -119,7 +109,26 @@ fn table_columns(field: &FieldRef, chunks: &[ArrayRef]) -> Result<Option<Columns
     Ok(Some((fields.iter().cloned().collect(), columns)))
 }
 
-/// Converts anything that speaks the Arrow PyCapsule interface into a tensor (see the stub).
+/// Any Arrow producer (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow: anything with
+/// `__arrow_c_array__` or `__arrow_c_stream__`), or a Polars LazyFrame (collected on the
+/// streaming engine), as a tensor.
+///
+/// A column (chunked or not) becomes one tensor: zero-copy for one chunk of numeric data
+/// without nulls, otherwise one fused copy. A table or record batch becomes an `(n, k)` matrix
+/// (`columns="stack"`, one fused interleave + cast pass) or a dict of column tensors
+/// (`columns="dict"`); a table whose only column is a list or tensor column (such as a
+/// `SELECT to_tensor(...)` result) becomes that column's `(n, *cell_shape)` tensor.
+///
+/// - `nulls`: `"error"` (default: BufferError naming the column), `"fill"` with `fill_value`,
+///   `"nan"` (float dtypes), or `"mask"`, which returns `(values, mask)` pairs.
+/// - `copy`: None copies only when needed; False raises BufferError when a copy would be
+///   needed; True always copies.
+/// - `dtype`: the target dtype, checked (a value that does not fit raises ValueError): a name
+///   (`"float32"`), a numpy dtype or code (`np.float32`, `"f4"`), a pyarrow, Polars or torch
+///   dtype.
+/// - `order`: `"C"` or `"F"`, the memory order of a matrix.
+/// - `device`: `"cpu"` (default), `"cuda"` or `"cuda:N"`; `stream` (DLPack numbering, or a
+///   torch/cupy stream) is then made to wait for the conversion.
 #[pyfunction]
 #[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order="C", device=None, columns="stack", stream=None))]
 #[allow(clippy::too_many_arguments)]
@@ -129,7 +138,7 @@ pub fn to_dlpack<'py>(
     nulls: &str,
     fill_value: Option<Bound<'py, PyAny>>,
     copy: Option<bool>,
-    dtype: Option<Bound<'py, PyAny>>,
+    dtype: Option<DTypeArg>,
     order: &str,
     device: Option<Bound<'py, PyAny>>,
     columns: &str,
@@ -155,15 +164,19 @@ pub fn to_dlpack<'py>(
         other => return Err(PyValueError::new_err(format!("order={other:?}: expected 'C' or 'F'")).into()),
     };
     let nulls = null_policy(nulls, fill_value.as_ref())?;
-    let opts = ExportOptions { nulls, copy: copy_policy(copy), dtype: parse_dtype(dtype.as_ref())?, order };
-    let input = arrow_input(obj).map_err(|_| {
-        PyTypeError::new_err(format!(
-            "to_dlpack takes an object with __arrow_c_array__ or __arrow_c_stream__ (pyarrow, polars, \
-             datafusion, duckdb, arro3, nanoarrow), not {}",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-        ))
-    })?;
-    let chunked = input.into_chunked_array()?;
+    let opts = ExportOptions { nulls, copy: copy_policy(copy), dtype: dtype.map(|d| d.0), order };
+    let collected;
+    let obj = if is_lazy_frame(obj)? {
+        collected = collect_lazy(obj)?;
+        &collected
+    } else {
+        obj
+    };
+    let chunked = match arrow_input(obj) {
+        Ok(input) => input.into_chunked_array().map_err(crate::error::Error::from),
+        Err(e) => Err(e.into()),
+    }
+    .map_err(|e| input_error(obj, e))?;
     let (chunks, field) = chunked.into_inner();
     if let Some((fields, cols)) = table_columns(&field, &chunks)? {
         return match columns {
@@ -221,6 +234,72 @@ fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
 fn first_duplicate<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let mut seen = std::collections::HashSet::new();
     names.into_iter().find(|n| !seen.insert(*n))
+}
+
+/// True for a Polars LazyFrame, which has no Arrow interface of its own until it is collected.
+fn is_lazy_frame(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let ty = obj.get_type();
+    Ok(ty.name()? == "LazyFrame" && ty.module()?.to_cow()?.starts_with("polars"))
+}
+
+/// Collects a LazyFrame (copies, as Polars runs the query), on the streaming engine.
+fn collect_lazy<'py>(lf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = lf.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("engine", "streaming")?;
+    lf.call_method("collect", (), Some(&kwargs))
+}
+
+/// Why an object's Arrow data could not be read: the wrong kind of object, or (for a producer
+/// that has the interface) what the producer or the import refused.
+fn input_error(obj: &Bound<'_, PyAny>, e: crate::error::Error) -> crate::error::Error {
+    let py = obj.py();
+    let ty = obj.get_type();
+    let name = ty.name().map(|n| n.to_string()).unwrap_or_default();
+    let speaks_arrow = ty.hasattr(intern!(py, "__arrow_c_array__")).unwrap_or(false)
+        || ty.hasattr(intern!(py, "__arrow_c_stream__")).unwrap_or(false);
+    if !speaks_arrow {
+        return PyTypeError::new_err(format!(
+            "to_dlpack takes an object with __arrow_c_array__ or __arrow_c_stream__ (pyarrow, polars, \
+             datafusion, duckdb, arro3, nanoarrow) or a Polars LazyFrame, not {name}"
+        ))
+        .into();
+    }
+    if let Some(found) = unsupported_polars_column(obj) {
+        return found;
+    }
+    e.in_context(py, &format!("reading the Arrow data of a {name} failed"))
+}
+
+/// For a Polars frame or Series with a column that Polars cannot export through Arrow, the error
+/// naming it: Int128 and the like need a cast; a column of Polars' Null type gets the error that
+/// the same column from pyarrow gets (arrow-rs cannot import Polars' export of it).
+fn unsupported_polars_column(obj: &Bound<'_, PyAny>) -> Option<crate::error::Error> {
+    let ty = obj.get_type();
+    if !ty.module().ok()?.to_cow().ok()?.starts_with("polars") {
+        return None;
+    }
+    let schema: Vec<(String, Bound<'_, PyAny>)> = match obj.getattr("schema") {
+        Ok(s) => {
+            s.call_method0("items").ok()?.try_iter().ok()?.filter_map(|kv| kv.ok()?.extract().ok()).collect()
+        }
+        Err(_) => vec![(obj.getattr("name").ok()?.extract().ok()?, obj.getattr("dtype").ok()?)],
+    };
+    schema.into_iter().find_map(|(col, dtype)| {
+        let printed = dtype.str().ok()?.to_string();
+        if printed == "Null" {
+            let field = std::sync::Arc::new(arrow_schema::Field::new(col, DataType::Null, true));
+            let nulls = arrow_array::new_null_array(&DataType::Null, 0);
+            return to_tensor(&field, &[nulls], &ExportOptions::default()).err().map(Into::into);
+        }
+        ["Int128", "UInt128", "Object"].iter().any(|t| printed.starts_with(t)).then(|| {
+            PyBufferError::new_err(format!(
+                "column '{col}' is {printed}, which has no tensor dtype (and Polars cannot export it \
+                 through Arrow); cast it first, e.g. pl.col('{col}').cast(pl.Int64) or pl.Float64"
+            ))
+            .into()
+        })
+    })
 }
 
 fn is_list_like(dt: &DataType) -> bool {
@@ -334,6 +413,20 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
     Ok(t)
 }
 
+/// Imports a host tensor through `__dlpack__`; when the producer refuses with BufferError (numpy
+/// has no DLPack form of `datetime64`), through its array interface, which also carries a
+/// datetime's unit.
+fn dlpack_or_interface(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
+    match via_dlpack(x, copy, Keep::Host) {
+        // Only when the interface works: otherwise the DLPack error says more.
+        Err(e) if e.is_instance_of::<PyBufferError>(x.py()) => match interface::import(x) {
+            Ok(Some(imported)) => Ok(imported.tensor),
+            _ => Err(e),
+        },
+        other => other,
+    }
+}
+
 /// Calls `x.__dlpack__(**kw)` and consumes the capsule. A producer that refuses a keyword with
 /// TypeError is asked again without `max_version`, then (when `bare_last`) with no keywords.
 fn call_dlpack(x: &Bound<'_, PyAny>, kw: &Bound<'_, PyDict>, bare_last: bool) -> Result<Tensor> {
@@ -428,7 +521,14 @@ pub fn on_host(t: Tensor, copy: Option<bool>) -> Result<(Tensor, Option<bool>)> 
     Err(PyBufferError::new_err(format!("dlframe cannot copy a tensor on {} to the host", t.device())).into())
 }
 
-/// Converts a tensor from any producer into a pyarrow array (see the stub for the ladder).
+/// Any tensor as a pyarrow array, zero-copy where the memory allows.
+///
+/// Accepts objects with `__dlpack__`, raw DLPack capsules, `__array_interface__`,
+/// `__array_struct__` and the buffer protocol; when a producer's `__dlpack__` refuses with
+/// BufferError (numpy's datetime64), its array interface is read instead. N-d tensors become
+/// `fixed_shape_tensor` arrays. The producer's memory stays alive as long as the Arrow buffers.
+/// Device tensors become host arrays only with `copy=True`; otherwise BufferError. `copy=False`
+/// raises BufferError when the memory cannot be shared.
 #[pyfunction]
 #[pyo3(signature = (x, *, copy=None, device=None))]
 pub fn from_dlpack<'py>(
@@ -452,7 +552,7 @@ pub fn from_dlpack<'py>(
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
         (capsule::consume(cap)?.into_tensor(), copy)
     } else if x.hasattr(intern!(x.py(), "__dlpack__"))? {
-        (via_dlpack(x, copy, Keep::Host)?, copy)
+        (dlpack_or_interface(x, copy)?, copy)
     } else if let Some(imported) = interface::import(x)? {
         (imported.tensor, copy)
     } else {
@@ -475,7 +575,11 @@ pub fn from_dlpack<'py>(
     to_pyarrow(py, field, array)
 }
 
-/// Wraps an existing tensor-like object in a `dlframe.Tensor` without converting to Arrow.
+/// Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor, without
+/// copying and without converting to Arrow.
+///
+/// A CUDA tensor (torch, cupy, jax) stays on its device and re-exports zero-copy with dlframe's
+/// stream semantics. Other devices raise BufferError; without CUDA support, RuntimeError.
 #[pyfunction]
 pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
     if let Ok(cap) = x.cast::<PyCapsule>() {

@@ -3,6 +3,7 @@
 //! Layering: this crate only adapts Python objects to the core crate's API; errors become
 //! exceptions in `error.rs`, and nothing here converts data on its own.
 
+mod args;
 mod capsule;
 mod convert;
 mod error;
@@ -57,6 +58,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(args::dtype_name, m)?)?;
     m.add_function(wrap_pyfunction!(_cuda_kernel_timing, m)?)?;
     m.add_class::<sql_udfs::PyScalarUDF>()?;
     m.add_function(wrap_pyfunction!(sql_udfs::datafusion_udfs, m)?)?;

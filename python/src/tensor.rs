@@ -381,10 +381,12 @@ impl PyTensor {
     fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, self.inner.strides())
     }
-    /// The dtype name, e.g. `"float32"`.
+    /// The element type as a `numpy.dtype` (`np.dtype('float32')`, which also compares equal
+    /// to the string `"float32"`), so that `np.result_type(t)` and `jnp.asarray(t)` work. A
+    /// tensor of datetimes reports the integer that stores them, as DLPack sees it.
     #[getter]
-    fn dtype(&self) -> &'static str {
-        self.inner.dtype().name()
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        numpy_dtype(py, self.inner.dtype())
     }
     /// `"cpu"`, `"cuda:0"`, ...
     #[getter]
@@ -435,6 +437,25 @@ impl PyTensor {
         crate::convert::to_pyarrow(py, field, array)
     }
 
+    /// The tensor as a numpy array: a view of the same memory (read-only when the tensor is)
+    /// through the array interface, or with `copy=True` a writable copy. A device tensor needs
+    /// `copy=True` (one device-to-host transfer); otherwise BufferError.
+    #[pyo3(signature = (*, copy=None))]
+    fn to_numpy<'py>(slf: &Bound<'py, Self>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let np = py.import(pyo3::intern!(py, "numpy"))?;
+        let t = &slf.get().inner;
+        if !t.device().is_host_accessible() {
+            let t = t.clone();
+            let (host, _) = py.detach(move || on_host(t, copy))?;
+            // The transfer is already a fresh copy: numpy views it.
+            return Ok(np.call_method1(pyo3::intern!(py, "asarray"), (PyTensor::new(host),))?);
+        }
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(pyo3::intern!(py, "copy"), copy == Some(true))?;
+        Ok(np.call_method(pyo3::intern!(py, "array"), (slf,), Some(&kwargs))?)
+    }
+
     /// The tensor as a polars Series: `dlframe.polars.from_dlpack` (N-d tensors become
     /// `Array` columns in logical order, copying only transposed or strided tensors).
     #[pyo3(signature = (*, copy=None))]
@@ -446,14 +467,9 @@ impl PyTensor {
     }
 }
 
-/// The dtype named by a Python argument (`"float32"`, a numpy dtype, ...), if any.
-pub fn parse_dtype(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<DType>> {
-    let Some(v) = v.filter(|v| !v.is_none()) else { return Ok(None) };
-    let name: String = match v.extract::<String>() {
-        Ok(s) => s,
-        Err(_) => v.str()?.extract()?,
-    };
-    DType::from_name(&name).map(Some).map_err(|e| PyTypeError::new_err(e.to_string()))
+/// The `numpy.dtype` of a dtype (numpy has all of dlframe's dtypes).
+fn numpy_dtype(py: Python<'_>, d: DType) -> PyResult<Bound<'_, PyAny>> {
+    py.import(pyo3::intern!(py, "numpy"))?.call_method1(pyo3::intern!(py, "dtype"), (d.name(),))
 }
 
 /// A tensor as a DLPack capsule: versioned (1.x) or legacy.

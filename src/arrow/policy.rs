@@ -33,6 +33,31 @@ pub enum NullPolicy {
     Mask,
 }
 
+impl NullPolicy {
+    /// The `nulls=` names, as messages list them.
+    pub const NAMES: [&'static str; 4] = ["error", "fill", "nan", "mask"];
+
+    /// The policy that a `nulls=` name and a fill value select, for every boundary (Python, the
+    /// Polars plugin): a fill value under `"error"` (the default) means `"fill"`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown name, or `"fill"` without a fill value.
+    pub fn parse(name: &str, fill: Option<Scalar>) -> Result<Self> {
+        Ok(match (name, fill) {
+            ("error", None) => NullPolicy::Error,
+            ("error" | "fill", Some(v)) => NullPolicy::Fill(v),
+            ("fill", None) => return Err(Error::InvalidArgument("nulls='fill' needs fill_value=...".into())),
+            ("nan", _) => NullPolicy::Nan,
+            ("mask", _) => NullPolicy::Mask,
+            (other, _) => {
+                return Err(Error::InvalidArgument(format!(
+                    "nulls={other:?}: expected 'error', 'fill', 'nan' or 'mask'"
+                )));
+            }
+        })
+    }
+}
+
 /// The array API's `copy` argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CopyPolicy {

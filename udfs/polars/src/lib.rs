@@ -57,18 +57,17 @@ impl ToTensorKwargs {
             Fill::Int(i) => Scalar::Int(i),
             Fill::Float(x) => Scalar::Float(x),
         });
-        let nulls = match (self.nulls.as_deref().unwrap_or("error"), fill) {
-            ("error", None) => NullPolicy::Error,
-            ("error" | "fill", Some(v)) => NullPolicy::Fill(v),
-            ("fill", None) => polars_bail!(InvalidOperation: "nulls='fill' needs fill_value=..."),
-            ("nan", _) => NullPolicy::Nan,
-            ("mask", _) => polars_bail!(
+        let name = self.nulls.as_deref().unwrap_or("error");
+        let nulls = match NullPolicy::parse(name, fill) {
+            Ok(NullPolicy::Mask) => polars_bail!(
                 InvalidOperation: "nulls='mask' gives two tensors, which one expression cannot \
                 return; use 'fill' or 'nan', or dlframe.to_dlpack(..., nulls='mask')"
             ),
-            (other, _) => polars_bail!(
-                InvalidOperation: "nulls={other:?}: expected 'error', 'fill' or 'nan'"
+            Ok(p) => p,
+            Err(_) if !NullPolicy::NAMES.contains(&name) => polars_bail!(
+                InvalidOperation: "nulls={name:?}: expected 'error', 'fill' or 'nan'"
             ),
+            Err(e) => return Err(polars_error(e)),
         };
         Ok(ExportOptions { nulls, copy: CopyPolicy::IfNeeded, dtype: self.target()?, order: Order::C })
     }
@@ -79,9 +78,17 @@ pub fn polars_error(e: Error) -> PolarsError {
     let msg = e.to_string();
     match e {
         Error::LengthMismatch { .. } => PolarsError::ShapeMismatch(msg.into()),
-        Error::UnsupportedArrowType { .. } | Error::UnsupportedDType { .. } => {
+        Error::UnsupportedArrowType { .. } | Error::UnsupportedDType { .. } | Error::InvalidArgument(_) => {
             PolarsError::InvalidOperation(msg.into())
         }
+        // The expression returns one column, so it offers no nulls='mask'.
+        Error::Nulls { column, null_count } => PolarsError::ComputeError(
+            format!(
+                "column {column} has {null_count} null(s); pass nulls='fill' (with fill_value=...) or \
+                 nulls='nan', or call fill_null first"
+            )
+            .into(),
+        ),
         Error::Polars(inner) => inner,
         _ => PolarsError::ComputeError(msg.into()),
     }
@@ -205,11 +212,20 @@ pub fn to_tensor_impl(inputs: &[Series], kwargs: &ToTensorKwargs) -> PolarsResul
     let dtypes: Vec<&DataType> = inputs.iter().map(|s| s.dtype()).collect();
     let out_dtype = output_dtype(&dtypes, kwargs)?;
     let name = inputs[0].name().clone();
-    let len = inputs[0].len();
+    // A literal (`pl.lit(1.0)`) arrives as one row and is broadcast, as Polars broadcasts it.
+    let len = inputs.iter().map(|s| s.len()).max().unwrap_or(0);
+    let broadcast: Vec<Series>;
+    let inputs = if inputs.iter().any(|s| s.len() == 1 && len > 1) {
+        broadcast =
+            inputs.iter().map(|s| if s.len() == 1 { s.new_from_index(0, len) } else { s.clone() }).collect();
+        &broadcast[..]
+    } else {
+        inputs
+    };
     if let Some(s) = inputs.iter().find(|s| s.len() != len) {
         polars_bail!(
-            ShapeMismatch: "to_tensor: column '{}' has length {}, column '{}' has {len}",
-            s.name(), s.len(), name
+            ShapeMismatch: "to_tensor: column '{}' has length {}, another column has {len}",
+            s.name(), s.len()
         );
     }
     if len == 0 {

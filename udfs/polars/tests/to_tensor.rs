@@ -109,8 +109,9 @@ fn bad_input_is_a_polars_error() {
     let err = to_tensor_impl(&[n.clone(), s], &kw()).unwrap_err();
     assert!(matches!(err, PolarsError::InvalidOperation(_)) && err.to_string().contains("str"), "{err}");
 
-    let short = Series::new("short".into(), &[1.0f64]);
-    let err = to_tensor_impl(&[n.clone(), short], &kw()).unwrap_err();
+    // One row would be broadcast (a literal); three rows against two are a mismatch.
+    let long = Series::new("long".into(), &[1.0f64, 2.0, 3.0]);
+    let err = to_tensor_impl(&[n.clone(), long], &kw()).unwrap_err();
     assert!(matches!(err, PolarsError::ShapeMismatch(_)), "{err}");
 
     let err = to_tensor_impl(
