@@ -148,7 +148,7 @@ def test_bad_input_is_a_polars_error_not_a_crash(df):
         ragged.select(to_tensor("l"))
     with pytest.raises(
         pl.exceptions.ComputeError,
-        match="lengths don't match: to_tensor: column 'b' has length 5, column 'a' has 2",
+        match="lengths don't match: to_tensor: column 'a' has length 2, another column has 5",
     ):
         df.select(to_tensor(pl.col("a").head(2), "b"))
     # dtype= is parsed when the expression is built, by the parser dlframe.to_dlpack uses.
