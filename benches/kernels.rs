@@ -162,6 +162,17 @@ fn bench(c: &mut Criterion) {
         pool.install(|| b.iter(|| black_box(to_tensor(&field, &chunks, &opts).expect("convert"))))
     });
     g.finish();
+
+    // Float narrowing: 10M f64 into f32, checked value by value for overflow (a finite value
+    // that would become inf is an error), against a memcpy of the same 40 MB of output.
+    let wide: Vec<f64> = floats(n, 7).into_iter().map(f64::from).collect();
+    let wide_cols = [Column::new(&wide[..])];
+    let mut g = group(c, "cast_f64_to_f32_10M", n * 4);
+    g.bench_function("memcpy", |b| b.iter(|| memcpy(&values, &mut out)));
+    g.bench_function("kernel", |b| {
+        pool.install(|| b.iter(|| interleave(&wide_cols, Order::C, None, &mut out).expect("cast")))
+    });
+    g.finish();
 }
 
 criterion_group!(benches, bench);
