@@ -231,6 +231,19 @@ pub const fn always_fits(from: DType, to: DType) -> bool {
     }
 }
 
+/// True when a cast from `from` to `to` can fail only by a finite value overflowing to
+/// infinity: a cast into a float type that is not [`always_fits`]. The kernels run such casts
+/// unchecked, so that the copy loop vectorises, and then look for the overflow in the output.
+pub const fn fails_only_by_overflow(from: DType, to: DType) -> bool {
+    matches!(kind(to), Kind::Float) && !always_fits(from, to)
+}
+
+/// True when `x` is an infinity of a float type.
+#[inline(always)]
+pub(crate) fn is_infinite<T: Element>(x: T) -> bool {
+    matches!(x.to_num(), Num::Float(f) if f.is_infinite())
+}
+
 /// Casts one value from `S` to `D`: unchecked when [`always_fits`], else `None` for a value
 /// that does not fit (out-of-range integers; NaN, infinite or fractional floats into ints).
 #[inline(always)]

@@ -10,7 +10,7 @@ use half::f16;
 use rayon::prelude::*;
 
 use super::bits::{BitSlice, check_len};
-use super::cast::{Element, always_fits, cast};
+use super::cast::{Element, always_fits, cast, fails_only_by_overflow, is_infinite};
 use super::fill::fill_nulls;
 use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
 use crate::dtype::DType;
@@ -323,15 +323,51 @@ fn write_column<D: Element>(
         // A copy refuses nothing, so there is no row to report.
         return strided(src, validity, fill, dst, stride, pos, Some).map_err(|_| unreachable!());
     }
+    let overflow_only = fails_only_by_overflow(col.dtype(), D::DTYPE);
     each_ref!(col.values, src => {
         let src = &src[r0..r0 + rows];
-        let written = if stride == 1 {
+        let written = if overflow_only {
+            // Unchecked (vectorised), then one scan of the output for an overflow.
+            let w = if stride == 1 {
+                strided(src, validity, fill, dst, 1, 0, lossy)
+            } else {
+                strided(src, validity, fill, dst, stride, pos, lossy)
+            };
+            w.and_then(|()| first_overflow(src, validity, dst, stride, pos).map_or(Ok(()), Err))
+        } else if stride == 1 {
             strided(src, validity, fill, dst, 1, 0, cast)
         } else {
             strided(src, validity, fill, dst, stride, pos, cast)
         };
         written.map_err(|r| refused::<D>(src[r], r0 + r, col, j))
     })
+}
+
+/// `s` as `D` like Rust's `as`; never refuses (see [`first_overflow`] for the check after it).
+#[inline(always)]
+fn lossy<S: Element, D: Element>(s: S) -> Option<D> {
+    Some(D::from_num_lossy(s.to_num()))
+}
+
+/// The first valid row whose finite value became an infinity in `dst` (every `stride`-th
+/// element from `pos`), after an unchecked cast into a float type. A fill that is itself
+/// infinite, in a null slot, is no overflow.
+fn first_overflow<S: Element, D: Element>(
+    src: &[S],
+    validity: Option<BitSlice>,
+    dst: &[D],
+    stride: usize,
+    pos: usize,
+) -> Option<usize> {
+    let out = || dst[pos..].iter().step_by(stride).take(src.len());
+    // Branch-free first: an output without infinities had no overflow.
+    if !out().fold(false, |any, &d| any | is_infinite(d)) {
+        return None;
+    }
+    out()
+        .zip(src)
+        .enumerate()
+        .position(|(r, (&d, &s))| is_infinite(d) && !is_infinite(s) && validity.is_none_or(|v| v.get(r)))
 }
 
 /// The error for a value of column `j` (at `row`) that does not fit `D`.
@@ -486,6 +522,34 @@ mod tests {
         let masked = [Column::new(&a[..]).with_validity(Some(BitSlice::new(&nulls, 0, 2).unwrap()))];
         interleave(&masked, Order::C, Some(7u8), &mut out).unwrap();
         assert_eq!(out, [1, 7]);
+    }
+
+    #[test]
+    fn float_overflow_is_found_after_the_unchecked_cast() {
+        let a = [1.0f64, 2.0, 3.0];
+        let b = [1.0f64, f64::INFINITY, 1e300];
+        for order in [Order::C, Order::F] {
+            let cols = [Column::new(&a[..]), Column::new(&b[..]).named("b")];
+            let e = interleave(&cols, order, None, &mut [0f32; 6]).unwrap_err();
+            assert!(
+                matches!(&e, Error::ValueOutOfRange { value, place, .. } if value == "1e300" && place == "at row 2 of column 'b'"),
+                "{e}"
+            );
+            // An infinite fill in a null slot, an infinite value, and a garbage value under a
+            // null are no overflow.
+            let nulls = [0b011u8];
+            let masked = [
+                Column::new(&a[..]),
+                Column::new(&b[..]).with_validity(Some(BitSlice::new(&nulls, 0, 3).unwrap())),
+            ];
+            let mut out = [0f32; 6];
+            interleave(&masked, order, Some(f32::NEG_INFINITY), &mut out).unwrap();
+            let want = match order {
+                Order::C => [1.0, 1.0, 2.0, f32::INFINITY, 3.0, f32::NEG_INFINITY],
+                Order::F => [1.0, 2.0, 3.0, 1.0, f32::INFINITY, f32::NEG_INFINITY],
+            };
+            assert_eq!(out, want);
+        }
     }
 
     #[test]
