@@ -421,7 +421,7 @@ impl PyTensor {
             t.shape(),
             t.dtype(),
             t.device(),
-            if t.readonly() { "True" } else { "False" },
+            if t.shared_readonly() { "True" } else { "False" },
             if t.copied() { "True" } else { "False" }
         )
     }

@@ -274,7 +274,7 @@ async fn case_drops_the_extension_metadata_as_datafusion_24860_documents() {
     let kept = TensorMetadata::from_field(schema.field(0)).unwrap();
     // DataFusion 55 loses the field metadata through CASE: the column is a plain FixedSizeList
     // of 2, so it collects as (n, 2) rather than (n, 2, 1). If a release fixes #24860 this
-    // assertion fails and the README note can go.
+    // assertion fails and the note in docs/design.md ("SQL") can go.
     assert_eq!(kept, None);
     let t = tensor(&ctx, sql).await;
     assert_eq!(t.shape(), &[2, 2]);
