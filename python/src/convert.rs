@@ -11,7 +11,8 @@ use pyo3_arrow::PyArray;
 use pyo3_arrow::input::AnyArray;
 
 use dlframe::arrow::{
-    Converted, ExportOptions, NullPolicy, Scalar, columns_to_tensor, tensor_to_column_with, to_tensor,
+    Converted, ExportOptions, NullPolicy, Scalar, columns_to_tensor, is_list_like, tensor_to_column_with,
+    to_tensor,
 };
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::kernels::Order;
@@ -300,10 +301,6 @@ fn unsupported_polars_column(obj: &Bound<'_, PyAny>) -> Option<crate::error::Err
             .into()
         })
     })
-}
-
-fn is_list_like(dt: &DataType) -> bool {
-    matches!(dt, DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..))
 }
 
 /// `None` for the CPU, `Some(ordinal)` for `"cuda"` / `"cuda:N"`.

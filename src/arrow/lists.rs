@@ -12,6 +12,13 @@ use arrow_schema::{DataType, Field, FieldRef};
 
 use crate::error::{Error, Result};
 
+/// True for the column types whose rows are tensor cells: List, LargeList and FixedSizeList
+/// (`arrow.fixed_shape_tensor` is stored as a FixedSizeList). A table whose only column is one
+/// of these is that column's tensor; plain columns stack into a matrix.
+pub fn is_list_like(dt: &DataType) -> bool {
+    matches!(dt, DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..))
+}
+
 /// The column with every (nested) List/LargeList rewritten as a FixedSizeList view; other
 /// columns come back unchanged.
 ///

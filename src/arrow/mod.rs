@@ -23,7 +23,7 @@ mod to_tensor;
 pub use crate::kernels::{Order, Scalar};
 pub use extension::{FIXED_SHAPE_TENSOR, TensorMetadata};
 pub use from_tensor::{tensor_to_array, tensor_to_column};
-pub use lists::lists_as_fixed;
+pub use lists::{is_list_like, lists_as_fixed};
 pub use policy::{
     Converted, CopyPolicy, ExportOptions, NullPolicy, columns_to_tensor, tensor_to_column_with, to_tensor,
 };

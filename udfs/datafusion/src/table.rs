@@ -13,12 +13,12 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, FieldRef, Schema, SchemaRef};
+use arrow_schema::{FieldRef, Schema, SchemaRef};
 use datafusion::catalog::MemTable;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::{DataFrame, SessionContext};
 use dlframe::Tensor;
-use dlframe::arrow::{CopyPolicy, ExportOptions};
+use dlframe::arrow::{CopyPolicy, ExportOptions, is_list_like};
 
 use crate::to_df_err;
 
@@ -53,9 +53,7 @@ pub fn collect_tensor(schema: &Schema, batches: &[RecordBatch], column: &str) ->
 /// [`dlframe::arrow::columns_to_tensor`] (nulls, non-numeric columns).
 pub fn collect_result(schema: &Schema, batches: &[RecordBatch]) -> Result<Tensor> {
     let fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
-    let is_list = |f: &FieldRef| {
-        matches!(f.data_type(), DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..))
-    };
+    let is_list = |f: &FieldRef| is_list_like(f.data_type());
     match fields.as_slice() {
         [] => return Err(DataFusionError::Plan("the query returns no columns".into())),
         [only] if is_list(only) => return collect_tensor(schema, batches, only.name()),

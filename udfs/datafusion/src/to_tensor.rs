@@ -16,7 +16,7 @@ use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, Signature, Volatility,
 };
-use dlframe::arrow::{CopyPolicy, ExportOptions, NullPolicy, Order, TensorMetadata};
+use dlframe::arrow::{CopyPolicy, ExportOptions, NullPolicy, Order, TensorMetadata, is_list_like};
 use dlframe::dtype::storage_dtype;
 use dlframe::kernels::common_dtype;
 use dlframe::{DType, Tensor};
@@ -45,11 +45,6 @@ impl Options {
     }
 }
 
-/// Whether the data arguments are scalar columns or one list column.
-fn is_list(dt: &DataType) -> bool {
-    matches!(dt, DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..))
-}
-
 /// The output field, worked out from the argument types and the literal options.
 fn plan(func: &str, options: Options, args: &ReturnFieldArgs) -> Result<FieldRef> {
     let skip = options.count();
@@ -66,7 +61,7 @@ fn plan(func: &str, options: Options, args: &ReturnFieldArgs) -> Result<FieldRef
         Options::None => None,
     };
     let data = &fields[skip..];
-    let (meta, leaf) = if is_list(data[0].data_type()) {
+    let (meta, leaf) = if is_list_like(data[0].data_type()) {
         let given = data[1..]
             .iter()
             .enumerate()
@@ -89,7 +84,7 @@ fn plan(func: &str, options: Options, args: &ReturnFieldArgs) -> Result<FieldRef
                     f.name()
                 );
             }
-            if is_list(f.data_type()) {
+            if is_list_like(f.data_type()) {
                 return plan_err!(
                     "{func}: column '{}' is a list; stack scalar columns, or convert one list column \
                      on its own",
@@ -118,7 +113,7 @@ fn list_plan(
 ) -> Result<(TensorMetadata, FieldRef)> {
     let (meta, leaf_type) = match field.data_type() {
         DataType::List(child) | DataType::LargeList(child) => {
-            if is_list(child.data_type()) {
+            if is_list_like(child.data_type()) {
                 return plan_err!(
                     "{func}: column '{}' is a list of lists; only FixedSizeList nests",
                     field.name()
@@ -172,7 +167,7 @@ fn invoke(func: &str, options: Options, args: ScalarFunctionArgs) -> Result<Colu
     let n = args.number_rows;
     let data_fields = &args.arg_fields[skip..];
     let first = args.args[skip].clone().into_array(n)?;
-    let tensor = if is_list(data_fields[0].data_type()) {
+    let tensor = if is_list_like(data_fields[0].data_type()) {
         // The storage is read as plain (nested) lists; the cell shape comes from the plan.
         let plain: FieldRef = Arc::new(Field::new(
             data_fields[0].name(),
