@@ -52,6 +52,7 @@ pub mod ffi;
 pub mod fuzz;
 pub mod interface;
 pub mod kernels;
+pub mod options;
 #[cfg(feature = "polars")]
 #[cfg_attr(docsrs, doc(cfg(feature = "polars")))]
 pub mod polars;

@@ -14,17 +14,27 @@
 //! restored (timestamps stay timestamps, nested lists stay nested lists); other N-d tensors
 //! become `arrow.fixed_shape_tensor` columns.
 
+//!
+//! Files: `spec.rs` decides what a conversion makes (for the CPU and the CUDA executors alike),
+//! `read.rs` reads Arrow columns for the executors, `copy.rs` is the CPU executor,
+//! `to_tensor.rs` and `from_tensor.rs` are the zero-copy views, `back.rs` the way back with its
+//! copy fallback, `lists.rs` the List -> FixedSizeList views and `extension.rs` the tensor
+//! extension's metadata.
+
+mod back;
+mod copy;
 pub mod extension;
 mod from_tensor;
 mod lists;
-pub(crate) mod policy;
+pub(crate) mod read;
+pub(crate) mod spec;
 mod to_tensor;
 
-pub use crate::kernels::{Order, Scalar};
+pub use back::tensor_to_column_with;
+pub use copy::{Converted, columns_to_tensor, to_tensor};
 pub use extension::{FIXED_SHAPE_TENSOR, TensorMetadata};
 pub use from_tensor::{tensor_to_array, tensor_to_column};
 pub use lists::{is_list_like, lists_as_fixed};
-pub use policy::{
-    Converted, CopyPolicy, ExportOptions, NullPolicy, columns_to_tensor, tensor_to_column_with, to_tensor,
-};
 pub use to_tensor::{array_to_tensor, column_to_tensor};
+// Re-exported until every caller names `dlframe::options` (the redesign moves them there).
+pub use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar};

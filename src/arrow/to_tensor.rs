@@ -120,7 +120,9 @@ fn descend<'a>(column: &str, array: &'a dyn Array, dims: &mut Vec<i64>) -> Resul
     }
 }
 
-fn from_leaf(leaf: &dyn Array, shape: Vec<i64>, strides: Option<Vec<i64>>) -> Result<Tensor> {
+/// A tensor over a primitive leaf array's values (without copying; the leaf's nulls are not
+/// read).
+pub(crate) fn from_leaf(leaf: &dyn Array, shape: Vec<i64>, strides: Option<Vec<i64>>) -> Result<Tensor> {
     let dtype: DType = storage_dtype(leaf.data_type())?;
     let data = leaf.to_data();
     let buffer = data.buffers()[0].clone();

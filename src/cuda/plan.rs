@@ -16,14 +16,12 @@ use arrow_array::{Array, ArrayRef};
 use arrow_buffer::{Buffer, MutableBuffer, NullBuffer, bit_util};
 use arrow_schema::{DataType, FieldRef};
 
-use crate::arrow::policy::{
-    MatrixSpec, bool_fill, check_copy_target, checked_null_count, column_layout, column_ref, fill_for,
-    for_segments, leaf_dtype, leaf_of, lists_as_fixed_chunks, matrix_spec,
-};
-use crate::arrow::{ExportOptions, NullPolicy, Order};
+use crate::arrow::read::{column_ref, for_segments, leaf_of};
+use crate::arrow::spec::{ColumnSpec, MatrixSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{self, HostBuffer};
+use crate::kernels;
+use crate::options::{ExportOptions, Order, Scalar};
 
 /// `Seg::valid` of a segment without nulls.
 pub(crate) const NO_VALIDITY: u64 = u64::MAX;
@@ -226,18 +224,15 @@ fn within(buf: &Buffer, bytes: &Range<usize>) -> Result<()> {
     Ok(())
 }
 
-/// The fill value's bytes in `dtype` (little-endian, as a u64), range-checked as the CPU path
-/// checks it; bool targets take only a bool, 0 or 1.
-pub(crate) fn fill_bits(dtype: DType, nulls: NullPolicy) -> Result<u64> {
-    if dtype == DType::Bool {
-        return Ok(u64::from(bool_fill(nulls)?));
+/// The fill's bytes in `dtype` (little-endian, as a u64); the spec has range-checked it, and a
+/// bool matrix's fill is already its 0/1 byte.
+fn fill_bits(dtype: DType, fill: Option<Scalar>) -> Result<u64> {
+    match (dtype, fill) {
+        (_, None) => Ok(0),
+        (DType::Bool, Some(Scalar::Bool(b))) => Ok(b as u64),
+        (DType::Bool, Some(Scalar::Int(b))) => Ok(b as u64),
+        (d, Some(s)) => kernels::fill_bits(d, s),
     }
-    let item = dtype.itemsize();
-    let mut buf = HostBuffer::zeroed(item)?;
-    kernels::fill_range(dtype, fill_for(nulls), &mut buf, 0..1)?;
-    let mut out = [0u8; 8];
-    out[..item].copy_from_slice(buf.as_mut_slice());
-    Ok(u64::from_le_bytes(out))
 }
 
 /// The plan for one column (chunked or not; lists as their fixed-size cells, tensor columns in
@@ -247,39 +242,24 @@ pub(crate) fn fill_bits(dtype: DType, nulls: NullPolicy) -> Result<u64> {
 /// # Errors
 /// As [`crate::arrow::to_tensor`] for a copy.
 pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Plan> {
-    if matches!(field.data_type(), DataType::List(_) | DataType::LargeList(_)) {
-        let (field, chunks) = lists_as_fixed_chunks(field, chunks)?;
-        return column(&field, &chunks, opts);
-    }
-    let null_count = checked_null_count(field, chunks, opts.nulls)?;
-    let leaf = leaf_dtype(field)?;
-    let target = opts.dtype.unwrap_or(leaf);
-    check_copy_target(field, leaf, target, opts.nulls)?;
-    let n: usize = chunks.iter().map(|c| c.len()).sum();
-    let (shape, strides, cell_size) = column_layout(field, n)?;
-    let mask = null_count > 0 && opts.nulls == NullPolicy::Mask;
-    // The fill value is checked where the CPU path checks it: whenever the copy is more than a
-    // concatenation (nulls, a cast, bools).
-    let fill = if null_count > 0 || target != leaf || leaf == DType::Bool {
-        fill_bits(target, opts.nulls)?
-    } else {
-        0
-    };
-    let mut plan = Plan::new(target, target, shape, strides, mask, fill);
-    plan.logical = (target == leaf).then(|| field.clone());
+    let spec = ColumnSpec::new(field, chunks, opts)?;
+    let (leaf, target) = (spec.leaf, spec.target);
+    let fill = fill_bits(target, spec.fill)?;
+    let mut plan = Plan::new(target, target, spec.shape.clone(), spec.strides.clone(), spec.mask, fill);
+    plan.logical = spec.logical();
     let mut pos = 0;
-    for chunk in chunks {
+    for chunk in &spec.chunks {
         let (leaf_array, list_nulls) = leaf_of(chunk.as_ref());
-        let slots = chunk.len() * cell_size;
+        let slots = chunk.len() * spec.cell_size;
         if leaf_array.len() != slots {
             return Err(Error::LengthMismatch {
-                what: format!("the values of a chunk of column '{}'", field.name()),
+                what: format!("the values of a chunk of column '{}'", spec.field.name()),
                 expected: slots,
                 found: leaf_array.len(),
             });
         }
         if leaf != DType::Bool && target != leaf {
-            let col = column_ref(leaf_array.as_ref(), field.name())?.starting_at(pos);
+            let col = column_ref(leaf_array.as_ref(), spec.field.name())?.starting_at(pos);
             kernels::check_cast(target, &col, 0)?;
         }
         let validity = (!list_nulls.is_empty()).then(|| leaf_validity(leaf_array.as_ref(), &list_nulls));
@@ -315,9 +295,10 @@ fn leaf_validity(leaf: &dyn Array, levels: &[(usize, NullBuffer)]) -> NullBuffer
 /// # Errors
 /// As [`crate::arrow::columns_to_tensor`].
 pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Plan> {
-    let MatrixSpec { n, k, target, storage, shape, strides, mask, .. } = matrix_spec(fields, columns, opts)?;
-    // In the target dtype: a bool matrix's fill is a bool, 0 or 1, written as its byte.
-    let fill = fill_bits(target, opts.nulls)?;
+    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask } =
+        MatrixSpec::new(fields, columns, opts)?;
+    // In the target dtype: a bool matrix's fill is its 0/1 byte.
+    let fill = fill_bits(target, fill)?;
     if target != DType::Bool {
         // Row ranges over which every column is one chunk, in the CPU path's order, so that the
         // first value found not to fit is the one the CPU path reports.
@@ -347,4 +328,143 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
         }
     }
     Ok(plan.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use arrow_array::builder::{Int32Builder, ListBuilder};
+    use arrow_array::{
+        BooleanArray, FixedSizeListArray, Float64Array, Int16Array, Int32Array, Int64Array, StringArray,
+    };
+    use arrow_schema::Field;
+
+    use super::*;
+    use crate::arrow::{FIXED_SHAPE_TENSOR, columns_to_tensor, to_tensor};
+    use crate::options::{CopyPolicy, NullPolicy};
+
+    /// A named column in its chunks.
+    type Col = (FieldRef, Vec<ArrayRef>);
+
+    fn col(name: &str, a: ArrayRef) -> Col {
+        (Arc::new(Field::new(name, a.data_type().clone(), true)), vec![a])
+    }
+
+    /// The outcome as both paths report it: the error's message, or "ok".
+    fn outcome<T>(r: Result<T>) -> String {
+        r.map_or_else(|e| e.to_string(), |_| "ok".into())
+    }
+
+    #[test]
+    fn a_column_gets_the_same_answer_from_the_cpu_and_the_device_planner() {
+        let ints_with_null: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), None]));
+        let ints: ArrayRef = Arc::new(Int32Array::from(vec![1, 2]));
+        let ragged: ArrayRef = {
+            let mut b = ListBuilder::new(Int32Builder::new());
+            b.append_value([Some(1), Some(2)]);
+            b.append_value([Some(3)]);
+            Arc::new(b.finish())
+        };
+        let cells = FixedSizeListArray::new(
+            Arc::new(Field::new("item", DataType::Int32, false)),
+            2,
+            Arc::new(Int32Array::from(vec![1, 2, 3, 4])),
+            None,
+        );
+        let bad_tensor =
+            Arc::new(Field::new("t", cells.data_type().clone(), false).with_metadata(HashMap::from([
+                ("ARROW:extension:name".to_string(), FIXED_SHAPE_TENSOR.to_string()),
+                ("ARROW:extension:metadata".to_string(), r#"{"shape":[3]}"#.to_string()),
+            ])));
+        let fill = |v: i64| NullPolicy::Fill(Scalar::Int(v));
+        let with =
+            |nulls: NullPolicy, dtype: Option<DType>| ExportOptions { nulls, dtype, ..Default::default() };
+        let default = ExportOptions::default();
+        let cases: Vec<(&str, Col, ExportOptions)> = vec![
+            ("nulls under 'error'", col("a", ints_with_null.clone()), default),
+            ("a string column", col("s", Arc::new(StringArray::from(vec!["x"]))), default),
+            (
+                "a chunk of another type",
+                (Arc::new(Field::new("a", DataType::Int32, true)), vec![Arc::new(Int64Array::from(vec![1]))]),
+                default,
+            ),
+            ("ragged list rows", col("l", ragged), default),
+            (
+                "a boolean column as int32",
+                col("b", Arc::new(BooleanArray::from(vec![true]))),
+                with(NullPolicy::Error, Some(DType::Int32)),
+            ),
+            ("NaN into int32 with a null", col("a", ints_with_null.clone()), with(NullPolicy::Nan, None)),
+            ("NaN policy, int32 without nulls", col("a", ints.clone()), with(NullPolicy::Nan, None)),
+            (
+                "a fill that uint8 cannot hold",
+                col("a", ints_with_null.clone()),
+                with(fill(300), Some(DType::UInt8)),
+            ),
+            ("the same fill, no nulls", col("a", ints.clone()), with(fill(300), Some(DType::UInt8))),
+            (
+                "a bool fill of 7",
+                col("b", Arc::new(BooleanArray::from(vec![Some(true), None]))),
+                with(fill(7), None),
+            ),
+            (
+                "int16 300 into uint8",
+                col("a", Arc::new(Int16Array::from(vec![1, 300]))),
+                with(NullPolicy::Error, Some(DType::UInt8)),
+            ),
+            (
+                "1e300 into float32",
+                col("f", Arc::new(Float64Array::from(vec![1.0, 1e300]))),
+                with(NullPolicy::Error, Some(DType::Float32)),
+            ),
+            ("tensor metadata that misfits", (bad_tensor, vec![Arc::new(cells) as ArrayRef]), default),
+        ];
+        let mut refused = 0;
+        for (what, (field, chunks), opts) in cases {
+            let cpu = outcome(to_tensor(&field, &chunks, &opts));
+            let device = outcome(column(&field, &chunks, &opts));
+            assert_eq!(cpu, device, "{what}");
+            refused += usize::from(cpu != "ok");
+        }
+        assert_eq!(refused, 12, "every case but the NaN policy over a column without nulls is refused");
+    }
+
+    #[test]
+    fn a_matrix_gets_the_same_answer_from_the_cpu_and_the_device_planner() {
+        let a: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), None]));
+        let short: ArrayRef = Arc::new(Int32Array::from(vec![1]));
+        let list: ArrayRef = Arc::new(FixedSizeListArray::new(
+            Arc::new(Field::new("item", DataType::Int32, false)),
+            1,
+            Arc::new(Int32Array::from(vec![1, 2])),
+            None,
+        ));
+        let fill = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(0)), ..Default::default() };
+        let cases: Vec<(&str, Vec<Col>, ExportOptions)> = vec![
+            ("nulls under 'error'", vec![col("a", a.clone()), col("b", a.clone())], ExportOptions::default()),
+            ("different lengths", vec![col("a", a.clone()), col("s", short)], fill),
+            ("a list column", vec![col("a", a.clone()), col("l", list)], fill),
+            ("copy=False", vec![col("a", a.clone())], ExportOptions { copy: CopyPolicy::Never, ..fill }),
+            ("ints as bool", vec![col("a", a.clone())], ExportOptions { dtype: Some(DType::Bool), ..fill }),
+            (
+                "NaN into int32 with a null",
+                vec![col("a", a.clone())],
+                ExportOptions { nulls: NullPolicy::Nan, ..fill },
+            ),
+            (
+                "a fill int8 cannot hold",
+                vec![col("a", a.clone())],
+                ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(300)), dtype: Some(DType::Int8), ..fill },
+            ),
+        ];
+        for (what, cols, opts) in cases {
+            let (fields, columns): (Vec<_>, Vec<_>) = cols.into_iter().unzip();
+            let cpu = outcome(columns_to_tensor(&fields, &columns, &opts));
+            let device = outcome(matrix(&fields, &columns, &opts));
+            assert_eq!(cpu, device, "{what}");
+            assert_ne!(cpu, "ok", "{what}");
+        }
+    }
 }

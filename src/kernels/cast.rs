@@ -10,39 +10,10 @@
 
 use half::f16;
 
-use super::interleave::ColumnRef;
+use super::column::ColumnRef;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-
-/// A fill value as the user gave it; [`fill_value`] converts it to the tensor dtype with a
-/// range check.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Scalar {
-    /// A signed integer.
-    Int(i64),
-    /// A float.
-    Float(f64),
-    /// A boolean (1 or 0).
-    Bool(bool),
-}
-
-impl From<i64> for Scalar {
-    fn from(v: i64) -> Self {
-        Scalar::Int(v)
-    }
-}
-
-impl From<f64> for Scalar {
-    fn from(v: f64) -> Self {
-        Scalar::Float(v)
-    }
-}
-
-impl From<bool> for Scalar {
-    fn from(v: bool) -> Self {
-        Scalar::Bool(v)
-    }
-}
+use crate::options::Scalar;
 
 /// A value on its way between element types: an exact integer, or a float.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -27,6 +27,7 @@
 mod alloc;
 mod bits;
 mod cast;
+mod column;
 mod concat;
 mod fill;
 mod gather;
@@ -38,16 +39,17 @@ use arrow_buffer::ArrowNativeType;
 
 pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer};
 pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
-pub use cast::{
-    Element, Num, Scalar, always_fits, can_cast_safely, cast, common_dtype, f16_from_f64, fill_value,
-};
+pub use cast::{Element, Num, always_fits, can_cast_safely, cast, common_dtype, f16_from_f64, fill_value};
+pub use column::{Column, ColumnRef};
 pub use concat::{concat_fill_into, concat_into};
 pub use fill::fill_nulls;
 pub use gather::{contiguous_copy, gather_strided};
-pub use interleave::{Column, ColumnRef, Order, interleave};
+pub use interleave::interleave;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+// Re-exported until every caller names `dlframe::options` (the redesign moves them there).
+pub use crate::options::{Order, Scalar};
 
 /// Outputs at least this large (in bytes) are split over rayon's threads; smaller ones stay
 /// on the calling thread.
@@ -161,4 +163,18 @@ pub fn fill_range(
         typed_range::<D>(buf, range)?.fill(v);
         Ok(())
     })
+}
+
+/// A fill value's bytes in `dtype` (little-endian, in the low bytes of a u64), range-checked as
+/// [`fill_value`] checks it. Copies nothing but the one value.
+///
+/// # Errors
+/// As [`fill_value`]; bool targets are refused.
+pub fn fill_bits(dtype: DType, fill: Scalar) -> Result<u64> {
+    let item = dtype.itemsize();
+    let mut buf = HostBuffer::zeroed(item)?;
+    fill_range(dtype, Some(fill), &mut buf, 0..1)?;
+    let mut out = [0u8; 8];
+    out[..item].copy_from_slice(buf.as_mut_slice());
+    Ok(u64::from_le_bytes(out))
 }

@@ -1,0 +1,79 @@
+//! Tensor -> Arrow with the copy fallback: zero-copy through `from_tensor.rs` when the memory
+//! allows, else (unless `copy=False`) one gather/pack pass into a fresh buffer.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef};
+use arrow_buffer::MutableBuffer;
+use arrow_schema::{DataType, FieldRef};
+
+use super::extension::TensorMetadata;
+use super::from_tensor::tensor_to_column;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernels;
+use crate::options::CopyPolicy;
+use crate::tensor::Tensor;
+
+/// A tensor as an Arrow column: zero-copy when the memory allows, else (unless
+/// [`CopyPolicy::Never`]) one gather/pack pass into a fresh buffer. Bool tensors become Arrow
+/// booleans (packed). Device memory is refused here: the CUDA layer copies it to the host.
+///
+/// # Errors
+/// [`Error::CopyRequired`] under [`CopyPolicy::Never`] when a copy is needed, or for device
+/// memory; the errors of [`tensor_to_column`].
+pub fn tensor_to_column_with(tensor: &Tensor, name: &str, copy: CopyPolicy) -> Result<(FieldRef, ArrayRef)> {
+    let reason = if tensor.dtype() == DType::Bool {
+        Error::CopyRequired {
+            reason: "bool tensors hold one byte per value and Arrow bit-packs booleans".into(),
+        }
+    } else if copy == CopyPolicy::Always {
+        Error::CopyRequired { reason: "copy=True".into() }
+    } else {
+        match tensor_to_column(tensor, name) {
+            Err(e @ (Error::CopyRequired { .. } | Error::Misaligned { .. })) => e,
+            done => return done,
+        }
+    };
+    if copy == CopyPolicy::Never || !tensor.device().is_host_accessible() {
+        return Err(reason);
+    }
+    let fresh = kernels::contiguous_copy(tensor)?;
+    if fresh.dtype() == DType::Bool {
+        return bool_column(&fresh, name);
+    }
+    tensor_to_column(&fresh, name)
+}
+
+/// Packs a contiguous bool tensor into an Arrow boolean column (1-D) or tensor column.
+fn bool_column(t: &Tensor, name: &str) -> Result<(FieldRef, ArrayRef)> {
+    let bytes = t.as_slice::<u8>().or_else(|_| {
+        // SAFETY: a contiguous host bool tensor is numel bytes of 0/1 kept alive by `t`.
+        Ok::<_, Error>(unsafe { std::slice::from_raw_parts(t.data_ptr(), t.numel()) })
+    })?;
+    let mut packed = MutableBuffer::from_len_zeroed(bytes.len().div_ceil(8));
+    kernels::pack_bits(bytes, packed.as_slice_mut());
+    let values =
+        arrow_array::BooleanArray::new(arrow_buffer::BooleanBuffer::new(packed.into(), 0, bytes.len()), None);
+    let values: ArrayRef = Arc::new(values);
+    let shape: Vec<i64> = if t.ndim() == 0 { vec![1] } else { t.shape().to_vec() };
+    if shape.len() == 1 {
+        return Ok((Arc::new(arrow_schema::Field::new(name, DataType::Boolean, false)), values));
+    }
+    let meta = TensorMetadata {
+        shape: shape[1..].iter().map(|&d| d as usize).collect(),
+        dim_names: None,
+        permutation: None,
+    };
+    let item = Arc::new(arrow_schema::Field::new("item", DataType::Boolean, true));
+    let storage = arrow_array::FixedSizeListArray::try_new_with_length(
+        item,
+        meta.cell_size() as i32,
+        values,
+        None,
+        shape[0] as usize,
+    )?;
+    let field = arrow_schema::Field::new(name, storage.data_type().clone(), false)
+        .with_metadata(meta.field_metadata());
+    Ok((Arc::new(field), Arc::new(storage)))
+}

@@ -1,0 +1,406 @@
+//! The CPU executor: one column (chunked or not), or several columns into one `(n, k)` matrix,
+//! as a tensor, from the specs of `spec.rs`.
+//!
+//! Zero-copy is tried first unless `copy=True`; when it is impossible, the one fused copy pass
+//! of [`crate::kernels`] makes the tensor, unless `copy=False`, which refuses with the reason.
+//! Copies are marked [`Tensor::copied`] (DLPack `IS_COPIED`) and are writable.
+
+use arrow_array::{Array, ArrayRef};
+use arrow_data::ArrayData;
+use arrow_schema::{DataType, FieldRef};
+
+use super::read::{bool_bytes, column_ref, for_segments, leaf_of, validity_bytes, validity_of};
+use super::spec::{ColumnSpec, MatrixSpec};
+use super::to_tensor::from_leaf;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernels::{self, BitSlice, Column, ColumnRef};
+use crate::options::{CopyPolicy, ExportOptions, Order, Scalar};
+use crate::tensor::Tensor;
+
+/// A tensor and, under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask), its validity (bool, same shape, true = valid).
+#[derive(Debug, Clone)]
+pub struct Converted {
+    /// The values.
+    pub values: Tensor,
+    /// The validity mask, when asked for.
+    pub mask: Option<Tensor>,
+}
+
+/// One column, in one or more chunks, as one tensor: zero-copy for one chunk without nulls
+/// (or with nulls under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask)), otherwise one fused copy pass.
+///
+/// # Errors
+/// The errors of [`ColumnSpec::new`](super::spec::ColumnSpec), and [`Error::CopyRequired`]
+/// under [`CopyPolicy::Never`] when a copy is needed, [`Error::ValueOutOfRange`] for a value
+/// that does not fit a lossy cast.
+pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
+    let spec = ColumnSpec::new(field, chunks, opts)?;
+    let values = match &spec.copy_reason {
+        None => shared(&spec)?,
+        Some(reason) if opts.copy == CopyPolicy::Never => {
+            return Err(Error::CopyRequired { reason: reason.clone() });
+        }
+        Some(_) => copy_column(&spec)?,
+    };
+    let mask = spec.mask.then(|| validity_mask(&spec)).transpose()?;
+    Ok(Converted { values, mask })
+}
+
+/// The one chunk of a column that needs no copy, as a tensor over its leaf values (the slots of
+/// nulls hold whatever Arrow left there; the mask says which they are).
+fn shared(spec: &ColumnSpec) -> Result<Tensor> {
+    let (leaf, _) = leaf_of(spec.chunks[0].as_ref());
+    Ok(from_leaf(leaf.as_ref(), spec.shape.clone(), Some(spec.strides.clone()))?.with_logical(spec.logical()))
+}
+
+/// Several same-length columns (each in chunks) as one `(n, k)` tensor in C or F order, with
+/// the cast to the common (or requested) dtype and the null fill fused into one pass (copies).
+///
+/// # Errors
+/// [`Error::LengthMismatch`] for columns of different lengths, [`Error::UnsupportedArrowType`]
+/// for non-numeric columns, [`Error::Nulls`] under [`NullPolicy::Error`](crate::options::NullPolicy::Error),
+/// [`Error::CopyRequired`] under [`CopyPolicy::Never`] (a matrix is always a copy),
+/// [`Error::ValueOutOfRange`] for values or a fill that do not fit the dtype.
+pub fn columns_to_tensor(
+    fields: &[FieldRef],
+    columns: &[Vec<ArrayRef>],
+    opts: &ExportOptions,
+) -> Result<Converted> {
+    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask: want_mask } =
+        MatrixSpec::new(fields, columns, opts)?;
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let mut out = Output::new(storage, n * k)?;
+    for_segments(columns, |start, end, slices| {
+        // A bool column of the segment is unpacked to bytes first (one pass over its bits).
+        let bytes = slices
+            .iter()
+            .map(|a| (a.data_type() == &DataType::Boolean).then(|| bool_bytes(a.as_ref())).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        let cols = slices
+            .iter()
+            .zip(&bytes)
+            .zip(&names)
+            .map(|((a, unpacked), name)| {
+                let col = match unpacked {
+                    Some(b) => {
+                        Column::new(ColumnRef::U8(b)).with_validity(validity_of(a.as_ref())?).named(name)
+                    }
+                    None => column_ref(a.as_ref(), name)?,
+                };
+                Ok(col.starting_at(start))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        out.write_rows(&cols, opts.order, fill, n, start, end)
+    })?;
+    let values = out.into_tensor(target, shape.clone(), strides.clone())?;
+    let mask = if want_mask {
+        let mut m = Output::new(DType::UInt8, n * k)?;
+        for_segments(columns, |start, end, slices| {
+            let bytes: Vec<Vec<u8>> =
+                slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
+            let cols: Vec<Column> =
+                bytes.iter().zip(&names).map(|(v, name)| Column::new(ColumnRef::U8(v)).named(name)).collect();
+            m.write_rows(&cols, opts.order, None, n, start, end)
+        })?;
+        Some(m.into_tensor(DType::Bool, shape, strides)?)
+    } else {
+        None
+    };
+    Ok(Converted { values, mask })
+}
+
+/// Leaf validity of each chunk, with list-level nulls expanded over their cells, unpacked to
+/// one byte per value (1 = valid) and laid out like the values (copies).
+fn validity_mask(spec: &ColumnSpec) -> Result<Tensor> {
+    let mut out = vec![0u8; spec.rows * spec.cell_size];
+    let mut pos = 0;
+    for chunk in &spec.chunks {
+        let slots = chunk.len() * spec.cell_size;
+        expand_validity(chunk.as_ref(), &mut out[pos..pos + slots])?;
+        pos += slots;
+    }
+    let t = Tensor::from_vec(out, spec.shape.clone())?;
+    // The mask follows the values' memory order (permuted tensors too). Relabel u8 -> bool:
+    // both are one byte per element and every byte is 0 or 1.
+    // SAFETY: the same allocation and element count, with a permutation of C strides.
+    let t = unsafe {
+        Tensor::from_raw_parts(
+            t.data_ptr() as *mut u8,
+            spec.shape.clone(),
+            Some(spec.strides.clone()),
+            DType::Bool,
+            t.device(),
+            false,
+            t.owner().clone(),
+        )
+    }?;
+    Ok(t.with_copied(true))
+}
+
+/// Writes 1 for valid leaf slots and 0 for null ones (at any level) into `out`.
+fn expand_validity(array: &dyn Array, out: &mut [u8]) -> Result<()> {
+    let data = array.to_data();
+    match array.data_type() {
+        DataType::FixedSizeList(..) => {
+            let list = arrow_array::cast::AsArray::as_fixed_size_list(array);
+            expand_validity(list.values().as_ref(), out)?;
+            if let Some(nulls) = data.nulls() {
+                // The leaf slots a row covers, through every level below it.
+                let size = out.len() / array.len().max(1);
+                for row in (0..array.len()).filter(|&r| nulls.is_null(r)) {
+                    out[row * size..(row + 1) * size].fill(0);
+                }
+            }
+        }
+        _ => match data.nulls() {
+            Some(n) => kernels::unpack_bits(BitSlice::new(n.validity(), n.offset(), n.len())?, out),
+            None => out.fill(1),
+        },
+    }
+    Ok(())
+}
+
+/// One copy of a column into a fresh buffer: chunks concatenated, nulls filled, cast fused.
+fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
+    let target = spec.target;
+    let mut out = Output::new(target, spec.rows * spec.cell_size)?;
+    if spec.is_plain_concat() {
+        concat_plain(&spec.chunks, target, out.buf.as_mut_slice())?;
+    } else {
+        let mut pos = 0;
+        for chunk in &spec.chunks {
+            let (leaf_array, list_nulls) = leaf_of(chunk.as_ref());
+            let slots = chunk.len() * spec.cell_size;
+            if spec.leaf == DType::Bool {
+                out.unpack_bools(leaf_array.as_ref(), bool_byte(spec.fill), pos..pos + slots)?;
+            } else {
+                let col = column_ref(leaf_array.as_ref(), spec.field.name())?.starting_at(pos);
+                out.write_rows(std::slice::from_ref(&col), Order::C, spec.fill, slots, pos, pos + slots)?;
+            }
+            for (size, validity) in list_nulls {
+                for row in (0..validity.len()).filter(|&r| validity.is_null(r)) {
+                    out.fill_range(spec.fill, pos + row * size..pos + (row + 1) * size)?;
+                }
+            }
+            pos += slots;
+        }
+    }
+    Ok(out.into_tensor(target, spec.shape.clone(), spec.strides.clone())?.with_logical(spec.logical()))
+}
+
+/// The byte a null becomes in a bool tensor (the spec has checked the fill: a bool, 0 or 1).
+fn bool_byte(fill: Option<Scalar>) -> u8 {
+    matches!(fill, Some(Scalar::Bool(true) | Scalar::Int(1))) as u8
+}
+
+/// Concatenates chunks without nulls or casts: each chunk's leaf bytes are copied to their
+/// place, chunks in parallel (copies).
+fn concat_plain(chunks: &[ArrayRef], dtype: DType, out: &mut [u8]) -> Result<()> {
+    use rayon::prelude::*;
+    let item = dtype.itemsize();
+    let leaves: Vec<ArrayData> = chunks.iter().map(|c| leaf_of(c.as_ref()).0.to_data()).collect();
+    let mut pieces = Vec::with_capacity(leaves.len());
+    let out_len = out.len();
+    let mut rest = out;
+    for data in &leaves {
+        let bytes = data.buffers()[0].as_slice();
+        let src = bytes.get(data.offset() * item..(data.offset() + data.len()) * item).ok_or_else(|| {
+            Error::layout(format!("a chunk of {} values has a buffer of {} bytes", data.len(), bytes.len()))
+        })?;
+        if src.len() > rest.len() {
+            return Err(Error::layout(format!(
+                "the chunks hold more values than the {}-element output",
+                out_len / item.max(1)
+            )));
+        }
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(src.len());
+        pieces.push((src, dst));
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return Err(Error::layout(format!("{} output bytes left after the chunks", rest.len())));
+    }
+    pieces.into_par_iter().with_min_len(4).for_each(|(src, dst)| dst.copy_from_slice(src));
+    Ok(())
+}
+
+/// A fresh, 64-byte aligned output buffer, filled range by range by the kernels.
+struct Output {
+    dtype: DType,
+    buf: kernels::HostBuffer,
+}
+
+impl Output {
+    fn new(dtype: DType, len: usize) -> Result<Self> {
+        let bytes = len
+            .checked_mul(dtype.itemsize())
+            .ok_or_else(|| Error::layout(format!("{len} elements overflow")))?;
+        // Every caller writes each element of the output exactly once (the property tests
+        // compare whole outputs), so a recycled buffer is fine.
+        Ok(Output { dtype, buf: kernels::HostBuffer::for_overwrite(bytes)? })
+    }
+
+    /// Writes rows `start..end` of a matrix with `n` rows and `cols.len()` columns.
+    fn write_rows(
+        &mut self,
+        cols: &[Column],
+        order: Order,
+        fill: Option<Scalar>,
+        n: usize,
+        start: usize,
+        end: usize,
+    ) -> Result<()> {
+        let k = cols.len();
+        match order {
+            Order::C => {
+                kernels::interleave_into(self.dtype, cols, Order::C, fill, &mut self.buf, start * k..end * k)
+            }
+            Order::F => cols.iter().enumerate().try_for_each(|(j, col)| {
+                let range = j * n + start..j * n + end;
+                kernels::interleave_into(
+                    self.dtype,
+                    std::slice::from_ref(col),
+                    Order::C,
+                    fill,
+                    &mut self.buf,
+                    range,
+                )
+            }),
+        }
+    }
+
+    fn unpack_bools(&mut self, array: &dyn Array, fill: u8, range: std::ops::Range<usize>) -> Result<()> {
+        let data = array.to_data();
+        let values = BitSlice::new(data.buffers()[0].as_slice(), data.offset(), data.len())?;
+        let validity = data.nulls().map(|n| BitSlice::new(n.validity(), n.offset(), n.len())).transpose()?;
+        kernels::unpack_bits_fill(values, validity, fill, &mut self.buf.as_mut_slice()[range])
+    }
+
+    fn fill_range(&mut self, fill: Option<Scalar>, range: std::ops::Range<usize>) -> Result<()> {
+        if self.dtype == DType::Bool {
+            self.buf.as_mut_slice()[range].fill(bool_byte(fill));
+            return Ok(());
+        }
+        kernels::fill_range(self.dtype, fill, &mut self.buf, range)
+    }
+
+    /// The buffer as a copied tensor, labelled `dtype` (the bool mask is written as u8).
+    fn into_tensor(self, dtype: DType, shape: Vec<i64>, strides: Vec<i64>) -> Result<Tensor> {
+        let label = if dtype == DType::Bool { DType::Bool } else { self.dtype };
+        Ok(Tensor::from_buffer(self.buf.into_buffer(), 0, shape, Some(strides), label)?.with_copied(true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::options::NullPolicy;
+
+    use arrow_array::{BooleanArray, Int16Array};
+    use arrow_buffer::NullBuffer;
+    use arrow_schema::Field;
+
+    use super::*;
+
+    fn field(name: &str, dt: DataType) -> FieldRef {
+        Arc::new(Field::new(name, dt, true))
+    }
+
+    fn matrix(cols: Vec<(FieldRef, Vec<ArrayRef>)>, opts: &ExportOptions) -> Result<Tensor> {
+        let (fields, chunks): (Vec<_>, Vec<_>) = cols.into_iter().unzip();
+        columns_to_tensor(&fields, &chunks, opts).map(|c| c.values)
+    }
+
+    #[test]
+    fn bool_columns_stack_as_bool_or_join_numbers_as_zero_and_one() {
+        let p: ArrayRef = Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)]));
+        // Two chunks, so the segments split the bits at an offset that is not a byte boundary.
+        let q1: ArrayRef = Arc::new(BooleanArray::from(vec![true]));
+        let q2: ArrayRef = Arc::new(BooleanArray::from(vec![false, true]));
+        let bools = || {
+            vec![
+                (field("p", DataType::Boolean), vec![p.clone()]),
+                (field("q", DataType::Boolean), vec![q1.clone(), q2.clone()]),
+            ]
+        };
+        let err = matrix(bools(), &ExportOptions::default()).unwrap_err();
+        assert!(matches!(err, Error::Nulls { null_count: 1, .. }), "{err}");
+        let fill_true = ExportOptions { nulls: NullPolicy::Fill(Scalar::Bool(true)), ..Default::default() };
+        let t = matrix(bools(), &fill_true).unwrap();
+        assert_eq!((t.dtype(), t.shape()), (DType::Bool, &[3i64, 2][..]));
+        assert_eq!(t.as_slice::<bool>().unwrap(), &[true, true, true, false, false, true]);
+        let bad_fill = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(7)), ..Default::default() };
+        assert!(matches!(matrix(bools(), &bad_fill), Err(Error::ValueOutOfRange { .. })));
+
+        let r: ArrayRef = Arc::new(Int16Array::from(vec![-5, 300, 7]));
+        let mut mixed = bools();
+        mixed.push((field("r", DataType::Int16), vec![r]));
+        let zero =
+            ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(-1)), order: Order::F, ..Default::default() };
+        let t = matrix(mixed.clone(), &zero).unwrap();
+        assert_eq!((t.dtype(), t.strides()), (DType::Int16, &[1i64, 3][..]));
+        assert_eq!(
+            kernels::contiguous_copy(&t).unwrap().as_slice::<i16>().unwrap(),
+            &[1, 1, -5, -1, 0, 300, 0, 1, 7]
+        );
+
+        let to_bool = ExportOptions { dtype: Some(DType::Bool), ..zero };
+        let err = matrix(mixed, &to_bool).unwrap_err();
+        assert!(err.to_string().contains("'r' is int16"), "{err}");
+    }
+
+    #[test]
+    fn outer_list_nulls_cover_every_leaf_slot_of_their_row() {
+        use arrow_array::{FixedSizeListArray, Int32Array};
+        let leaf = Arc::new(Field::new("item", DataType::Int32, true));
+        let inner = FixedSizeListArray::new(
+            leaf.clone(),
+            2,
+            Arc::new(Int32Array::from((1..=8).collect::<Vec<_>>())),
+            None,
+        );
+        let inner_field = Arc::new(Field::new("item", inner.data_type().clone(), true));
+        let outer = FixedSizeListArray::new(
+            inner_field,
+            2,
+            Arc::new(inner),
+            Some(NullBuffer::from(vec![false, true])),
+        );
+        let f = field("x", outer.data_type().clone());
+        let chunks: Vec<ArrayRef> = vec![Arc::new(outer)];
+        let fill = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(-1)), ..Default::default() };
+        let t = to_tensor(&f, &chunks, &fill).unwrap().values;
+        assert_eq!(t.shape(), &[2, 2, 2]);
+        assert_eq!(t.as_slice::<i32>().unwrap(), &[-1, -1, -1, -1, 5, 6, 7, 8]);
+        let mask = to_tensor(&f, &chunks, &ExportOptions { nulls: NullPolicy::Mask, ..Default::default() })
+            .unwrap()
+            .mask
+            .unwrap();
+        assert_eq!(mask.as_slice::<bool>().unwrap(), &[false, false, false, false, true, true, true, true]);
+    }
+
+    #[test]
+    fn cast_errors_name_the_row_in_the_whole_column_not_in_its_chunk() {
+        let a: ArrayRef = Arc::new(Int16Array::from(vec![1, 2]));
+        let b: ArrayRef = Arc::new(Int16Array::from(vec![3, 300]));
+        let to_u8 = ExportOptions { dtype: Some(DType::UInt8), ..Default::default() };
+        let e = to_tensor(&field("x", DataType::Int16), &[a.clone(), b.clone()], &to_u8).unwrap_err();
+        assert!(
+            matches!(&e, Error::ValueOutOfRange { place, .. } if place == "at row 3 of column 'x'"),
+            "{e}"
+        );
+        for order in [Order::C, Order::F] {
+            let cols = vec![
+                (field("y", DataType::Int16), vec![a.clone().slice(0, 1), a.slice(1, 1), b.clone()]),
+                (field("x", DataType::Int16), vec![a.clone(), b.clone()]),
+            ];
+            let e = matrix(cols, &ExportOptions { order, ..to_u8 }).unwrap_err();
+            assert!(
+                matches!(&e, Error::ValueOutOfRange { place, .. } if place == "at row 3 of column 'y'"),
+                "{e}"
+            );
+        }
+    }
+}

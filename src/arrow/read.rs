@@ -1,0 +1,177 @@
+//! Readers of Arrow columns for the executors: chunk checks, nested null counts, the leaf
+//! array under FixedSizeLists, typed views of values and validity, and row ranges over which
+//! several chunked columns are each one chunk. Views borrow; the few that copy say so.
+
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::{DataType, FieldRef};
+
+use crate::dtype::{DType, storage_dtype};
+use crate::error::{Error, Result};
+use crate::kernels::{self, BitSlice, Column, ColumnRef};
+
+/// Refuses chunks whose type is not the column's.
+pub(crate) fn check_chunk_types(field: &FieldRef, chunks: &[ArrayRef]) -> Result<()> {
+    match chunks.iter().find(|c| c.data_type() != field.data_type()) {
+        Some(c) => Err(Error::InvalidArgument(format!(
+            "chunk of type {} in column '{}' of type {}",
+            c.data_type(),
+            field.name(),
+            field.data_type()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Every chunk of a List/LargeList column as FixedSizeList views with one row length.
+pub(crate) fn lists_as_fixed_chunks(
+    field: &FieldRef,
+    chunks: &[ArrayRef],
+) -> Result<(FieldRef, Vec<ArrayRef>)> {
+    let fixed = chunks.iter().map(|c| super::lists_as_fixed(field, c)).collect::<Result<Vec<_>>>()?;
+    let Some(((first, _), _)) = fixed.split_first() else {
+        return Err(Error::InvalidArgument(format!("list column '{}' has no chunks", field.name())));
+    };
+    if let Some((f, _)) = fixed.iter().find(|(f, _)| f.data_type() != first.data_type()) {
+        return Err(Error::InvalidArgument(format!(
+            "list column '{}' has chunks of different row lengths ({} and {})",
+            field.name(),
+            first.data_type(),
+            f.data_type()
+        )));
+    }
+    let field = first.clone();
+    Ok((field, fixed.into_iter().map(|(_, a)| a).collect()))
+}
+
+/// Nulls at every level of a (possibly nested) column, counted in leaf slots covered.
+pub(crate) fn nested_null_count(array: &dyn Array) -> usize {
+    let own = array.null_count();
+    match array.data_type() {
+        DataType::FixedSizeList(..) => {
+            own + nested_null_count(arrow_array::cast::AsArray::as_fixed_size_list(array).values().as_ref())
+        }
+        _ => own,
+    }
+}
+
+/// The leaf array of a (nested) chunk, and each list level's nulls with the number of leaf
+/// slots one of its rows covers (outermost first).
+pub(crate) fn leaf_of(array: &dyn Array) -> (ArrayRef, Vec<(usize, arrow_buffer::NullBuffer)>) {
+    let mut levels = Vec::new();
+    let mut current = arrow_array::make_array(array.to_data());
+    while let DataType::FixedSizeList(_, _) = current.data_type() {
+        let list = arrow_array::cast::AsArray::as_fixed_size_list(current.as_ref()).clone();
+        levels.push((list.len(), list.nulls().cloned()));
+        current = list.values().clone();
+    }
+    // A row of a level covers all the leaf slots below it, not just its own list's items.
+    let leaves = current.len();
+    let levels =
+        levels.into_iter().filter_map(|(rows, nulls)| Some((leaves / rows.max(1), nulls?))).collect();
+    (current, levels)
+}
+
+/// A typed view of a primitive array's values and validity, for the kernels (no copy).
+pub(crate) fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
+    let dtype = storage_dtype(array.data_type())?;
+    let data = array.to_data();
+    let (offset, len) = (data.offset(), data.len());
+    let buf = &data.buffers()[0];
+    macro_rules! typed {
+        ($variant:ident, $t:ty) => {{
+            let all: &'a [$t] = aligned_slice::<$t>(array, buf)?;
+            ColumnRef::$variant(&all[offset..offset + len])
+        }};
+    }
+    let values = match dtype {
+        DType::Int8 => typed!(I8, i8),
+        DType::Int16 => typed!(I16, i16),
+        DType::Int32 => typed!(I32, i32),
+        DType::Int64 => typed!(I64, i64),
+        DType::UInt8 => typed!(U8, u8),
+        DType::UInt16 => typed!(U16, u16),
+        DType::UInt32 => typed!(U32, u32),
+        DType::UInt64 => typed!(U64, u64),
+        DType::Float16 => typed!(F16, half::f16),
+        DType::Float32 => typed!(F32, f32),
+        DType::Float64 => typed!(F64, f64),
+        DType::Bool => {
+            return Err(Error::InvalidArgument(format!(
+                "column '{name}' is boolean; bools are unpacked, not cast"
+            )));
+        }
+    };
+    Ok(Column::new(values).with_validity(validity_of(array)?).named(name))
+}
+
+/// The validity bits of `array`, or None when it has no nulls.
+pub(crate) fn validity_of(array: &dyn Array) -> Result<Option<BitSlice<'_>>> {
+    match array.nulls() {
+        Some(n) if n.null_count() > 0 => Ok(Some(BitSlice::new(n.validity(), n.offset(), n.len())?)),
+        _ => Ok(None),
+    }
+}
+
+/// A BooleanArray's values as 0/1 bytes (its validity is read separately; copies).
+pub(crate) fn bool_bytes(array: &dyn Array) -> Result<Vec<u8>> {
+    let data = array.to_data();
+    let mut v = vec![0u8; array.len()];
+    kernels::unpack_bits(BitSlice::new(data.buffers()[0].as_slice(), data.offset(), data.len())?, &mut v);
+    Ok(v)
+}
+
+/// A values buffer of `array` as `&[T]` for as long as `array` is borrowed, refusing
+/// misaligned memory instead of panicking.
+fn aligned_slice<'a, T>(array: &'a dyn Array, buf: &arrow_buffer::Buffer) -> Result<&'a [T]> {
+    debug_assert!(array.to_data().buffers().iter().any(|b| b.as_ptr() == buf.as_ptr()));
+    let ptr = buf.as_ptr();
+    if (ptr as usize) % std::mem::align_of::<T>() != 0 {
+        return Err(Error::Misaligned { ptr: ptr as usize, align: std::mem::align_of::<T>() });
+    }
+    // SAFETY: `buf` is one of `array`'s buffers (a clone of the same reference-counted bytes),
+    // so its memory lives as long as `array`, which is borrowed for 'a; it is aligned (checked
+    // above) and holds len / size_of::<T>() plain values.
+    Ok(unsafe { std::slice::from_raw_parts(ptr as *const T, buf.len() / std::mem::size_of::<T>()) })
+}
+
+/// Validity of one column segment as bytes (1 = valid), for the mask matrix.
+pub(crate) fn validity_bytes(array: &dyn Array) -> Result<Vec<u8>> {
+    let mut v = vec![1u8; array.len()];
+    if let Some(n) = array.nulls() {
+        kernels::unpack_bits(BitSlice::new(n.validity(), n.offset(), n.len())?, &mut v);
+    }
+    Ok(v)
+}
+
+/// Calls `f(start, end, slices)` for each row range over which every column is one chunk.
+pub(crate) fn for_segments(
+    columns: &[Vec<ArrayRef>],
+    mut f: impl FnMut(usize, usize, &[ArrayRef]) -> Result<()>,
+) -> Result<()> {
+    let mut bounds: Vec<usize> = columns
+        .iter()
+        .flat_map(|chunks| {
+            chunks.iter().scan(0, |acc, c| {
+                *acc += c.len();
+                Some(*acc)
+            })
+        })
+        .collect();
+    bounds.push(0);
+    bounds.sort_unstable();
+    bounds.dedup();
+    let mut cursors = vec![(0usize, 0usize); columns.len()]; // (chunk index, rows before it)
+    for w in bounds.windows(2) {
+        let (start, end) = (w[0], w[1]);
+        let mut slices = Vec::with_capacity(columns.len());
+        for (chunks, cur) in columns.iter().zip(cursors.iter_mut()) {
+            while cur.0 < chunks.len() && cur.1 + chunks[cur.0].len() <= start {
+                cur.1 += chunks[cur.0].len();
+                cur.0 += 1;
+            }
+            slices.push(chunks[cur.0].slice(start - cur.1, end - start));
+        }
+        f(start, end, &slices)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! What a conversion will make, decided once for both executors: [`ColumnSpec`] for one column
+//! and [`MatrixSpec`] for several columns stacked into an `(n, k)` matrix. The CPU copy engine
+//! (`copy.rs`) and the CUDA planner (`cuda/plan.rs`) build their work from these, so every
+//! check (nulls, types, layouts, the null and copy policies, the fill value) is written once
+//! and both paths refuse a bad column with the same error. Reads metadata and validity counts,
+//! never values, and copies nothing.
+
+use arrow_array::ArrayRef;
+use arrow_schema::{DataType, FieldRef};
+
+use super::extension::TensorMetadata;
+use super::read::{check_chunk_types, lists_as_fixed_chunks, nested_null_count};
+use crate::dtype::{DType, storage_dtype};
+use crate::error::{Error, Result};
+use crate::kernels;
+use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar};
+use crate::tensor::c_strides;
+
+/// One column (in one or more chunks) as one tensor, checked.
+#[derive(Debug, Clone)]
+pub(crate) struct ColumnSpec {
+    /// The column's field, List/LargeList normalised to FixedSizeList.
+    pub field: FieldRef,
+    /// The chunks, normalised like the field.
+    pub chunks: Vec<ArrayRef>,
+    /// The dtype of the scalar leaf.
+    pub leaf: DType,
+    /// The dtype of the result.
+    pub target: DType,
+    /// Nulls at every level, in leaf slots covered.
+    pub null_count: usize,
+    /// Rows.
+    pub rows: usize,
+    /// `[rows, *cell]`.
+    pub shape: Vec<i64>,
+    /// C order, or the permuted order of a tensor column's cells.
+    pub strides: Vec<i64>,
+    /// Leaf slots per row.
+    pub cell_size: usize,
+    /// Whether a validity mask is made (asked for, and there are nulls).
+    pub mask: bool,
+    /// The value null slots become, range-checked against `target`; `None` when the copy
+    /// writes no null and no fill was given.
+    pub fill: Option<Scalar>,
+    /// Why the column cannot be shared as it is (`None`: zero-copy is possible and allowed).
+    pub copy_reason: Option<String>,
+}
+
+impl ColumnSpec {
+    /// Checks one column against `opts` and says what its tensor will be.
+    ///
+    /// # Errors
+    /// [`Error::Nulls`] under [`NullPolicy::Error`], [`Error::UnsupportedArrowType`] for a leaf
+    /// with no tensor dtype, [`Error::InvalidArgument`] for chunks of another type, a boolean
+    /// column cast to numbers or NaN for a dtype without it, [`Error::ValueOutOfRange`] for a
+    /// fill value that does not fit, [`Error::InvalidExtensionMetadata`] for tensor metadata
+    /// that does not fit the storage, and the errors of ragged list columns.
+    pub fn new(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Self> {
+        if matches!(field.data_type(), DataType::List(_) | DataType::LargeList(_)) {
+            let (field, chunks) = lists_as_fixed_chunks(field, chunks)?;
+            return Self::new(&field, &chunks, opts);
+        }
+        check_chunk_types(field, chunks)?;
+        let null_count: usize = chunks.iter().map(|c| nested_null_count(c.as_ref())).sum();
+        if null_count > 0 && opts.nulls == NullPolicy::Error {
+            return Err(Error::Nulls { column: format!("'{}'", field.name()), null_count });
+        }
+        let leaf = leaf_dtype(field)?;
+        let target = opts.dtype.unwrap_or(leaf);
+        if leaf == DType::Bool && target != DType::Bool {
+            return Err(Error::InvalidArgument(format!(
+                "column '{}' is boolean; dlframe exports it as bool (cast it in Arrow for {target})",
+                field.name()
+            )));
+        }
+        let fill = checked_fill(opts.nulls, target, null_count)?;
+        let rows: usize = chunks.iter().map(|c| c.len()).sum();
+        let (shape, strides, cell_size) = column_layout(field, rows)?;
+        let copy_reason = if opts.copy == CopyPolicy::Always {
+            Some("copy=True".to_string())
+        } else if chunks.len() != 1 {
+            Some(format!("column '{}' has {} chunks; a tensor needs one buffer", field.name(), chunks.len()))
+        } else if target != leaf {
+            Some(format!("column '{}' is {leaf} and {target} was asked for", field.name()))
+        } else if null_count > 0 && opts.nulls != NullPolicy::Mask {
+            Some(format!("column '{}' has {null_count} null(s) to fill", field.name()))
+        } else if leaf == DType::Bool {
+            Some(format!("column '{}' is boolean, which Arrow bit-packs", field.name()))
+        } else {
+            None
+        };
+        Ok(ColumnSpec {
+            field: field.clone(),
+            chunks: chunks.to_vec(),
+            leaf,
+            target,
+            null_count,
+            rows,
+            shape,
+            strides,
+            cell_size,
+            mask: null_count > 0 && opts.nulls == NullPolicy::Mask,
+            fill,
+            copy_reason,
+        })
+    }
+
+    /// The Arrow field the result keeps for the way back: the column's own when the dtype is
+    /// unchanged.
+    pub fn logical(&self) -> Option<FieldRef> {
+        (self.target == self.leaf).then(|| self.field.clone())
+    }
+
+    /// Whether a copy is only the chunks' leaf bytes placed one after another: the same
+    /// dtype, no nulls, no bit-packed bools.
+    pub fn is_plain_concat(&self) -> bool {
+        self.leaf != DType::Bool && self.target == self.leaf && self.null_count == 0
+    }
+}
+
+/// The fill a conversion writes into null slots, checked against the dtype it lands in: a
+/// given fill value always (a value that can never be stored is refused whatever the data),
+/// NaN only when there is a null to write it into.
+fn checked_fill(nulls: NullPolicy, target: DType, null_count: usize) -> Result<Option<Scalar>> {
+    nulls.check_target(target, null_count)?;
+    if null_count == 0 && !matches!(nulls, NullPolicy::Fill(_)) {
+        return Ok(None);
+    }
+    match target {
+        DType::Bool => Ok(Some(Scalar::Int(nulls.bool_fill()?.into()))),
+        t => {
+            kernels::fill_bits(t, nulls.fill())?;
+            Ok(Some(nulls.fill()))
+        }
+    }
+}
+
+/// Several same-length scalar columns as one `(n, k)` matrix, checked. A matrix is always a
+/// copy.
+pub(crate) struct MatrixSpec {
+    /// Rows.
+    pub n: usize,
+    /// Columns.
+    pub k: usize,
+    /// The dtype of the result.
+    pub target: DType,
+    /// The dtype written: bools are written as their 0/1 bytes, into u8 storage labelled bool
+    /// when every column is bool, or cast like any u8 column (numpy's True -> 1) when they join
+    /// numbers.
+    pub storage: DType,
+    /// The value nulls become, in `storage` terms (a bool matrix's fill is its 0/1 byte).
+    pub fill: Option<Scalar>,
+    /// `[n, k]`.
+    pub shape: Vec<i64>,
+    /// C or F strides of the shape.
+    pub strides: Vec<i64>,
+    /// Whether a validity mask is made (asked for, and there are nulls).
+    pub mask: bool,
+}
+
+impl MatrixSpec {
+    /// Checks several columns (lengths, types, nulls, copy policy, dtype, fill) and says what
+    /// the matrix will be. Reads no values.
+    ///
+    /// # Errors
+    /// [`Error::LengthMismatch`] for columns of different lengths, [`Error::UnsupportedArrowType`]
+    /// for non-scalar or non-numeric columns, [`Error::Nulls`] under [`NullPolicy::Error`],
+    /// [`Error::CopyRequired`] under [`CopyPolicy::Never`], and the fill errors of
+    /// [`ColumnSpec::new`].
+    pub fn new(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Self> {
+        if fields.len() != columns.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} fields for {} columns",
+                fields.len(),
+                columns.len()
+            )));
+        }
+        let k = fields.len();
+        let lens: Vec<usize> = columns.iter().map(|c| c.iter().map(|a| a.len()).sum()).collect();
+        let n = lens.first().copied().unwrap_or(0);
+        for (f, &len) in fields.iter().zip(&lens) {
+            if len != n {
+                return Err(Error::LengthMismatch {
+                    what: format!("column '{}'", f.name()),
+                    expected: n,
+                    found: len,
+                });
+            }
+        }
+        let mut dtypes = Vec::with_capacity(k);
+        let mut null_count = 0;
+        for (f, chunks) in fields.iter().zip(columns) {
+            let dt = match f.data_type() {
+                DataType::FixedSizeList(..) => {
+                    return Err(Error::UnsupportedArrowType {
+                        what: format!("column '{}' of type {}", f.name(), f.data_type()),
+                        remedy: "a matrix stacks scalar columns; convert list columns on their own",
+                    });
+                }
+                dt => storage_dtype(dt).map_err(|e| name_column(e, f))?,
+            };
+            let nulls: usize = chunks.iter().map(|c| c.null_count()).sum();
+            if nulls > 0 && opts.nulls == NullPolicy::Error {
+                return Err(Error::Nulls { column: format!("'{}'", f.name()), null_count: nulls });
+            }
+            null_count += nulls;
+            dtypes.push(dt);
+        }
+        if opts.copy == CopyPolicy::Never {
+            return Err(Error::CopyRequired {
+                reason: format!("{k} columns become one matrix, which interleaves them"),
+            });
+        }
+        let target = match opts.dtype {
+            Some(d) => d,
+            None if dtypes.is_empty() => DType::Float64,
+            None => kernels::common_dtype(&dtypes),
+        };
+        if let (DType::Bool, Some((f, dt))) =
+            (target, fields.iter().zip(&dtypes).find(|(_, d)| **d != DType::Bool))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "column '{}' is {dt}, which dlframe does not cast to bool; compare it instead (x != 0)",
+                f.name()
+            )));
+        }
+        let fill = checked_fill(opts.nulls, target, null_count)?;
+        let shape = vec![n as i64, k as i64];
+        let strides = match opts.order {
+            Order::C => c_strides(&shape),
+            Order::F => vec![1, n as i64],
+        };
+        let storage = if target == DType::Bool { DType::UInt8 } else { target };
+        let mask = opts.nulls == NullPolicy::Mask && null_count > 0;
+        Ok(MatrixSpec { n, k, target, storage, fill, shape, strides, mask })
+    }
+}
+
+/// The dtype of the scalar leaf of a column (through FixedSizeLists and tensor extensions).
+pub(crate) fn leaf_dtype(field: &FieldRef) -> Result<DType> {
+    let mut dt = field.data_type();
+    while let DataType::FixedSizeList(child, _) = dt {
+        dt = child.data_type();
+    }
+    storage_dtype(dt).map_err(|e| name_column(e, field))
+}
+
+/// Puts the column's name into an unsupported-type error.
+fn name_column(e: Error, field: &FieldRef) -> Error {
+    match e {
+        Error::UnsupportedArrowType { what, remedy } => {
+            Error::UnsupportedArrowType { what: format!("column '{}' of type {what}", field.name()), remedy }
+        }
+        e => e,
+    }
+}
+
+/// The shape, strides and cell size (leaf slots per row) of a column of `n` rows as one tensor:
+/// `[n, *cell]`, C order, or the permuted order of a tensor column's cells. The tensor
+/// extension's metadata is parsed here, once per conversion.
+fn column_layout(field: &FieldRef, n: usize) -> Result<(Vec<i64>, Vec<i64>, usize)> {
+    let (cell, cell_strides) = cell_layout(field)?;
+    let cell_size: usize = cell.iter().map(|&d| d as usize).product();
+    let shape: Vec<i64> = std::iter::once(n as i64).chain(cell).collect();
+    let strides = match cell_strides {
+        Some(s) => std::iter::once(cell_size as i64).chain(s).collect(),
+        None => c_strides(&shape),
+    };
+    Ok((shape, strides, cell_size))
+}
+
+/// The per-row cell shape of a column: `[]` for scalars, list sizes or the tensor's logical
+/// shape otherwise; plus the strides of the cell when the column is a permuted tensor.
+fn cell_layout(field: &FieldRef) -> Result<(Vec<i64>, Option<Vec<i64>>)> {
+    if let Some(meta) = TensorMetadata::from_field(field)? {
+        super::to_tensor::check_extension_storage(field, field.data_type(), &meta)?;
+        return Ok((meta.logical_shape(), Some(meta.logical_strides())));
+    }
+    let mut dims = Vec::new();
+    let mut dt = field.data_type();
+    while let DataType::FixedSizeList(child, size) = dt {
+        dims.push(*size as i64);
+        dt = child.data_type();
+    }
+    Ok((dims, None))
+}

@@ -1,0 +1,176 @@
+//! The options of a conversion, each with its one parser, shared by every boundary (the
+//! Python binding, the Polars plugin, SQL) and by both executors (the CPU copy engine and the
+//! CUDA planner): the null policy and its fill value, the copy policy, the matrix order, and
+//! the target dtype. Nothing here reads data or copies.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// Memory order of a matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Row-major: element `(r, c)` at `r * k + c`.
+    #[default]
+    C,
+    /// Column-major: element `(r, c)` at `c * n + r`.
+    F,
+}
+
+impl Order {
+    /// The order an `order=` argument names: `"C"` or `"F"`, either case.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the accepted values.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "C" | "c" => Ok(Order::C),
+            "F" | "f" => Ok(Order::F),
+            other => Err(Error::InvalidArgument(format!("order={other:?}: expected 'C' or 'F'"))),
+        }
+    }
+}
+
+/// A fill value as the user gave it; [`crate::kernels::fill_value`] converts it to the tensor dtype with a
+/// range check.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// A signed integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A boolean (1 or 0).
+    Bool(bool),
+}
+
+impl From<i64> for Scalar {
+    fn from(v: i64) -> Self {
+        Scalar::Int(v)
+    }
+}
+
+impl From<f64> for Scalar {
+    fn from(v: f64) -> Self {
+        Scalar::Float(v)
+    }
+}
+
+impl From<bool> for Scalar {
+    fn from(v: bool) -> Self {
+        Scalar::Bool(v)
+    }
+}
+
+/// What to do with nulls (docs/design.md, "Null policy").
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum NullPolicy {
+    /// Refuse columns with nulls, naming the column and the count (the default).
+    #[default]
+    Error,
+    /// Replace nulls by a value, fused into the copy.
+    Fill(Scalar),
+    /// Replace nulls by NaN (float dtypes only).
+    Nan,
+    /// Values as they are (zero-copy when possible) plus a separate bool validity tensor.
+    Mask,
+}
+
+impl NullPolicy {
+    /// The `nulls=` names, as messages list them.
+    pub const NAMES: [&'static str; 4] = ["error", "fill", "nan", "mask"];
+
+    /// The policy that a `nulls=` name and a fill value select, for every boundary (Python, the
+    /// Polars plugin): a fill value under `"error"` (the default) means `"fill"`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown name, or `"fill"` without a fill value.
+    pub fn parse(name: &str, fill: Option<Scalar>) -> Result<Self> {
+        Ok(match (name, fill) {
+            ("error", None) => NullPolicy::Error,
+            ("error" | "fill", Some(v)) => NullPolicy::Fill(v),
+            ("fill", None) => return Err(Error::InvalidArgument("nulls='fill' needs fill_value=...".into())),
+            ("nan", _) => NullPolicy::Nan,
+            ("mask", _) => NullPolicy::Mask,
+            (other, _) => {
+                return Err(Error::InvalidArgument(format!(
+                    "nulls={other:?}: expected 'error', 'fill', 'nan' or 'mask'"
+                )));
+            }
+        })
+    }
+
+    /// The value null slots become in a copy: the fill, NaN, or zero for `Mask` (masked slots)
+    /// and `Error` (which never reaches a null).
+    pub fn fill(self) -> Scalar {
+        match self {
+            NullPolicy::Fill(s) => s,
+            NullPolicy::Nan => Scalar::Float(f64::NAN),
+            NullPolicy::Mask | NullPolicy::Error => Scalar::Int(0),
+        }
+    }
+
+    /// The byte a null becomes in a bool tensor: only a bool, 0 or 1 fills one.
+    ///
+    /// # Errors
+    /// [`Error::ValueOutOfRange`] for any other fill value.
+    pub fn bool_fill(self) -> Result<u8> {
+        match self.fill() {
+            Scalar::Bool(b) => Ok(b as u8),
+            Scalar::Int(i @ (0 | 1)) => Ok(i as u8),
+            other => Err(Error::ValueOutOfRange {
+                value: format!("{other:?}"),
+                place: "(fill_value)".into(),
+                target: "bool".into(),
+            }),
+        }
+    }
+
+    /// Refuses a policy that cannot write `null_count` nulls into `target`: NaN into a dtype
+    /// that has none. A column without nulls passes under any policy.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the remedy.
+    pub fn check_target(self, target: DType, null_count: usize) -> Result<()> {
+        if self == NullPolicy::Nan && null_count > 0 && !target.is_float() {
+            return Err(Error::InvalidArgument(format!(
+                "nulls='nan' needs a float dtype but the tensor is {target}; pass dtype='float64' or nulls='fill'"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The array API's `copy` argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CopyPolicy {
+    /// `copy=None`: share memory when possible, else copy.
+    #[default]
+    IfNeeded,
+    /// `copy=False`: never copy; refuse with the reason instead.
+    Never,
+    /// `copy=True`: always a fresh buffer.
+    Always,
+}
+
+impl From<Option<bool>> for CopyPolicy {
+    /// The array API's `copy=None | False | True`.
+    fn from(copy: Option<bool>) -> Self {
+        match copy {
+            None => CopyPolicy::IfNeeded,
+            Some(false) => CopyPolicy::Never,
+            Some(true) => CopyPolicy::Always,
+        }
+    }
+}
+
+/// Options of the Arrow -> tensor conversions.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ExportOptions {
+    /// Null policy.
+    pub nulls: NullPolicy,
+    /// Copy policy.
+    pub copy: CopyPolicy,
+    /// Target dtype; `None` keeps the column's (or the columns' common) dtype.
+    pub dtype: Option<DType>,
+    /// Memory order of a multi-column matrix.
+    pub order: Order,
+}
