@@ -18,13 +18,14 @@
 //! Files: `spec.rs` decides what a conversion makes (for the CPU and the CUDA executors alike),
 //! `read.rs` reads Arrow columns for the executors, `copy.rs` is the CPU executor,
 //! `to_tensor.rs` and `from_tensor.rs` are the zero-copy views, `back.rs` the way back with its
-//! copy fallback, `lists.rs` the List -> FixedSizeList views and `extension.rs` the tensor
+//! copy fallback, `layout.rs` the layout of a column's rows, `lists.rs` the List -> FixedSizeList views and `extension.rs` the tensor
 //! extension's metadata.
 
 mod back;
 mod copy;
 pub mod extension;
 mod from_tensor;
+mod layout;
 mod lists;
 pub(crate) mod read;
 pub(crate) mod spec;
@@ -34,6 +35,7 @@ pub use back::tensor_to_column_with;
 pub use copy::{Converted, columns_to_tensor, to_tensor};
 pub use extension::{FIXED_SHAPE_TENSOR, TensorMetadata};
 pub use from_tensor::{tensor_to_array, tensor_to_column};
+pub use layout::CellLayout;
 pub use lists::{is_list_like, lists_as_fixed};
 pub use to_tensor::{array_to_tensor, column_to_tensor};
 // Re-exported until every caller names `dlframe::options` (the redesign moves them there).

@@ -8,7 +8,7 @@
 use arrow_array::ArrayRef;
 use arrow_schema::{DataType, FieldRef};
 
-use super::extension::TensorMetadata;
+use super::layout::{CellLayout, name_column};
 use super::read::{check_chunk_types, lists_as_fixed_chunks, nested_null_count};
 use crate::dtype::{DType, storage_dtype};
 use crate::error::{Error, Result};
@@ -65,7 +65,8 @@ impl ColumnSpec {
         if null_count > 0 && opts.nulls == NullPolicy::Error {
             return Err(Error::Nulls { column: format!("'{}'", field.name()), null_count });
         }
-        let leaf = leaf_dtype(field)?;
+        let layout = CellLayout::from_field(field)?;
+        let leaf = layout.dtype;
         let target = opts.dtype.unwrap_or(leaf);
         if leaf == DType::Bool && target != DType::Bool {
             return Err(Error::InvalidArgument(format!(
@@ -75,7 +76,7 @@ impl ColumnSpec {
         }
         let fill = checked_fill(opts.nulls, target, null_count)?;
         let rows: usize = chunks.iter().map(|c| c.len()).sum();
-        let (shape, strides, cell_size) = column_layout(field, rows)?;
+        let (shape, strides) = layout.column(rows);
         let copy_reason = if opts.copy == CopyPolicy::Always {
             Some("copy=True".to_string())
         } else if chunks.len() != 1 {
@@ -98,7 +99,7 @@ impl ColumnSpec {
             rows,
             shape,
             strides,
-            cell_size,
+            cell_size: layout.cell,
             mask: null_count > 0 && opts.nulls == NullPolicy::Mask,
             fill,
             copy_reason,
@@ -234,53 +235,4 @@ impl MatrixSpec {
         let mask = opts.nulls == NullPolicy::Mask && null_count > 0;
         Ok(MatrixSpec { n, k, target, storage, fill, shape, strides, mask })
     }
-}
-
-/// The dtype of the scalar leaf of a column (through FixedSizeLists and tensor extensions).
-pub(crate) fn leaf_dtype(field: &FieldRef) -> Result<DType> {
-    let mut dt = field.data_type();
-    while let DataType::FixedSizeList(child, _) = dt {
-        dt = child.data_type();
-    }
-    storage_dtype(dt).map_err(|e| name_column(e, field))
-}
-
-/// Puts the column's name into an unsupported-type error.
-fn name_column(e: Error, field: &FieldRef) -> Error {
-    match e {
-        Error::UnsupportedArrowType { what, remedy } => {
-            Error::UnsupportedArrowType { what: format!("column '{}' of type {what}", field.name()), remedy }
-        }
-        e => e,
-    }
-}
-
-/// The shape, strides and cell size (leaf slots per row) of a column of `n` rows as one tensor:
-/// `[n, *cell]`, C order, or the permuted order of a tensor column's cells. The tensor
-/// extension's metadata is parsed here, once per conversion.
-fn column_layout(field: &FieldRef, n: usize) -> Result<(Vec<i64>, Vec<i64>, usize)> {
-    let (cell, cell_strides) = cell_layout(field)?;
-    let cell_size: usize = cell.iter().map(|&d| d as usize).product();
-    let shape: Vec<i64> = std::iter::once(n as i64).chain(cell).collect();
-    let strides = match cell_strides {
-        Some(s) => std::iter::once(cell_size as i64).chain(s).collect(),
-        None => c_strides(&shape),
-    };
-    Ok((shape, strides, cell_size))
-}
-
-/// The per-row cell shape of a column: `[]` for scalars, list sizes or the tensor's logical
-/// shape otherwise; plus the strides of the cell when the column is a permuted tensor.
-fn cell_layout(field: &FieldRef) -> Result<(Vec<i64>, Option<Vec<i64>>)> {
-    if let Some(meta) = TensorMetadata::from_field(field)? {
-        super::to_tensor::check_extension_storage(field, field.data_type(), &meta)?;
-        return Ok((meta.logical_shape(), Some(meta.logical_strides())));
-    }
-    let mut dims = Vec::new();
-    let mut dt = field.data_type();
-    while let DataType::FixedSizeList(child, size) = dt {
-        dims.push(*size as i64);
-        dt = child.data_type();
-    }
-    Ok((dims, None))
 }

@@ -6,7 +6,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, FixedSizeListArray};
 use arrow_schema::{DataType, Field, FieldRef};
 
-use super::extension::TensorMetadata;
+use super::layout::CellLayout;
 use crate::dtype::{DType, storage_dtype};
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, c_strides};
@@ -45,48 +45,10 @@ pub fn column_to_tensor(field: &FieldRef, array: &dyn Array) -> Result<Tensor> {
         let (field, array) = super::lists_as_fixed(field, &arrow_array::make_array(array.to_data()))?;
         return column_to_tensor(&field, array.as_ref());
     }
-    let tensor = match TensorMetadata::from_field(field)? {
-        Some(meta) => extension_tensor(field, array, &meta)?,
-        None => {
-            let mut dims = vec![array.len() as i64];
-            let leaf = descend(field.name(), array, &mut dims)?;
-            from_leaf(leaf, dims, None)?
-        }
-    };
-    Ok(tensor.with_logical(Some(field.clone())))
-}
-
-/// Checks that a `fixed_shape_tensor` column's storage is a FixedSizeList of exactly the
-/// metadata's cell size of scalars; every path that trusts the metadata's shape calls this.
-pub(crate) fn check_extension_storage(
-    field: &Field,
-    storage: &DataType,
-    meta: &TensorMetadata,
-) -> Result<()> {
-    let storage_ok = matches!(storage, DataType::FixedSizeList(child, size)
-        if *size as usize == meta.cell_size() && !matches!(child.data_type(), DataType::FixedSizeList(..)));
-    if !storage_ok {
-        return Err(Error::InvalidExtensionMetadata {
-            json: meta.to_json(),
-            reason: format!(
-                "column '{}' stores {storage}, not a FixedSizeList of {} scalars",
-                field.name(),
-                meta.cell_size()
-            ),
-        });
-    }
-    Ok(())
-}
-
-fn extension_tensor(field: &Field, array: &dyn Array, meta: &TensorMetadata) -> Result<Tensor> {
-    check_extension_storage(field, array.data_type(), meta)?;
     let mut dims = vec![array.len() as i64];
     let leaf = descend(field.name(), array, &mut dims)?;
-    let mut shape = vec![array.len() as i64];
-    shape.extend(meta.logical_shape());
-    let mut strides = vec![meta.cell_size() as i64];
-    strides.extend(meta.logical_strides());
-    from_leaf(leaf, shape, Some(strides))
+    let (shape, strides) = CellLayout::from_field(field)?.column(array.len());
+    Ok(from_leaf(leaf, shape, Some(strides))?.with_logical(Some(field.clone())))
 }
 
 /// Walks FixedSizeLists down to the primitive leaf, pushing each list size onto `dims`.
