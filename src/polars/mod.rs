@@ -34,6 +34,10 @@ use crate::error::{Error, Result};
 use crate::kernels;
 use crate::tensor::{Tensor, is_c_contiguous};
 
+mod schema;
+
+pub use schema::{arrow_field, cell_layout, polars_dtype, polars_dtype_of};
+
 // The C data interface structs of polars-arrow and arrow-rs are both `#[repr(C)]` copies of the
 // same C declaration (same fields, same order); the moves below rely on it.
 const _: () = assert!(size_of::<plffi::ArrowArray>() == size_of::<FFI_ArrowArray>());
@@ -57,12 +61,8 @@ pub fn series_to_arrow(series: &Series) -> Result<(FieldRef, Vec<ArrayRef>)> {
         });
     }
     let compat = CompatLevel::newest();
-    let pl_field = series.dtype().to_arrow_field(series.name().clone(), compat);
-    // SAFETY: same #[repr(C)] layout (asserted above); the value moves, so the schema's
-    // `release` runs once, when the arrow-rs struct drops.
-    let schema =
-        unsafe { transmute::<plffi::ArrowSchema, FFI_ArrowSchema>(plffi::export_field_to_c(&pl_field)) };
-    let field = Arc::new(Field::try_from(&schema)?);
+    let field = schema::arrow_field(series.name(), series.dtype())?;
+    let schema = FFI_ArrowSchema::try_from(field.as_ref())?;
     let chunks = (0..series.n_chunks())
         .map(|i| {
             let exported = plffi::export_array_to_c(series.to_arrow(i, compat));

@@ -11,8 +11,11 @@
 //!
 //! Errors become Polars errors in [`polars_error`], the one place this boundary maps them.
 
-use dlframe::arrow::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar, TensorMetadata};
-use dlframe::polars::{series_to_matrix, series_to_tensor, tensor_to_series};
+use dlframe::arrow::CellLayout;
+use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar};
+use dlframe::polars::{
+    cell_layout, polars_dtype, polars_dtype_of, series_to_matrix, series_to_tensor, tensor_to_series,
+};
 use dlframe::{DType, Error, kernels};
 use polars_core::prelude::*;
 use serde::Deserialize;
@@ -94,103 +97,50 @@ pub fn polars_error(e: Error) -> PolarsError {
     }
 }
 
-/// Polars' type for each tensor dtype, the one table both directions read.
-const NUMERIC: [(DataType, DType); 12] = [
-    (DataType::Boolean, DType::Bool),
-    (DataType::Int8, DType::Int8),
-    (DataType::Int16, DType::Int16),
-    (DataType::Int32, DType::Int32),
-    (DataType::Int64, DType::Int64),
-    (DataType::UInt8, DType::UInt8),
-    (DataType::UInt16, DType::UInt16),
-    (DataType::UInt32, DType::UInt32),
-    (DataType::UInt64, DType::UInt64),
-    (DataType::Float16, DType::Float16),
-    (DataType::Float32, DType::Float32),
-    (DataType::Float64, DType::Float64),
-];
-
-/// The tensor dtype that stores a Polars column's values (temporal types: their integers), or
-/// why there is none.
-fn storage(dtype: &DataType) -> PolarsResult<DType> {
-    let physical = match dtype {
-        DataType::Date => &DataType::Int32,
-        DataType::Datetime(..) | DataType::Duration(_) | DataType::Time => &DataType::Int64,
-        other => other,
-    };
-    match NUMERIC.iter().find(|(p, _)| p == physical) {
-        Some((_, d)) => Ok(*d),
-        None => polars_bail!(
-            InvalidOperation: "to_tensor takes numeric, boolean or temporal columns, not {dtype}; \
-            cast or encode the column first"
+/// The tensor layout of a row of one input: the core's rule for the Arrow field the column
+/// exports as. A List column is read as the `Array` of `width` it must be (Polars needs an
+/// Array's width before the query runs).
+fn layout_of(dtype: &DataType, width: Option<usize>) -> PolarsResult<CellLayout> {
+    let dtype = match (dtype, width) {
+        (DataType::List(inner), Some(w)) => &DataType::Array(inner.clone(), w),
+        (DataType::List(_), None) => polars_bail!(
+            InvalidOperation: "to_tensor of a list column needs width=..., the length of every \
+            list: Polars must know an Array's width before the query runs"
         ),
-    }
+        (other, _) => other,
+    };
+    cell_layout("", dtype).map_err(|e| match e {
+        Error::UnsupportedArrowType { .. } => polars_err!(
+            InvalidOperation: "to_tensor takes numeric, boolean or temporal columns, or Arrays and \
+            tensor columns of them, not {dtype}; cast or encode the column first"
+        ),
+        e => polars_error(e),
+    })
 }
 
-fn polars_dtype(d: DType) -> DataType {
-    NUMERIC.iter().find(|(_, t)| *t == d).map_or(DataType::Float64, |(p, _)| p.clone())
-}
-
-/// The list-like input of a one-argument call: the leaf dtype and the cell shape, if any.
-///
-/// An `arrow.fixed_shape_tensor` column (pyarrow's tensor columns, loaded into Polars) has the
-/// cell shape of its metadata, in logical order (a permuted one is copied into C order).
-fn cell_of(dtype: &DataType, width: Option<usize>) -> PolarsResult<Option<(DataType, Vec<usize>)>> {
-    if let DataType::Extension(typ, storage) = dtype {
-        polars_ensure!(
-            typ.name() == dlframe::arrow::FIXED_SHAPE_TENSOR,
-            InvalidOperation: "to_tensor takes arrow.fixed_shape_tensor extension columns, not {dtype}"
-        );
-        let meta = TensorMetadata::parse(typ.serialize_metadata().as_deref().unwrap_or_default())
-            .map_err(polars_error)?;
-        let Some((leaf, _)) = cell_of(storage, None)? else {
-            polars_bail!(InvalidOperation: "{dtype} is not stored as an Array column");
-        };
-        let dims = meta.logical_shape().iter().map(|&d| d as usize).collect();
-        return Ok(Some((leaf, dims)));
-    }
-    let mut dims = Vec::new();
-    let mut dt = dtype;
-    loop {
-        match dt {
-            DataType::Array(inner, size) => {
-                dims.push(*size);
-                dt = inner;
-            }
-            DataType::List(inner) if dims.is_empty() => {
-                let Some(w) = width else {
-                    polars_bail!(
-                        InvalidOperation: "to_tensor of a list column needs width=..., the length \
-                        of every list: Polars must know an Array's width before the query runs"
-                    );
-                };
-                dims.push(w);
-                dt = inner;
-            }
-            DataType::List(_) => polars_bail!(
-                InvalidOperation: "to_tensor takes lists of numbers, not {dtype}"
-            ),
-            _ => break,
-        }
-    }
-    Ok((!dims.is_empty()).then(|| (dt.clone(), dims)))
+/// The Polars type of a tensor dtype's values, or of the leaf the layout keeps.
+fn polars_type(d: DType) -> PolarsResult<DataType> {
+    polars_dtype_of(d).map_err(polars_error)
 }
 
 /// The output dtype for these input dtypes: `Array(T, k)` for k scalar columns, the cell shape
-/// for one list or Array column.
+/// for one list, Array or tensor column.
 pub fn output_dtype(inputs: &[&DataType], kwargs: &ToTensorKwargs) -> PolarsResult<DataType> {
     polars_ensure!(!inputs.is_empty(), InvalidOperation: "to_tensor needs at least one column");
     let target = kwargs.target()?;
-    if let [only] = inputs
-        && let Some((leaf, dims)) = cell_of(only, kwargs.width)?
+    let layouts = inputs.iter().map(|d| layout_of(d, kwargs.width)).collect::<PolarsResult<Vec<_>>>()?;
+    if let [only] = &layouts[..]
+        && !only.is_scalar()
     {
-        storage(&leaf)?;
-        let leaf = target.map_or(leaf, polars_dtype);
-        return Ok(dims.iter().rev().fold(leaf, |acc, &d| DataType::Array(Box::new(acc), d)));
+        let leaf = match target {
+            Some(d) => polars_type(d)?,
+            None => polars_dtype(&only.leaf).map_err(polars_error)?,
+        };
+        return Ok(only.shape.iter().rev().fold(leaf, |acc, &d| DataType::Array(Box::new(acc), d as usize)));
     }
-    let dtypes = inputs.iter().map(|d| storage(d)).collect::<PolarsResult<Vec<_>>>()?;
+    let dtypes: Vec<DType> = layouts.iter().map(|l| l.dtype).collect();
     let leaf = target.unwrap_or_else(|| kernels::common_dtype(&dtypes));
-    Ok(DataType::Array(Box::new(polars_dtype(leaf)), inputs.len()))
+    Ok(DataType::Array(Box::new(polars_type(leaf)?), inputs.len()))
 }
 
 fn to_tensor_field(inputs: &[Field], kwargs: ToTensorKwargs) -> PolarsResult<Field> {
@@ -232,7 +182,7 @@ pub fn to_tensor_impl(inputs: &[Series], kwargs: &ToTensorKwargs) -> PolarsResul
         return Ok(Series::new_empty(name, &out_dtype));
     }
     let opts = kwargs.options()?;
-    let one_cell = inputs.len() == 1 && cell_of(inputs[0].dtype(), kwargs.width)?.is_some();
+    let one_cell = inputs.len() == 1 && !layout_of(inputs[0].dtype(), kwargs.width)?.is_scalar();
     let converted =
         if one_cell { series_to_tensor(&inputs[0], &opts) } else { series_to_matrix(inputs, &opts) }
             .map_err(polars_error)?;
