@@ -113,12 +113,13 @@ pub fn columns_to_device(
 
 /// A C-contiguous host tensor copied to `cuda:ordinal` in one host-to-device transfer on the
 /// producer stream (copies, to the device). From page-locked or managed memory the host waits
-/// for the transfer, so the source may be freed on return. Used for results made on the CPU first, such as a
-/// multi-column matrix.
+/// for the transfer, so the source may be freed on return. Used for results made on the CPU
+/// first, such as a multi-column matrix.
 ///
 /// # Errors
 /// [`Error::Cuda`] without a device; [`Error::CopyRequired`] for strided or device input.
 pub fn upload(t: &Tensor, ordinal: usize) -> Result<Tensor> {
+    // Refused before any device is touched.
     t.check_host_contiguous()?;
     transfer::upload(gpu(ordinal)?, t)
 }
