@@ -4,6 +4,8 @@
 //! arithmetic, casts, bit offsets and index maths, and the plans that drive them, against the CPU
 //! path on machines without a GPU. What it cannot check (NVRTC, the driver, streams, parallel
 //! execution) is left to the GPU tests.
+//!
+//! The random inputs are in `emulate/inputs.rs`, the test cases in `emulate/tests.rs`.
 
 use std::process::Command;
 use std::sync::OnceLock;
@@ -99,9 +101,10 @@ fn bytes(v: &mut [u128]) -> &mut [u8] {
 }
 
 impl Emulator {
-    /// Carries out `plan` as `run` does on a device (the output copies, then the scratch uploads
-    /// and one `convert` over a `grid` of blocks of `block` threads, when needed): the output bytes and the mask. The
-    /// outputs start as 0xAB, so an element no thread writes shows.
+    /// Carries out `plan` as `transfer::run` does on a device (the output copies, then the
+    /// scratch uploads and one `convert` over a `grid` of blocks of `block` threads, when
+    /// needed): the output bytes and the mask. The outputs start as 0xAB, so an element no
+    /// thread writes shows.
     pub fn run(&self, plan: &Plan, grid: (u32, u32), block: u32) -> (Vec<u8>, Option<Vec<u8>>) {
         let n = plan.len * plan.storage.itemsize();
         let mut out = aligned(n, 0xab);
@@ -145,7 +148,7 @@ impl Emulator {
         (out, mask)
     }
 
-    /// Runs `gather` over a host tensor's view (as `contiguous` does on a device) over a grid of
+    /// Runs `gather` over a host tensor's view (as `transfer::device_copy` does on a device) over a grid of
     /// `blocks` blocks of `block` threads: the elements in C order.
     pub fn gather(&self, t: &crate::tensor::Tensor, blocks: u32, block: u32) -> Vec<u8> {
         let n = t.numel();
