@@ -1,4 +1,4 @@
-// dlframe's device kernels, compiled at run time with NVRTC (src/cuda/mod.rs).
+// dlframe's device kernels, compiled at run time with NVRTC (src/cuda/launch.rs).
 //
 // Plain C++ with no headers and no CUDA intrinsics, so that the unit tests can also build this
 // file with the host's C++ compiler and run every kernel on the CPU against dlframe's CPU
@@ -11,19 +11,9 @@ typedef long long i64;
 
 // ---- the general kernel: null fill, bool unpack, cast, interleave and chunk concat ----
 
-// Element type codes (DType order in src/cuda/plan.rs).
-#define DT_BOOL 0
-#define DT_I8 1
-#define DT_I16 2
-#define DT_I32 3
-#define DT_I64 4
-#define DT_U8 5
-#define DT_U16 6
-#define DT_U32 7
-#define DT_U64 8
-#define DT_F16 9
-#define DT_F32 10
-#define DT_F64 11
+// Element type codes: DT_ and the dtype's name in capitals (DT_BOOL, DT_INT8 .. DT_FLOAT64).
+// They are not defined here: src/cuda/launch.rs generates a #define of each from the Rust
+// DType table (the codes the plans send) and puts them before this file.
 
 #define NO_VALIDITY 0xffffffffffffffffull
 
@@ -102,17 +92,17 @@ __device__ __forceinline__ Num load(const unsigned char* p, u64 dt, u64 r, u64 b
     n.kind = 0; n.i = 0; n.u = 0; n.f = 0.0;
     switch (dt) {
         case DT_BOOL: { u64 b = bit + r; n.i = (p[b >> 3] >> (b & 7)) & 1; break; }
-        case DT_I8: n.i = ((const signed char*)p)[r]; break;
-        case DT_I16: n.i = ((const short*)p)[r]; break;
-        case DT_I32: n.i = ((const int*)p)[r]; break;
-        case DT_I64: n.i = ((const i64*)p)[r]; break;
-        case DT_U8: n.kind = 1; n.u = p[r]; break;
-        case DT_U16: n.kind = 1; n.u = ((const unsigned short*)p)[r]; break;
-        case DT_U32: n.kind = 1; n.u = ((const unsigned int*)p)[r]; break;
-        case DT_U64: n.kind = 1; n.u = ((const u64*)p)[r]; break;
-        case DT_F16: n.kind = 2; n.f = f16_to_f64(((const unsigned short*)p)[r]); break;
-        case DT_F32: n.kind = 2; n.f = ((const float*)p)[r]; break;
-        default: n.kind = 2; n.f = ((const double*)p)[r]; break;
+        case DT_INT8: n.i = ((const signed char*)p)[r]; break;
+        case DT_INT16: n.i = ((const short*)p)[r]; break;
+        case DT_INT32: n.i = ((const int*)p)[r]; break;
+        case DT_INT64: n.i = ((const i64*)p)[r]; break;
+        case DT_UINT8: n.kind = 1; n.u = p[r]; break;
+        case DT_UINT16: n.kind = 1; n.u = ((const unsigned short*)p)[r]; break;
+        case DT_UINT32: n.kind = 1; n.u = ((const unsigned int*)p)[r]; break;
+        case DT_UINT64: n.kind = 1; n.u = ((const u64*)p)[r]; break;
+        case DT_FLOAT16: n.kind = 2; n.f = f16_to_f64(((const unsigned short*)p)[r]); break;
+        case DT_FLOAT32: n.kind = 2; n.f = ((const float*)p)[r]; break;
+        case DT_FLOAT64: default: n.kind = 2; n.f = ((const double*)p)[r]; break;
     }
     return n;
 }
@@ -129,25 +119,25 @@ __device__ __forceinline__ u64 as_u64(Num n) {
 __device__ __forceinline__ void store(unsigned char* out, u64 dt, u64 at, Num n) {
     switch (dt) {
         case DT_BOOL: out[at] = as_u64(n) != 0; break;
-        case DT_I8: ((signed char*)out)[at] = (signed char)as_i64(n); break;
-        case DT_I16: ((short*)out)[at] = (short)as_i64(n); break;
-        case DT_I32: ((int*)out)[at] = (int)as_i64(n); break;
-        case DT_I64: ((i64*)out)[at] = as_i64(n); break;
-        case DT_U8: out[at] = (unsigned char)as_u64(n); break;
-        case DT_U16: ((unsigned short*)out)[at] = (unsigned short)as_u64(n); break;
-        case DT_U32: ((unsigned int*)out)[at] = (unsigned int)as_u64(n); break;
-        case DT_U64: ((u64*)out)[at] = as_u64(n); break;
-        case DT_F16: {
+        case DT_INT8: ((signed char*)out)[at] = (signed char)as_i64(n); break;
+        case DT_INT16: ((short*)out)[at] = (short)as_i64(n); break;
+        case DT_INT32: ((int*)out)[at] = (int)as_i64(n); break;
+        case DT_INT64: ((i64*)out)[at] = as_i64(n); break;
+        case DT_UINT8: out[at] = (unsigned char)as_u64(n); break;
+        case DT_UINT16: ((unsigned short*)out)[at] = (unsigned short)as_u64(n); break;
+        case DT_UINT32: ((unsigned int*)out)[at] = (unsigned int)as_u64(n); break;
+        case DT_UINT64: ((u64*)out)[at] = as_u64(n); break;
+        case DT_FLOAT16: {
             // Integers reach half through double, as the CPU kernels do.
             double d = n.kind == 0 ? (double)n.i : n.kind == 1 ? (double)n.u : n.f;
             ((unsigned short*)out)[at] = f64_to_f16(d);
             break;
         }
-        case DT_F32:
+        case DT_FLOAT32:
             // One rounding from the exact value (integers straight to float, not via double).
             ((float*)out)[at] = n.kind == 0 ? (float)n.i : n.kind == 1 ? (float)n.u : (float)n.f;
             break;
-        default:
+        case DT_FLOAT64: default:
             ((double*)out)[at] = n.kind == 0 ? (double)n.i : n.kind == 1 ? (double)n.u : n.f;
             break;
     }

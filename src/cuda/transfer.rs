@@ -1,0 +1,166 @@
+//! Copies between the host and a device, and on a device: a plan's bytes up (straight into the
+//! output, or into one scratch buffer for the `convert` kernel), host tensors up, device
+//! tensors down, and strided device tensors into C order. Every function here copies; the
+//! memory it fills goes to an owner from `memory.rs`. Page-locked host sources are waited for
+//! (their copies run asynchronously to the host); pageable ones are staged by the driver.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+
+use super::driver::{Gpu, cuda_err, guarded, is_page_locked, memcpy_dtoh};
+use super::launch;
+use super::memory::owned_tensor;
+use super::plan::Plan;
+use crate::arrow::Converted;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::kernels::HostBuffer;
+use crate::tensor::{Tensor, c_strides};
+
+/// The plan's scratch buffer on the device (copies, host to device): its pieces and segment
+/// table copied on the producer stream. The caller binds the context and, when a source is
+/// page-locked, waits for the stream before the host memory may go.
+pub(super) fn upload_scratch(g: &Gpu, plan: &Plan) -> Result<CudaSlice<u8>> {
+    let s = &g.stream;
+    // SAFETY: the kernel reads only the placed bytes, all written by the copies below first.
+    let mut scratch = unsafe { s.alloc::<u8>(plan.scratch_len()) }.map_err(cuda_err)?;
+    for (at, bytes) in plan.uploads().filter(|(_, b)| !b.is_empty()) {
+        s.memcpy_htod(bytes, &mut scratch.slice_mut(at..at + bytes.len())).map_err(cuda_err)?;
+    }
+    Ok(scratch)
+}
+
+/// Carries out a plan on `g`'s device (copies, host to device): the output (and mask)
+/// allocated on the producer stream, the values that keep their dtype copied straight into it,
+/// then (when there is more to do) the rest uploaded into one scratch buffer and one `convert`
+/// launch; the scratch buffer is freed on the stream after the kernel.
+pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
+    let item = plan.storage.itemsize();
+    let (out, mask) = guarded(|| -> Result<(CudaSlice<u8>, Option<CudaSlice<u8>>)> {
+        g.bind()?;
+        let s = &g.stream;
+        // SAFETY: every element is written below (by the copies or by the kernel, which writes
+        // each slot of each segment, and the segments cover the output) before the readiness
+        // event that consumers wait on.
+        let mut out = unsafe { s.alloc::<u8>((plan.len * item).max(1)) }.map_err(cuda_err)?;
+        // SAFETY: as above; the kernel writes one mask byte per element it writes.
+        let mut mask =
+            plan.mask.then(|| unsafe { s.alloc::<u8>(plan.len.max(1)) }).transpose().map_err(cuda_err)?;
+        for (at, bytes) in plan.output_copies() {
+            s.memcpy_htod(bytes, &mut out.slice_mut(at..at + bytes.len())).map_err(cuda_err)?;
+        }
+        if plan.needs_kernel() {
+            let scratch = upload_scratch(&g, plan)?;
+            launch::convert(&g, plan, &mut out, mask.as_mut(), &scratch)?;
+        }
+        if plan.output_copies().chain(plan.uploads()).any(|(_, b)| is_page_locked(b)) {
+            s.synchronize().map_err(cuda_err)?;
+        }
+        Ok((out, mask))
+    })?;
+    let values = owned_tensor(
+        g.clone(),
+        out,
+        plan.shape.clone(),
+        plan.strides.clone(),
+        plan.dtype,
+        plan.logical.clone(),
+    )?;
+    let mask = mask
+        .map(|m| owned_tensor(g, m, plan.shape.clone(), plan.strides.clone(), DType::Bool, None))
+        .transpose()?;
+    Ok(Converted { values, mask })
+}
+
+/// A C-contiguous host tensor copied to `g`'s device in one host-to-device transfer on the
+/// producer stream (copies). From page-locked or managed memory the host waits for the
+/// transfer, so the source may be freed on return.
+///
+/// # Errors
+/// [`Error::CopyRequired`](crate::Error::CopyRequired) for strided or device input;
+/// [`Error::Cuda`](crate::Error::Cuda) from the driver.
+pub(super) fn upload(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
+    t.check_host_contiguous()?;
+    let bytes: &[u8] = if t.numel() == 0 {
+        &[]
+    } else {
+        // SAFETY: a host-readable, C-contiguous tensor (checked above) of nbytes bytes, alive
+        // for this call through `t`.
+        unsafe { std::slice::from_raw_parts(t.data_ptr(), t.nbytes()) }
+    };
+    let slice = guarded(|| -> Result<CudaSlice<u8>> {
+        g.bind()?;
+        // SAFETY: every byte is written by the copy below before the readiness event.
+        let mut out = unsafe { g.stream.alloc::<u8>(bytes.len().max(1)) }.map_err(cuda_err)?;
+        if !bytes.is_empty() {
+            let mut dst = out.slice_mut(..bytes.len());
+            g.stream.memcpy_htod(bytes, &mut dst).map_err(cuda_err)?;
+            if is_page_locked(bytes) {
+                g.stream.synchronize().map_err(cuda_err)?;
+            }
+        }
+        Ok(out)
+    })?;
+    owned_tensor(g, slice, t.shape().to_vec(), c_strides(t.shape()), t.dtype(), t.logical().cloned())
+}
+
+/// A host copy of a C-contiguous CUDA tensor on `g`'s device (copies, device to host): our
+/// stream waits for the tensor's readiness event, one device-to-host transfer runs, and the
+/// host waits for that transfer. The result is a C-contiguous CPU tensor.
+///
+/// `t` must be C-contiguous (or empty).
+pub(super) fn download_contiguous(g: &Gpu, t: &Tensor) -> Result<Tensor> {
+    debug_assert!(t.numel() == 0 || t.is_c_contiguous());
+    // Every byte is written by the transfer below.
+    let mut host = HostBuffer::for_overwrite(t.nbytes())?;
+    if t.nbytes() > 0 {
+        guarded(|| -> Result<()> {
+            g.bind()?;
+            let stream = g.producer();
+            if let Some(sync) = t.sync() {
+                sync.wait_on(stream)?;
+            }
+            // SAFETY: the tensor holds nbytes contiguous bytes at data_ptr on this device (C
+            // order, per this function's contract), alive through `t` until the synchronize
+            // below; `host` has nbytes and is not touched before then.
+            unsafe { memcpy_dtoh(host.as_mut_slice(), t.data_ptr() as usize, stream) }?;
+            g.stream.synchronize().map_err(cuda_err)
+        })?;
+    }
+    Ok(Tensor::from_buffer(host.into_buffer(), 0, t.shape().to_vec(), None, t.dtype())?
+        .with_copied(true)
+        .with_logical(t.logical().cloned()))
+}
+
+/// A C-contiguous copy of a CUDA tensor on `g`'s device (copies, device to device): one
+/// `gather` kernel on our stream, after the tensor's readiness event. The host does not block
+/// unless the tensor has no readiness hook (then it waits for the kernel, so that the source
+/// may go); the copy has its own readiness event.
+///
+/// # Errors
+/// [`Error::Misaligned`](crate::Error::Misaligned) for data not aligned to its element size;
+/// [`Error::Cuda`](crate::Error::Cuda) from the driver or NVRTC.
+pub(super) fn device_copy(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
+    let out = guarded(|| -> Result<CudaSlice<u8>> {
+        g.bind()?;
+        let s = &g.stream;
+        if let Some(sync) = t.sync() {
+            sync.wait_on(g.producer())?;
+        }
+        // SAFETY: the gather below writes each of the numel elements.
+        let mut out = unsafe { s.alloc::<u8>(t.nbytes().max(1)) }.map_err(cuda_err)?;
+        if t.numel() == 0 {
+            return Ok(out);
+        }
+        // The tensor's owner waited on our stream above (or, without a hook, the host waits
+        // below), so its memory outlives the kernel.
+        launch::gather(&g, t, &mut out)?;
+        if t.sync().is_none() {
+            // Nothing tells the source's owner about our stream: wait before it can go.
+            s.synchronize().map_err(cuda_err)?;
+        }
+        Ok(out)
+    })?;
+    owned_tensor(g, out, t.shape().to_vec(), c_strides(t.shape()), t.dtype(), t.logical().cloned())
+}
