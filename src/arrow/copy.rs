@@ -28,10 +28,15 @@ pub struct Converted {
 }
 
 /// One column, in one or more chunks, as one tensor: zero-copy for one chunk without nulls
-/// (or with nulls under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask)), otherwise one fused copy pass.
+/// (or with nulls under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask)), otherwise one
+/// fused copy pass.
 ///
 /// # Errors
-/// The errors of [`ColumnSpec::new`](super::spec::ColumnSpec), and [`Error::CopyRequired`]
+/// [`Error::Nulls`] under [`NullPolicy::Error`](crate::options::NullPolicy::Error),
+/// [`Error::UnsupportedArrowType`] for a leaf with no tensor dtype, [`Error::InvalidArgument`]
+/// for chunks of another type, a boolean column cast to numbers or NaN for a dtype without it,
+/// [`Error::InvalidExtensionMetadata`] for tensor metadata that does not fit the storage, and
+/// [`Error::CopyRequired`]
 /// under [`CopyPolicy::Never`] when a copy is needed, [`Error::ValueOutOfRange`] for a value
 /// that does not fit a lossy cast.
 pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {

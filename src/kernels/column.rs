@@ -86,7 +86,7 @@ impl ColumnRef<'_> {
     }
 }
 
-/// One input column of [`interleave`]: values, validity, and a name for error messages.
+/// One input column of [`interleave`](super::interleave()): values, validity, and a name for error messages.
 #[derive(Debug, Clone, Copy)]
 pub struct Column<'a> {
     /// The values.
