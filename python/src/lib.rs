@@ -35,8 +35,14 @@ fn _cuda_kernel_timing(
     }
     #[cfg(not(feature = "cuda"))]
     {
+        // require_cuda has refused already: no device is visible without the feature.
         let _ = (py, n, reps);
-        unreachable!("require_cuda refuses every device in a build without the cuda feature")
+        Err(dlframe::Error::DeviceUnavailable {
+            device: format!("cuda:{device}"),
+            visible: 0,
+            built_with_cuda: false,
+        }
+        .into())
     }
 }
 
