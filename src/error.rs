@@ -124,6 +124,57 @@ pub enum Error {
     /// A CUDA driver, NVRTC or device error.
     #[error("CUDA: {0}")]
     Cuda(String),
+    /// A device that this build or this machine cannot reach: a build without the `cuda`
+    /// feature, no driver, no GPU, or an ordinal beyond the visible devices. Every "no CUDA"
+    /// comes out as this one error.
+    #[error(
+        "{device} is not available: {visible} CUDA device(s) are visible{}",
+        if *built_with_cuda {
+            "; run where a GPU is visible (check the driver and CUDA_VISIBLE_DEVICES), or keep the data \
+             on the CPU"
+        } else {
+            ", because this build of dlframe has no CUDA support (the `cuda` feature); install a build \
+             with it, or keep the data on the CPU"
+        }
+    )]
+    DeviceUnavailable {
+        /// The device asked for, e.g. `cuda:1`.
+        device: String,
+        /// How many CUDA devices are visible (0 without the feature or a driver).
+        visible: usize,
+        /// Whether this build has the `cuda` feature.
+        built_with_cuda: bool,
+    },
+    /// Device memory asked for as host memory without `copy=True`: dlframe moves device data to
+    /// the host only when asked.
+    #[error(
+        "the tensor is on {device}; Arrow needs host memory, and dlframe copies device data to the host \
+         only when asked: pass copy=True{}",
+        if *copy_false { " (copy=False was given)" } else { "" }
+    )]
+    NotOnHost {
+        /// Where the tensor is, e.g. `cuda:0` or `DLPack device (4, 0)`.
+        device: String,
+        /// Whether the caller passed `copy=False`.
+        copy_false: bool,
+    },
+    /// A DLPack export that cannot be made as asked (a device, a capsule kind or a copy that
+    /// the request rules out). The message names the remedy.
+    #[error("{what}; {remedy}")]
+    ExportRefused {
+        /// What was asked and why it cannot be done.
+        what: String,
+        /// What the caller can do instead.
+        remedy: &'static str,
+    },
+    /// A DLPack stream argument that this export cannot use.
+    #[error("stream={stream} {reason}")]
+    InvalidStream {
+        /// The stream number as given.
+        stream: i64,
+        /// Why it is refused, and what is accepted.
+        reason: String,
+    },
     /// An error from arrow-rs.
     #[error(transparent)]
     Arrow(#[from] arrow_schema::ArrowError),
@@ -162,13 +213,17 @@ impl Error {
             | Error::Nulls { .. }
             | Error::CopyRequired { .. }
             | Error::Misaligned { .. }
-            | Error::InvalidDlpack(_) => ErrorKind::Buffer,
+            | Error::InvalidDlpack(_)
+            | Error::DeviceUnavailable { .. }
+            | Error::NotOnHost { .. }
+            | Error::ExportRefused { .. } => ErrorKind::Buffer,
             Error::InvalidLayout(_)
             | Error::InvalidInterface(_)
             | Error::InvalidExtensionMetadata { .. }
             | Error::LengthMismatch { .. }
             | Error::ValueOutOfRange { .. }
-            | Error::InvalidArgument(_) => ErrorKind::Value,
+            | Error::InvalidArgument(_)
+            | Error::InvalidStream { .. } => ErrorKind::Value,
             Error::Arrow(_) | Error::Cuda(_) => ErrorKind::Runtime,
             #[cfg(feature = "polars")]
             Error::Polars(_) => ErrorKind::Runtime,

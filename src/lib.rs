@@ -59,6 +59,7 @@ pub mod polars;
 pub mod tensor;
 #[doc(hidden)]
 pub mod testing;
+pub mod transfer;
 
 pub use device::Device;
 pub use dlpack::{ForeignTensor, export_legacy, export_versioned};

@@ -1,4 +1,6 @@
-//! Typed arguments: the one parser for each kind of Python argument the binding takes.
+//! Typed arguments: the one parser for each kind of Python argument the binding takes, as
+//! `FromPyObject` types (and the few parsers that need two arguments at once). Errors are
+//! returned as [`Binding`] or core errors; `error.rs` turns them into exceptions.
 //!
 //! `dtype=` accepts every common dtype-like: dlframe's names (`"float32"`), numpy dtypes, types
 //! and codes (`np.float32`, `np.dtype("f4")`, `"f4"`, `"<f4"`, `float`), pyarrow types
@@ -7,12 +9,16 @@
 //! `dtype=` with [`dtype_name`] before the keyword arguments are serialised.
 
 use arrow_schema::DataType;
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyType};
+use pyo3::types::{PyBool, PyString, PyTuple, PyType};
 use pyo3_arrow::PyDataType;
 
-use dlframe::DType;
+use dlframe::arrow::{CopyPolicy, NullPolicy, Scalar};
+use dlframe::ffi::dlpack::DLDevice;
+use dlframe::kernels::Order;
+use dlframe::{DType, Device};
+
+use crate::error::{Binding, Error, Result};
 
 /// A `dtype=` argument, parsed. `Option<DTypeArg>` is the usual parameter type: None keeps the
 /// input's dtype.
@@ -20,9 +26,9 @@ use dlframe::DType;
 pub struct DTypeArg(pub DType);
 
 impl<'a, 'py> FromPyObject<'a, 'py> for DTypeArg {
-    type Error = PyErr;
+    type Error = Error;
 
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
         parse(&obj).map(DTypeArg)
     }
 }
@@ -43,14 +49,14 @@ fn given(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// The error for a dtype-like that names a dtype dlframe has no tensor form of.
-fn unsupported(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
-    PyTypeError::new_err(format!("unsupported dtype {} ({what}); {ACCEPTED}", given(obj)))
+fn unsupported(obj: &Bound<'_, PyAny>, what: &str) -> Error {
+    Binding::WrongType(format!("unsupported dtype {} ({what}); {ACCEPTED}", given(obj))).into()
 }
 
 /// The error for an object that is no dtype-like at all.
-fn not_a_dtype(obj: &Bound<'_, PyAny>) -> PyErr {
+fn not_a_dtype(obj: &Bound<'_, PyAny>) -> Error {
     let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-    PyTypeError::new_err(format!("unsupported dtype {}: a {ty} is not a dtype; {ACCEPTED}", given(obj)))
+    Binding::WrongType(format!("unsupported dtype {}: a {ty} is not a dtype; {ACCEPTED}", given(obj))).into()
 }
 
 /// A dtype name as Polars and torch print them (`Float32`, `Boolean`, `torch.float32`), in any
@@ -61,7 +67,7 @@ fn by_printed_name(name: &str) -> Option<DType> {
 }
 
 /// The DType of an Arrow type, for a `dtype=` argument (no temporal or nested types).
-fn from_arrow(obj: &Bound<'_, PyAny>, dt: &DataType) -> PyResult<DType> {
+fn from_arrow(obj: &Bound<'_, PyAny>, dt: &DataType) -> Result<DType> {
     DType::ALL
         .into_iter()
         .find(|d| &d.to_arrow() == dt)
@@ -80,7 +86,7 @@ fn module_of(obj: &Bound<'_, PyAny>) -> String {
 
 /// Parses a dtype-like (see the module docs). TypeError names what was given and lists the
 /// accepted forms.
-pub fn parse(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+pub fn parse(obj: &Bound<'_, PyAny>) -> Result<DType> {
     let py = obj.py();
     if let Ok(s) = obj.cast::<PyString>() {
         let s = s.to_cow()?;
@@ -107,10 +113,10 @@ pub fn parse(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 }
 
 /// `numpy.dtype(obj)` as a DType; None when numpy does not read `obj` as a dtype.
-fn via_numpy(obj: &Bound<'_, PyAny>) -> Option<PyResult<DType>> {
+fn via_numpy(obj: &Bound<'_, PyAny>) -> Option<Result<DType>> {
     let np = match obj.py().import("numpy") {
         Ok(np) => np,
-        Err(e) => return Some(Err(e)),
+        Err(e) => return Some(Err(e.into())),
     };
     let dt = np.call_method1("dtype", (obj,)).ok()?;
     // numpy reads any Python class as the object dtype: that is no dtype-like.
@@ -121,7 +127,7 @@ fn via_numpy(obj: &Bound<'_, PyAny>) -> Option<PyResult<DType>> {
     let native: bool = dt.getattr("isnative").and_then(|k| k.extract()).unwrap_or(false);
     let name: String = match dt.getattr("name").and_then(|n| n.extract()) {
         Ok(n) => n,
-        Err(e) => return Some(Err(e)),
+        Err(e) => return Some(Err(e.into())),
     };
     if !native {
         return Some(Err(unsupported(obj, &format!("big-endian {name}"))));
@@ -135,4 +141,195 @@ fn via_numpy(obj: &Bound<'_, PyAny>) -> Option<PyResult<DType>> {
 #[pyo3(name = "_dtype_name", signature = (dtype, /))]
 pub fn dtype_name(dtype: Option<DTypeArg>) -> Option<&'static str> {
     dtype.map(|d| d.0.name())
+}
+
+/// The array API's `copy` argument as a copy policy: None copies only when needed.
+pub fn copy_policy(copy: Option<bool>) -> CopyPolicy {
+    match copy {
+        None => CopyPolicy::IfNeeded,
+        Some(false) => CopyPolicy::Never,
+        Some(true) => CopyPolicy::Always,
+    }
+}
+
+/// A two-element tuple of ints, or the error `message`.
+fn int_pair<'py, T: for<'a> FromPyObject<'a, 'py>>(obj: &Bound<'py, PyAny>, message: &str) -> Result<(T, T)> {
+    let bad = || Error::from(Binding::WrongType(message.into()));
+    let t = obj.cast::<PyTuple>().map_err(|_| bad())?;
+    if t.len() != 2 {
+        return Err(bad());
+    }
+    let item = |i| t.get_item(i).ok().and_then(|v| v.extract::<T>().ok()).ok_or_else(bad);
+    Ok((item(0)?, item(1)?))
+}
+
+/// `__dlpack__(max_version=...)`: a `(major, minor)` tuple.
+pub struct MaxVersion(pub (u32, u32));
+
+impl<'a, 'py> FromPyObject<'a, 'py> for MaxVersion {
+    type Error = Error;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        int_pair(&obj, "max_version must be None or a tuple with two elements.").map(MaxVersion)
+    }
+}
+
+/// `__dlpack__(dl_device=...)`: a `(device_type, device_id)` tuple.
+pub struct DlDevice(pub DLDevice);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for DlDevice {
+    type Error = Error;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        let (device_type, device_id) =
+            int_pair(&obj, "dl_device must be None or a (device_type, device_id) tuple")?;
+        Ok(DlDevice(DLDevice { device_type, device_id }))
+    }
+}
+
+/// `__dlpack__(stream=...)`: a DLPack stream number (an int).
+pub struct DlpackStream(pub i64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for DlpackStream {
+    type Error = Error;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        obj.extract::<i64>()
+            .map(DlpackStream)
+            .map_err(|_| Binding::WrongType("stream must be None or an int".into()).into())
+    }
+}
+
+/// `to_dlpack(stream=...)`: a DLPack stream number or handle, or a stream object with
+/// `cuda_stream` (torch) or `ptr` (cupy).
+pub struct ConsumerStream(pub i64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for ConsumerStream {
+    type Error = Error;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        if let Ok(n) = obj.extract::<i64>() {
+            return Ok(ConsumerStream(n));
+        }
+        for attr in ["cuda_stream", "ptr"] {
+            if let Ok(n) = obj.getattr(attr).and_then(|v| v.extract::<i64>()) {
+                return Ok(ConsumerStream(n));
+            }
+        }
+        Err(Binding::WrongType(
+            "stream must be an int (a DLPack stream number or handle) or a torch/cupy stream".into(),
+        )
+        .into())
+    }
+}
+
+/// `fill_value=`: a bool, int or float.
+pub struct FillValue(pub Scalar);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for FillValue {
+    type Error = Error;
+
+    fn extract(v: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        if let Ok(b) = v.cast::<PyBool>() {
+            return Ok(FillValue(Scalar::Bool(b.is_true())));
+        }
+        if let Ok(i) = v.extract::<i64>() {
+            return Ok(FillValue(Scalar::Int(i)));
+        }
+        if let Ok(f) = v.extract::<f64>() {
+            return Ok(FillValue(Scalar::Float(f)));
+        }
+        Err(Binding::WrongType(format!(
+            "fill_value must be a bool, int or float, not {}",
+            v.get_type().name()?
+        ))
+        .into())
+    }
+}
+
+/// `nulls=` with its `fill_value=`, through the core's one parser.
+pub fn null_policy(nulls: &str, fill: Option<FillValue>) -> Result<NullPolicy> {
+    Ok(NullPolicy::parse(nulls, fill.map(|f| f.0))?)
+}
+
+/// `order=`: `"C"` or `"F"`.
+pub struct OrderArg(pub Order);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for OrderArg {
+    type Error = Error;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        match &*obj.extract::<std::borrow::Cow<'_, str>>()? {
+            "C" | "c" => Ok(OrderArg(Order::C)),
+            "F" | "f" => Ok(OrderArg(Order::F)),
+            other => {
+                Err(dlframe::Error::InvalidArgument(format!("order={other:?}: expected 'C' or 'F'")).into())
+            }
+        }
+    }
+}
+
+/// `columns=`: how a table becomes tensors.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Columns {
+    /// One `(n, k)` matrix.
+    Stack,
+    /// A dict of column tensors.
+    Dict,
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Columns {
+    type Error = Error;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        match &*obj.extract::<std::borrow::Cow<'_, str>>()? {
+            "stack" => Ok(Columns::Stack),
+            "dict" => Ok(Columns::Dict),
+            other => {
+                Err(dlframe::Error::InvalidArgument(format!("columns={other:?}: expected 'stack' or 'dict'"))
+                    .into())
+            }
+        }
+    }
+}
+
+/// `device=` of a conversion: `"cpu"`, `"cuda"` or `"cuda:N"` (or any object printing so, such
+/// as a torch device).
+pub struct TargetDevice(pub Device);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for TargetDevice {
+    type Error = Error;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        let name: String = obj.str()?.extract()?;
+        let device = match name.as_str() {
+            "cpu" => Some(Device::Cpu),
+            "cuda" => Some(Device::Cuda(0)),
+            _ => {
+                name.strip_prefix("cuda:").and_then(|n| n.parse::<u16>().ok()).map(|n| Device::Cuda(n.into()))
+            }
+        };
+        device.map(TargetDevice).ok_or_else(|| {
+            dlframe::Error::InvalidArgument(format!("device={name:?}: expected 'cpu', 'cuda' or 'cuda:N'"))
+                .into()
+        })
+    }
+}
+
+/// `device=` of a conversion to Arrow: only the CPU, where Arrow arrays live.
+pub struct HostDevice;
+
+impl<'a, 'py> FromPyObject<'a, 'py> for HostDevice {
+    type Error = Error;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        let name: String = obj.str()?.extract()?;
+        if name != "cpu" {
+            return Err(dlframe::Error::InvalidArgument(format!(
+                "device={name:?}: Arrow arrays live on the CPU; pass device='cpu' or None"
+            ))
+            .into());
+        }
+        Ok(HostDevice)
+    }
 }

@@ -7,19 +7,18 @@
 
 use std::ffi::{CStr, c_void};
 
-use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use dlframe::ForeignTensor;
-use dlframe::dlpack::{ExportedLegacy, ExportedVersioned, ManagedTensor};
+use dlframe::dlpack::{Export, ExportedLegacy, ExportedVersioned, ManagedTensor};
 use dlframe::ffi::dlpack::{
     DLManagedTensor, DLManagedTensorVersioned, DLTENSOR, DLTENSOR_VERSIONED, USED_DLTENSOR,
     USED_DLTENSOR_VERSIONED,
 };
 
-use crate::error::Result;
+use crate::error::{Binding, Error, Result};
 
 /// Calls the deleter of an unconsumed capsule's tensor.
 ///
@@ -88,6 +87,14 @@ pub fn legacy<'py>(py: Python<'py>, exported: ExportedLegacy) -> PyResult<Bound<
     })
 }
 
+/// A capsule of the kind the export was resolved for.
+pub fn from_export(py: Python<'_>, export: Export) -> Result<Bound<'_, PyAny>> {
+    Ok(match export {
+        Export::Versioned(e) => versioned(py, e)?,
+        Export::Legacy(e) => legacy(py, e)?,
+    })
+}
+
 /// Consumes a DLPack capsule of either version: renames it to `used_*` and takes ownership.
 ///
 /// # Errors
@@ -102,7 +109,7 @@ pub fn consume(capsule: &Bound<'_, PyCapsule>) -> Result<ForeignTensor> {
         let ptr = unsafe { ffi::PyCapsule_GetPointer(obj, DLTENSOR_VERSIONED.as_ptr()) };
         // SAFETY: renaming marks the capsule consumed, so its destructor will not release it.
         if unsafe { ffi::PyCapsule_SetName(obj, USED_DLTENSOR_VERSIONED.as_ptr()) } != 0 {
-            return Err(PyErr::fetch(capsule.py()).into());
+            return Err(Error::fetch(capsule.py()));
         }
         // SAFETY: we took ownership above; the producer promises a valid managed tensor.
         return Ok(unsafe { ForeignTensor::from_versioned(ptr.cast()) }?);
@@ -112,17 +119,19 @@ pub fn consume(capsule: &Bound<'_, PyCapsule>) -> Result<ForeignTensor> {
         let ptr = unsafe { ffi::PyCapsule_GetPointer(obj, DLTENSOR.as_ptr()) };
         // SAFETY: as above.
         if unsafe { ffi::PyCapsule_SetName(obj, USED_DLTENSOR.as_ptr()) } != 0 {
-            return Err(PyErr::fetch(capsule.py()).into());
+            return Err(Error::fetch(capsule.py()));
         }
         // SAFETY: as above.
         return Ok(unsafe { ForeignTensor::from_legacy(ptr.cast()) }?);
     }
     if is(USED_DLTENSOR) || is(USED_DLTENSOR_VERSIONED) {
-        return Err(PyValueError::new_err(
-            "this DLPack capsule was already consumed; a capsule can be consumed once",
+        return Err(Binding::Malformed(
+            "this DLPack capsule was already consumed; a capsule can be consumed once".into(),
         )
         .into());
     }
-    Err(PyValueError::new_err("not a DLPack capsule (expected the name 'dltensor' or 'dltensor_versioned')")
-        .into())
+    Err(Binding::Malformed(
+        "not a DLPack capsule (expected the name 'dltensor' or 'dltensor_versioned')".into(),
+    )
+    .into())
 }

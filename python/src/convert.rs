@@ -3,54 +3,25 @@
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::{DataType, FieldRef};
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
-use pyo3_arrow::PyArray;
 use pyo3_arrow::input::AnyArray;
 
-use dlframe::arrow::{
-    Converted, ExportOptions, NullPolicy, Scalar, columns_to_tensor, is_list_like, tensor_to_column_with,
-    to_tensor,
-};
+use dlframe::arrow::{Converted, ExportOptions, NullPolicy, is_list_like, tensor_to_column_with, to_tensor};
+use dlframe::dlpack::request::consumer_stream;
 use dlframe::ffi::dlpack::DLDevice;
-use dlframe::kernels::Order;
-use dlframe::{Device, Tensor};
+use dlframe::{Device, Tensor, transfer};
 
-use crate::args::DTypeArg;
+use crate::args::{
+    Columns, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, copy_policy,
+    null_policy,
+};
 use crate::capsule;
-use crate::error::Result;
+use crate::error::{Binding, Error, Result};
 use crate::interface;
-use crate::tensor::{PyTensor, consumer_stream, copy_policy, stream_number};
-
-/// A pyarrow array for an Arrow column (zero-copy through the C data interface).
-pub fn to_pyarrow<'py>(py: Python<'py>, field: FieldRef, array: ArrayRef) -> Result<Bound<'py, PyAny>> {
-    let array = PyArray::try_new(array, field)?;
-    let out = array.to_pyarrow(py)?.unbind();
-    Ok(out.into_bound(py))
-}
-
-fn null_policy(nulls: &str, fill_value: Option<&Bound<'_, PyAny>>) -> Result<NullPolicy> {
-    let fill = fill_value.filter(|v| !v.is_none()).map(scalar).transpose()?;
-    Ok(NullPolicy::parse(nulls, fill)?)
-}
-
-fn scalar(v: &Bound<'_, PyAny>) -> PyResult<Scalar> {
-    if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
-        return Ok(Scalar::Bool(b.is_true()));
-    }
-    if let Ok(i) = v.extract::<i64>() {
-        return Ok(Scalar::Int(i));
-    }
-    if let Ok(f) = v.extract::<f64>() {
-        return Ok(Scalar::Float(f));
-    }
-    Err(PyTypeError::new_err(format!(
-        "fill_value must be a bool, int or float, not {}",
-        v.get_type().name()?
-    )))
-}
+use crate::tensor::PyTensor;
+use crate::to_python::to_pyarrow;
 
 /// The Python result of a conversion: the values, or `(values, mask)` under `nulls="mask"`
 /// (an all-true mask, on the values' device, when there were no nulls). With a consumer
@@ -76,27 +47,23 @@ fn wrap(py: Python<'_>, c: Converted, nulls: NullPolicy, stream: Option<usize>) 
     Ok(PyTuple::new(py, [values.into_any(), mask.into_any()])?.into_any().unbind())
 }
 
-/// A mask of `true`s shaped like `values`, on its device.
+/// A mask of `true`s shaped like `values`, on its device (copies, to a device).
 fn all_valid(values: &Tensor) -> dlframe::Result<Tensor> {
     let host = Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?.with_copied(true);
-    match values.device() {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(i) => dlframe::cuda::upload(&host, i as usize),
-        _ => Ok(host),
-    }
+    transfer::move_to(&host, values.device())
 }
 
 /// Splits a struct column (a record batch or table) into its fields and per-field chunks.
 /// A table's fields and, per field, its chunks.
-type Columns = (Vec<FieldRef>, Vec<Vec<ArrayRef>>);
+type TableColumns = (Vec<FieldRef>, Vec<Vec<ArrayRef>>);
 
-fn table_columns(field: &FieldRef, chunks: &[ArrayRef]) -> Result<Option<Columns>> {
+fn table_columns(field: &FieldRef, chunks: &[ArrayRef]) -> Result<Option<TableColumns>> {
     let DataType::Struct(fields) = field.data_type() else { return Ok(None) };
     let mut columns = vec![Vec::with_capacity(chunks.len()); fields.len()];
     for chunk in chunks {
         let s = chunk.as_struct();
         if s.null_count() > 0 {
-            return Err(PyBufferError::new_err(format!(
+            return Err(Binding::Refused(format!(
                 "struct column {:?} has {} null rows; fill or drop them first",
                 field.name(),
                 s.null_count()
@@ -131,41 +98,33 @@ fn table_columns(field: &FieldRef, chunks: &[ArrayRef]) -> Result<Option<Columns
 /// - `device`: `"cpu"` (default), `"cuda"` or `"cuda:N"`; `stream` (DLPack numbering, or a
 ///   torch/cupy stream) is then made to wait for the conversion.
 #[pyfunction]
-#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order="C", device=None, columns="stack", stream=None))]
+#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::kernels::Order::C), device=None, columns=Columns::Stack, stream=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,
     obj: &Bound<'py, PyAny>,
     nulls: &str,
-    fill_value: Option<Bound<'py, PyAny>>,
+    fill_value: Option<FillValue>,
     copy: Option<bool>,
     dtype: Option<DTypeArg>,
-    order: &str,
-    device: Option<Bound<'py, PyAny>>,
-    columns: &str,
-    stream: Option<Bound<'py, PyAny>>,
+    order: OrderArg,
+    device: Option<TargetDevice>,
+    columns: Columns,
+    stream: Option<ConsumerStream>,
 ) -> Result<Py<PyAny>> {
-    let target = match device.as_ref().filter(|d| !d.is_none()) {
-        None => None,
-        Some(d) => parse_target_device(&d.str()?.extract::<String>()?)?,
-    };
-    let stream = match (stream.as_ref().filter(|s| !s.is_none()), target) {
+    let target = device.map_or(Device::Cpu, |d| d.0);
+    let stream = match (stream, target) {
         (None, _) => None,
-        (Some(s), Some(_)) => consumer_stream(stream_number(s)?)?,
-        (Some(_), None) => {
-            return Err(PyValueError::new_err(
-                "stream= orders a device result on a consumer's stream; pass device='cuda:N' too",
+        (Some(s), Device::Cuda(_)) => consumer_stream(s.0)?,
+        (Some(_), _) => {
+            return Err(dlframe::Error::InvalidArgument(
+                "stream= orders a device result on a consumer's stream; pass device='cuda:N' too".into(),
             )
             .into());
         }
     };
-    let order = match order {
-        "C" | "c" => Order::C,
-        "F" | "f" => Order::F,
-        other => return Err(PyValueError::new_err(format!("order={other:?}: expected 'C' or 'F'")).into()),
-    };
-    let nulls = null_policy(nulls, fill_value.as_ref())?;
-    let opts = ExportOptions { nulls, copy: copy_policy(copy), dtype: dtype.map(|d| d.0), order };
+    let nulls = null_policy(nulls, fill_value)?;
+    let opts = ExportOptions { nulls, copy: copy_policy(copy), dtype: dtype.map(|d| d.0), order: order.0 };
     let collected;
     let obj = if is_lazy_frame(obj)? {
         collected = collect_lazy(obj)?;
@@ -174,7 +133,7 @@ pub fn to_dlpack<'py>(
         obj
     };
     let chunked = match arrow_input(obj) {
-        Ok(input) => input.into_chunked_array().map_err(crate::error::Error::from),
+        Ok(input) => input.into_chunked_array().map_err(Error::from),
         Err(e) => Err(e.into()),
     }
     .map_err(|e| input_error(obj, e))?;
@@ -183,15 +142,15 @@ pub fn to_dlpack<'py>(
         return match columns {
             // One list or tensor column (a `SELECT to_tensor(...)` result) is that column's
             // tensor, `(n, *cell_shape)`: there is nothing to stack.
-            "stack" if fields.len() == 1 && is_list_like(fields[0].data_type()) => {
-                let c = py.detach(|| column(&fields[0], &cols[0], &opts, target))?;
+            Columns::Stack if fields.len() == 1 && is_list_like(fields[0].data_type()) => {
+                let c = py.detach(|| transfer::column_on(&fields[0], &cols[0], &opts, target))?;
                 wrap(py, c, nulls, stream)
             }
-            "stack" => {
-                let c = py.detach(|| matrix(&fields, &cols, &opts, target))?;
+            Columns::Stack => {
+                let c = py.detach(|| transfer::matrix_on(&fields, &cols, &opts, target))?;
                 wrap(py, c, nulls, stream)
             }
-            "dict" => {
+            Columns::Dict => {
                 if let Some(name) = first_duplicate(fields.iter().map(|f| f.name().as_str())) {
                     return Err(dlframe::Error::InvalidArgument(format!(
                         "column '{name}' appears twice, so columns=\"dict\" would keep only one of them; \
@@ -201,17 +160,14 @@ pub fn to_dlpack<'py>(
                 }
                 let out = PyDict::new(py);
                 for (f, chunks) in fields.iter().zip(&cols) {
-                    let c = py.detach(|| column(f, chunks, &opts, target))?;
+                    let c = py.detach(|| transfer::column_on(f, chunks, &opts, target))?;
                     out.set_item(f.name(), wrap(py, c, nulls, stream)?)?;
                 }
                 Ok(out.into_any().unbind())
             }
-            other => {
-                Err(PyValueError::new_err(format!("columns={other:?}: expected 'stack' or 'dict'")).into())
-            }
         };
     }
-    let c = py.detach(|| column(&field, &chunks, &opts, target))?;
+    let c = py.detach(|| transfer::column_on(&field, &chunks, &opts, target))?;
     wrap(py, c, nulls, stream)
 }
 
@@ -253,14 +209,14 @@ fn collect_lazy<'py>(lf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 
 /// Why an object's Arrow data could not be read: the wrong kind of object, or (for a producer
 /// that has the interface) what the producer or the import refused.
-fn input_error(obj: &Bound<'_, PyAny>, e: crate::error::Error) -> crate::error::Error {
+fn input_error(obj: &Bound<'_, PyAny>, e: Error) -> Error {
     let py = obj.py();
     let ty = obj.get_type();
     let name = ty.name().map(|n| n.to_string()).unwrap_or_default();
     let speaks_arrow = ty.hasattr(intern!(py, "__arrow_c_array__")).unwrap_or(false)
         || ty.hasattr(intern!(py, "__arrow_c_stream__")).unwrap_or(false);
     if !speaks_arrow {
-        return PyTypeError::new_err(format!(
+        return Binding::WrongType(format!(
             "to_dlpack takes an object with __arrow_c_array__ or __arrow_c_stream__ (pyarrow, polars, \
              datafusion, duckdb, arro3, nanoarrow) or a Polars LazyFrame, not {name}"
         ))
@@ -275,7 +231,7 @@ fn input_error(obj: &Bound<'_, PyAny>, e: crate::error::Error) -> crate::error::
 /// For a Polars frame or Series with a column that Polars cannot export through Arrow, the error
 /// naming it: Int128 and the like need a cast; a column of Polars' Null type gets the error that
 /// the same column from pyarrow gets (arrow-rs cannot import Polars' export of it).
-fn unsupported_polars_column(obj: &Bound<'_, PyAny>) -> Option<crate::error::Error> {
+fn unsupported_polars_column(obj: &Bound<'_, PyAny>) -> Option<Error> {
     let ty = obj.get_type();
     if !ty.module().ok()?.to_cow().ok()?.starts_with("polars") {
         return None;
@@ -294,68 +250,13 @@ fn unsupported_polars_column(obj: &Bound<'_, PyAny>) -> Option<crate::error::Err
             return to_tensor(&field, &[nulls], &ExportOptions::default()).err().map(Into::into);
         }
         ["Int128", "UInt128", "Object"].iter().any(|t| printed.starts_with(t)).then(|| {
-            PyBufferError::new_err(format!(
+            Binding::Refused(format!(
                 "column '{col}' is {printed}, which has no tensor dtype (and Polars cannot export it \
                  through Arrow); cast it first, e.g. pl.col('{col}').cast(pl.Int64) or pl.Float64"
             ))
             .into()
         })
     })
-}
-
-/// `None` for the CPU, `Some(ordinal)` for `"cuda"` / `"cuda:N"`.
-fn parse_target_device(name: &str) -> PyResult<Option<usize>> {
-    match name {
-        "cpu" => Ok(None),
-        "cuda" => Ok(Some(0)),
-        _ => match name.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
-            Some(i) => Ok(Some(i)),
-            None => {
-                Err(PyValueError::new_err(format!("device={name:?}: expected 'cpu', 'cuda' or 'cuda:N'")))
-            }
-        },
-    }
-}
-
-/// One column on the CPU or, with the `cuda` feature, on a CUDA device.
-fn column(
-    field: &FieldRef,
-    chunks: &[ArrayRef],
-    opts: &ExportOptions,
-    target: Option<usize>,
-) -> dlframe::Result<Converted> {
-    match target {
-        None => to_tensor(field, chunks, opts),
-        #[cfg(feature = "cuda")]
-        Some(i) => dlframe::cuda::to_device(field, chunks, opts, i),
-        #[cfg(not(feature = "cuda"))]
-        Some(_) => Err(no_cuda()),
-    }
-}
-
-/// Several columns as one matrix on the CPU or, with the `cuda` feature, on a CUDA device.
-fn matrix(
-    fields: &[FieldRef],
-    cols: &[Vec<ArrayRef>],
-    opts: &ExportOptions,
-    target: Option<usize>,
-) -> dlframe::Result<Converted> {
-    match target {
-        None => columns_to_tensor(fields, cols, opts),
-        #[cfg(feature = "cuda")]
-        Some(i) => dlframe::cuda::columns_to_device(fields, cols, opts, i),
-        #[cfg(not(feature = "cuda"))]
-        Some(_) => Err(no_cuda()),
-    }
-}
-
-/// Why a build without the `cuda` feature cannot do what was asked.
-#[cfg(not(feature = "cuda"))]
-pub const NO_CUDA: &str = "this build has no CUDA support (feature `cuda`)";
-
-#[cfg(not(feature = "cuda"))]
-pub(crate) fn no_cuda() -> dlframe::Error {
-    dlframe::Error::CopyRequired { reason: NO_CUDA.into() }
 }
 
 /// Where an imported device tensor goes.
@@ -382,11 +283,10 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
         return import_on_device(x, ty, id);
     }
     if !host && copy != Some(true) {
-        return Err(PyBufferError::new_err(format!(
-            "the tensor is on DLPack device ({ty}, {id}); Arrow needs host memory, and dlframe copies device \
-             data to the host only when asked: pass copy=True{}",
-            if copy == Some(false) { " (copy=False was given)" } else { "" }
-        ))
+        return Err(dlframe::Error::NotOnHost {
+            device: format!("DLPack device ({ty}, {id})"),
+            copy_false: copy == Some(false),
+        }
         .into());
     }
     // Device data is asked for on the CPU, copied by the producer.
@@ -401,7 +301,7 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
     }
     let t = call_dlpack(x, &kw, host)?;
     if !t.device().is_host_accessible() {
-        return Err(PyBufferError::new_err(format!(
+        return Err(Binding::Refused(format!(
             "the producer returned a {} tensor; Arrow needs host memory",
             t.device()
         ))
@@ -416,7 +316,7 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
 fn dlpack_or_interface(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
     match via_dlpack(x, copy, Keep::Host) {
         // Only when the interface works: otherwise the DLPack error says more.
-        Err(e) if e.is_instance_of::<PyBufferError>(x.py()) => match interface::import(x) {
+        Err(e) if e.is_buffer_error(x.py()) => match interface::import(x) {
             Ok(Some(imported)) => Ok(imported.tensor),
             _ => Err(e),
         },
@@ -429,93 +329,63 @@ fn dlpack_or_interface(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tenso
 fn call_dlpack(x: &Bound<'_, PyAny>, kw: &Bound<'_, PyDict>, bare_last: bool) -> Result<Tensor> {
     let py = x.py();
     let method = x.getattr(intern!(py, "__dlpack__"))?;
-    let cap = match method.call((), Some(kw)) {
+    let cap = match method.call((), Some(kw)).map_err(Error::from) {
         Ok(c) => c,
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+        Err(e) if e.is_type_error(py) => {
             kw.del_item(intern!(py, "max_version"))?;
-            match method.call((), Some(kw)) {
+            match method.call((), Some(kw)).map_err(Error::from) {
                 Ok(c) => c,
-                Err(e) if e.is_instance_of::<PyTypeError>(py) && bare_last => method.call0()?,
-                Err(e) => return Err(e.into()),
+                Err(e) if e.is_type_error(py) && bare_last => method.call0()?,
+                Err(e) => return Err(e),
             }
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     };
-    let cap =
-        cap.cast::<PyCapsule>().map_err(|_| PyTypeError::new_err("__dlpack__ did not return a capsule"))?;
+    let cap = cap
+        .cast::<PyCapsule>()
+        .map_err(|_| Binding::WrongType("__dlpack__ did not return a capsule".into()))?;
     Ok(capsule::consume(cap)?.into_tensor())
 }
 
 /// A CUDA tensor kept on its device (without copying): the producer is asked for it with
 /// `stream=` our stream on that device, so its pending work is ordered before ours, and the
 /// result re-exports zero-copy with our stream semantics (torch -> dlframe -> cupy).
-#[cfg(feature = "cuda")]
 fn import_on_device(x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
     let py = x.py();
-    let ordinal = match (ty, usize::try_from(id)) {
-        (2, Ok(i)) => i,
+    let device = match Device::from_dlpack(DLDevice { device_type: ty, device_id: id }) {
+        Ok(d @ Device::Cuda(_)) => d,
         _ => return Err(device_refused(ty, id)),
     };
-    // Our stream handle is never 0 (ambiguous in DLPack); the legacy default stream is 1.
-    let stream = py.detach(|| dlframe::cuda::stream_handle(ordinal))?.max(1);
+    // Refused here, before the producer is asked, when the device is out of reach.
+    let stream = py.detach(|| transfer::stream_handle(device))?;
     let kw = PyDict::new(py);
     kw.set_item(intern!(py, "stream"), stream)?;
     kw.set_item(intern!(py, "max_version"), (1, 3))?;
     // No bare call: without `stream` the producer would not order its work before ours.
     let t = call_dlpack(x, &kw, false)?;
-    if t.device() != Device::Cuda(id) {
-        return Err(PyBufferError::new_err(format!(
-            "__dlpack_device__ said cuda:{id} but the producer returned a tensor on {}",
+    if t.device() != device {
+        return Err(Binding::Refused(format!(
+            "__dlpack_device__ said {device} but the producer returned a tensor on {}",
             t.device()
         ))
         .into());
     }
-    Ok(py.detach(|| dlframe::cuda::adopt(t))?)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn import_on_device(_x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
-    Err(if ty == 2 { dlframe::Error::Cuda(NO_CUDA.into()).into() } else { device_refused(ty, id) })
+    Ok(py.detach(|| transfer::adopt(t))?)
 }
 
 /// A tensor from a raw capsule: a CUDA one is adopted on its device, ordered after the legacy
 /// default stream (where DLPack puts data handed over without a stream).
 fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
     let t = capsule::consume(cap)?.into_tensor();
-    match t.device() {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) => Ok(cap.py().detach(|| dlframe::cuda::adopt_legacy(t))?),
-        _ => Ok(t),
-    }
+    Ok(cap.py().detach(|| transfer::adopt_legacy(t))?)
 }
 
-fn device_refused(ty: i32, id: i32) -> crate::error::Error {
-    PyBufferError::new_err(format!(
+fn device_refused(ty: i32, id: i32) -> Error {
+    Binding::Refused(format!(
         "the tensor is on DLPack device ({ty}, {id}); dlframe keeps only CUDA (2) device tensors on their \
          device. Use dlframe.from_dlpack(x, copy=True) for a host copy"
     ))
     .into()
-}
-
-/// A tensor in host memory for Arrow: device tensors of ours only through `copy=True`, as one
-/// device-to-host transfer (then no second copy is needed).
-pub fn on_host(t: Tensor, copy: Option<bool>) -> Result<(Tensor, Option<bool>)> {
-    if t.device().is_host_accessible() {
-        return Ok((t, copy));
-    }
-    if copy != Some(true) {
-        return Err(PyBufferError::new_err(format!(
-            "the tensor is on {}; Arrow needs host memory, and dlframe copies device data to the host \
-             only when asked: pass copy=True",
-            t.device()
-        ))
-        .into());
-    }
-    #[cfg(feature = "cuda")]
-    if matches!(t.device(), Device::Cuda(_)) && t.sync().is_some() {
-        return Ok((dlframe::cuda::download(&t)?, None));
-    }
-    Err(PyBufferError::new_err(format!("dlframe cannot copy a tensor on {} to the host", t.device())).into())
 }
 
 /// Any tensor as a pyarrow array, zero-copy where the memory allows.
@@ -532,20 +402,15 @@ pub fn from_dlpack<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
     copy: Option<bool>,
-    device: Option<Bound<'py, PyAny>>,
+    device: Option<HostDevice>,
 ) -> Result<Bound<'py, PyAny>> {
-    if let Some(d) = device.as_ref().filter(|d| !d.is_none()) {
-        let name: String = d.str()?.extract()?;
-        if name != "cpu" {
-            return Err(PyValueError::new_err(format!(
-                "device={name:?}: Arrow arrays live on the CPU; pass device='cpu' or None"
-            ))
-            .into());
-        }
-    }
+    // `HostDevice` has refused every device but the CPU.
+    let _ = device;
     let (tensor, copy) = if let Ok(t) = x.cast::<PyTensor>() {
-        let t = t.get().inner.clone();
-        py.detach(|| on_host(t, copy))?
+        let t = &t.get().inner;
+        let (host, fresh) = py.detach(|| transfer::on_host(t, copy))?;
+        // A transfer to the host is already a fresh copy: no second one.
+        (host, if fresh { None } else { copy })
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
         (capsule::consume(cap)?.into_tensor(), copy)
     } else if x.hasattr(intern!(x.py(), "__dlpack__"))? {
@@ -553,15 +418,15 @@ pub fn from_dlpack<'py>(
     } else if let Some(imported) = interface::import(x)? {
         (imported.tensor, copy)
     } else {
-        return Err(PyAttributeError::new_err(format!(
+        return Err(Binding::NoProtocol(format!(
             "from_dlpack needs __dlpack__, a DLPack capsule, __array_interface__, __array_struct__ or the \
              buffer protocol; {} has none of them",
             x.get_type().name()?
         ))
         .into());
     };
-    if tensor.device() != Device::Cpu && !tensor.device().is_host_accessible() {
-        return Err(PyBufferError::new_err(format!(
+    if !tensor.device().is_host_accessible() {
+        return Err(Binding::Refused(format!(
             "the tensor is on {}; Arrow needs host memory",
             tensor.device()
         ))
@@ -587,8 +452,8 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
     }
     match interface::import(x)? {
         Some(imported) => Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj)),
-        None => Err(PyAttributeError::new_err(
-            "expected __dlpack__, a capsule, __array_interface__, __array_struct__ or a buffer",
+        None => Err(Binding::NoProtocol(
+            "expected __dlpack__, a capsule, __array_interface__, __array_struct__ or a buffer".into(),
         )
         .into()),
     }

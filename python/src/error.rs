@@ -1,23 +1,58 @@
-//! The one place where dlframe errors become Python exceptions.
+//! The one place where errors become Python exceptions.
 //!
-//! `BufferError` for data that cannot be exchanged (the array API's choice), `ValueError` for
-//! bad values, `TypeError` for unsupported types, `RuntimeError` for failures below us.
+//! The rest of the binding returns the core's [`dlframe::Error`], one of the binding's own
+//! [`Binding`] errors (what only Python objects can get wrong), or an exception that Python code
+//! raised (a producer's own). Each kind maps to exactly one exception type:
+//!
+//! | error | exception |
+//! |---|---|
+//! | [`ErrorKind::Buffer`] (data that cannot be exchanged as asked, a device out of reach) | `BufferError` |
+//! | [`ErrorKind::Value`] (a bad value) | `ValueError` |
+//! | [`ErrorKind::Type`] | `TypeError` |
+//! | [`ErrorKind::Runtime`] (a failure below dlframe) | `RuntimeError` |
+//! | [`Binding::WrongType`] | `TypeError` |
+//! | [`Binding::NoProtocol`] | `AttributeError` |
+//! | [`Binding::Malformed`] | `ValueError` |
+//! | [`Binding::Refused`] | `BufferError` |
 
-use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use dlframe::ErrorKind;
 
-/// A dlframe or Python error on its way to Python.
+/// What only the binding can get wrong: Python arguments and protocol objects.
+#[derive(Debug)]
+pub enum Binding {
+    /// An argument or object of a Python type the function does not take.
+    WrongType(String),
+    /// The object does not offer this protocol, so `hasattr` says False for it.
+    NoProtocol(String),
+    /// A malformed protocol object (an array-interface dict, a capsule).
+    Malformed(String),
+    /// Memory that the binding cannot take as it is offered.
+    Refused(String),
+}
+
+/// A dlframe, binding or Python error on its way to Python.
 pub struct Error(PyErr);
 
 /// The result type of the extension's functions.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// True when the exception is an instance of `T` (a BufferError from a producer, ...).
-    pub fn is_instance_of<T: pyo3::PyTypeInfo>(&self, py: Python<'_>) -> bool {
-        self.0.is_instance_of::<T>(py)
+    /// The exception Python raised last (after a C API call that failed).
+    pub fn fetch(py: Python<'_>) -> Error {
+        Error(PyErr::fetch(py))
+    }
+
+    /// True for a `BufferError` (a producer refusing an export, or one of ours).
+    pub fn is_buffer_error(&self, py: Python<'_>) -> bool {
+        self.0.is_instance_of::<PyBufferError>(py)
+    }
+
+    /// True for a `TypeError` (a producer refusing a keyword).
+    pub fn is_type_error(&self, py: Python<'_>) -> bool {
+        self.0.is_instance_of::<PyTypeError>(py)
     }
 
     /// The error of reading a producer's Arrow data, said as `context: ...` with the same type
@@ -48,6 +83,17 @@ impl From<dlframe::Error> for Error {
             ErrorKind::Value => PyValueError::new_err(msg),
             ErrorKind::Type => PyTypeError::new_err(msg),
             _ => PyRuntimeError::new_err(msg),
+        })
+    }
+}
+
+impl From<Binding> for Error {
+    fn from(e: Binding) -> Self {
+        Error(match e {
+            Binding::WrongType(m) => PyTypeError::new_err(m),
+            Binding::NoProtocol(m) => PyAttributeError::new_err(m),
+            Binding::Malformed(m) => PyValueError::new_err(m),
+            Binding::Refused(m) => PyBufferError::new_err(m),
         })
     }
 }

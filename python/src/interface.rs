@@ -4,7 +4,6 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 use pyo3::{ffi, intern};
@@ -12,7 +11,7 @@ use pyo3::{ffi, intern};
 use dlframe::interface::{ArrayInterface, TypeStr};
 use dlframe::{Device, Tensor};
 
-use crate::error::Result;
+use crate::error::{Binding, Error, Result};
 
 /// Keeps a Python object alive from Rust; dropped without the GIL, pyo3 defers the decref.
 struct PyOwner(Option<Py<PyAny>>);
@@ -74,18 +73,18 @@ pub fn import(x: &Bound<'_, PyAny>) -> Result<Option<Imported>> {
 /// host can read is imported without copying: shared and host allocations, and device
 /// allocations of a CPU device. dpctl tells which.
 fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> {
-    let bad = |m: &str| PyValueError::new_err(format!("invalid __sycl_usm_array_interface__: {m}"));
+    let bad = |m: &str| Error::from(Binding::Malformed(format!("invalid __sycl_usm_array_interface__: {m}")));
     let d = suai.cast::<PyDict>().map_err(|_| bad("must be a dict"))?;
     let get = |k: &str| d.get_item(k).ok().flatten().filter(|v| !v.is_none());
     let version: i64 = get("version").ok_or_else(|| bad("missing version"))?.extract()?;
     if version != 1 {
-        return Err(bad(&format!("version {version}; only version 1 is defined")).into());
+        return Err(bad(&format!("version {version}; only version 1 is defined")));
     }
     let shape: Vec<i64> = get("shape").ok_or_else(|| bad("missing shape"))?.extract()?;
     let typestr: String = get("typestr").ok_or_else(|| bad("missing typestr"))?.extract()?;
     let typestr: TypeStr = typestr.parse()?;
     if !"biuf".contains(typestr.kind) {
-        return Err(bad(&format!("typestr {typestr} (the interface allows kinds b, i, u, f, c)")).into());
+        return Err(bad(&format!("typestr {typestr} (the interface allows kinds b, i, u, f, c)")));
     }
     let dtype = typestr.to_dtype()?;
     let (ptr, readonly): (usize, bool) = get("data")
@@ -97,7 +96,7 @@ fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> 
     let syclobj = get("syclobj").ok_or_else(|| bad("missing syclobj"))?;
     let usm = usm_kind(x)?;
     if !usm.host_readable {
-        return Err(PyBufferError::new_err(format!(
+        return Err(Binding::Refused(format!(
             "the SYCL memory is {} USM on a non-CPU device, which the host cannot read; copy it to \
              the host first (e.g. dpctl.tensor.asnumpy)",
             usm.kind
@@ -111,7 +110,7 @@ fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> 
         .filter(|&p| p >= 0)
         .ok_or_else(|| bad("data + offset overflows"))? as usize;
     if ptr == 0 && shape.iter().product::<i64>() != 0 {
-        return Err(bad("NULL data with elements").into());
+        return Err(bad("NULL data with elements"));
     }
     let owner = Arc::new((PyOwner::new(x), PyOwner::new(&syclobj)));
     // SAFETY: host-readable USM (checked through dpctl) that stays valid while the exporter and
@@ -129,7 +128,7 @@ struct UsmKind {
 
 fn usm_kind(x: &Bound<'_, PyAny>) -> Result<UsmKind> {
     let memory = x.py().import("dpctl.memory").map_err(|_| {
-        PyBufferError::new_err("importing SYCL USM memory needs dpctl to tell its kind; pip install dpctl")
+        Binding::Refused("importing SYCL USM memory needs dpctl to tell its kind; pip install dpctl".into())
     })?;
     let mem = memory.call_method1("as_usm_memory", (x,))?;
     let kind: String = mem.call_method0("get_usm_type")?.extract()?;
@@ -139,7 +138,7 @@ fn usm_kind(x: &Bound<'_, PyAny>) -> Result<UsmKind> {
 }
 
 fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Tensor> {
-    let bad = |m: &str| PyValueError::new_err(format!("invalid __array_interface__: {m}"));
+    let bad = |m: &str| Error::from(Binding::Malformed(format!("invalid __array_interface__: {m}")));
     let d = ai.cast::<PyDict>().map_err(|_| bad("must be a dict"))?;
     let get = |k: &str| d.get_item(k).ok().flatten().filter(|v| !v.is_none());
     let shape: Vec<i64> = get("shape").ok_or_else(|| bad("missing shape"))?.extract()?;
@@ -198,7 +197,7 @@ fn interface_over_buffer(x: &Bound<'_, PyAny>, mut desc: ArrayInterface, offset:
     let extent = dlframe::tensor::check_layout(&desc.shape, &strides, dtype.itemsize())?;
     let (lo, hi) = extent.byte_bounds(offset as i128, dtype.itemsize());
     if extent.numel > 0 && (lo < 0 || hi > len as i128) {
-        return Err(PyBufferError::new_err(format!(
+        return Err(Binding::Refused(format!(
             "the __array_interface__ (shape {:?}, typestr {}, offset {offset}) reaches bytes {lo}..{hi} of an \
              object whose buffer holds {len} bytes",
             desc.shape, desc.typestr
@@ -220,7 +219,7 @@ fn get_buffer(x: &Bound<'_, PyAny>, flags: c_int) -> Result<BufferOwner> {
     let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
     // SAFETY: GetBuffer fills `view` or sets an exception.
     if unsafe { ffi::PyObject_GetBuffer(x.as_ptr(), &mut *view, flags) } != 0 {
-        return Err(PyErr::fetch(x.py()).into());
+        return Err(Error::fetch(x.py()));
     }
     Ok(BufferOwner(view))
 }
@@ -265,29 +264,31 @@ pub(crate) fn interface_dict<'py>(py: Python<'py>, ai: &ArrayInterface) -> PyRes
 }
 
 fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Tensor> {
-    let bad = |m: &str| PyValueError::new_err(format!("invalid __array_struct__: {m}"));
+    let bad = |m: &str| Error::from(Binding::Malformed(format!("invalid __array_struct__: {m}")));
     let cap = cap.cast::<PyCapsule>().map_err(|_| bad("not a capsule"))?;
     // SAFETY: numpy's protocol uses unnamed capsules; GetPointer checks the (NULL) name.
     let ptr = unsafe { ffi::PyCapsule_GetPointer(cap.as_ptr(), std::ptr::null()) } as *const PyArrayInterface;
     if ptr.is_null() {
         // SAFETY: GetPointer set an exception; clear it, we raise our own.
         unsafe { ffi::PyErr_Clear() };
-        return Err(bad("a named or empty capsule").into());
+        return Err(bad("a named or empty capsule"));
     }
     // SAFETY: the capsule (alive while `cap` is) holds a PyArrayInterface.
     let s = unsafe { &*ptr };
     if s.two != 2 || s.nd < 0 || s.itemsize <= 0 {
-        return Err(bad("the struct does not start with two == 2").into());
+        return Err(bad("the struct does not start with two == 2"));
     }
     if s.flags & NPY_NOTSWAPPED == 0 {
-        return Err(PyBufferError::new_err("__array_struct__ data is byte-swapped; byteswap it first").into());
+        return Err(
+            Binding::Refused("__array_struct__ data is byte-swapped; byteswap it first".into()).into()
+        );
     }
     let nd = s.nd as usize;
     if nd > dlframe::tensor::MAX_NDIM {
-        return Err(bad(&format!("nd {nd} exceeds the limit of {}", dlframe::tensor::MAX_NDIM)).into());
+        return Err(bad(&format!("nd {nd} exceeds the limit of {}", dlframe::tensor::MAX_NDIM)));
     }
     if nd > 0 && s.shape.is_null() {
-        return Err(bad("NULL shape").into());
+        return Err(bad("NULL shape"));
     }
     let typestr: TypeStr = format!("|{}{}", s.typekind as u8 as char, s.itemsize).parse()?;
     let dtype = typestr.to_dtype()?;
@@ -302,7 +303,7 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
             // SAFETY: as above.
             let b = unsafe { *s.strides.add(i) } as i64;
             if b % item != 0 {
-                return Err(bad("a byte stride that is not a whole element").into());
+                return Err(bad("a byte stride that is not a whole element"));
             }
             v.push(b / item);
         }
@@ -349,7 +350,7 @@ fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
         unsafe { CStr::from_ptr(v.format) }.to_string_lossy().into_owned()
     };
     let typestr = buffer_format_typestr(&format, v.itemsize as usize)
-        .ok_or_else(|| PyTypeError::new_err(format!("buffer format {format:?} has no tensor dtype")))?;
+        .ok_or_else(|| Binding::WrongType(format!("buffer format {format:?} has no tensor dtype")))?;
     let dtype = typestr.parse::<TypeStr>()?.to_dtype()?;
     let nd = v.ndim as usize;
     // SAFETY: with PyBUF_RECORDS_RO, shape and strides hold ndim entries (or ndim is 0).
@@ -359,7 +360,7 @@ fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
         // SAFETY: as above.
         let b = unsafe { *v.strides.add(i) } as i64;
         if b % v.itemsize as i64 != 0 {
-            return Err(PyValueError::new_err("a buffer stride that is not a whole element").into());
+            return Err(Binding::Malformed("a buffer stride that is not a whole element".into()).into());
         }
         strides.push(b / v.itemsize as i64);
     }

@@ -10,6 +10,7 @@ mod error;
 mod interface;
 mod sql_udfs;
 mod tensor;
+mod to_python;
 
 // Links the Polars expression plugins (`_polars_plugin_*` symbols) into this library, which
 // Polars loads as the plugin library.
@@ -27,28 +28,28 @@ fn _cuda_kernel_timing(
     reps: usize,
     device: usize,
 ) -> crate::error::Result<(f64, f64, f64)> {
+    dlframe::transfer::require_cuda(device)?;
     #[cfg(feature = "cuda")]
     {
         Ok(py.detach(|| dlframe::cuda::kernel_timing(device, n, reps))?)
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (py, n, reps, device);
-        Err(dlframe::Error::Cuda(convert::NO_CUDA.into()).into())
+        // require_cuda has refused already: no device is visible without the feature.
+        let _ = (py, n, reps);
+        Err(dlframe::Error::DeviceUnavailable {
+            device: format!("cuda:{device}"),
+            visible: 0,
+            built_with_cuda: false,
+        }
+        .into())
     }
 }
 
 /// Number of CUDA devices dlframe can use: 0 without a driver, a device, or the `cuda` feature.
 #[pyfunction]
 fn cuda_device_count() -> usize {
-    #[cfg(feature = "cuda")]
-    {
-        dlframe::cuda::device_count()
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        0
-    }
+    dlframe::transfer::cuda_device_count()
 }
 
 #[pymodule]

@@ -4,21 +4,22 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use arrow_schema::DataType;
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use dlframe::arrow::{CopyPolicy, tensor_to_column_with};
+use dlframe::dlpack::ExportRequest;
 use dlframe::interface::{ArrayInterface, TypeStr};
-use dlframe::{DType, Device, Tensor, export_legacy, export_versioned, kernels};
+use dlframe::{DType, Device, Tensor, transfer};
 
+use crate::args::{DlDevice, DlpackStream, MaxVersion, copy_policy};
 use crate::capsule;
-use crate::convert::on_host;
-use crate::error::Result;
+use crate::error::{Binding, Error, Result};
 use crate::interface::{
     NPY_ALIGNED, NPY_C_CONTIGUOUS, NPY_NOTSWAPPED, NPY_WRITEABLE, PyArrayInterface, interface_dict,
 };
+use crate::to_python::to_pyarrow;
 
 /// A tensor over Arrow (or foreign) memory. Shared Arrow memory is read-only; copies are
 /// writable and marked `copied`.
@@ -38,41 +39,6 @@ impl PyTensor {
     pub fn with_sycl(inner: Tensor, syclobj: Option<Py<PyAny>>) -> Self {
         PyTensor { inner, syclobj }
     }
-}
-
-/// Parses the array API's `copy` argument.
-pub fn copy_policy(copy: Option<bool>) -> CopyPolicy {
-    match copy {
-        None => CopyPolicy::IfNeeded,
-        Some(false) => CopyPolicy::Never,
-        Some(true) => CopyPolicy::Always,
-    }
-}
-
-fn parse_max_version(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(u32, u32)>> {
-    match v {
-        None => Ok(None),
-        Some(v) if v.is_none() => Ok(None),
-        Some(v) => {
-            let t = v.cast::<PyTuple>().map_err(|_| {
-                PyTypeError::new_err("max_version must be None or a tuple with two elements.")
-            })?;
-            if t.len() != 2 {
-                return Err(PyTypeError::new_err("max_version must be None or a tuple with two elements."));
-            }
-            Ok(Some((t.get_item(0)?.extract()?, t.get_item(1)?.extract()?)))
-        }
-    }
-}
-
-fn parse_device(v: &Bound<'_, PyAny>) -> PyResult<(i32, i32)> {
-    let t = v
-        .cast::<PyTuple>()
-        .map_err(|_| PyTypeError::new_err("dl_device must be None or a (device_type, device_id) tuple"))?;
-    if t.len() != 2 {
-        return Err(PyTypeError::new_err("dl_device must be None or a (device_type, device_id) tuple"));
-    }
-    Ok((t.get_item(0)?.extract()?, t.get_item(1)?.extract()?))
 }
 
 /// The struct and the arrays it points to, freed together by the capsule destructor.
@@ -100,128 +66,26 @@ unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
 
 #[pymethods]
 impl PyTensor {
-    /// Exports the tensor as a DLPack capsule (docs/conformance.md, items 1-15).
+    /// Exports the tensor as a DLPack capsule (docs/conformance.md, items 1-15): the core
+    /// resolves the request (copies, device moves, the capsule kind and the consumer's stream).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<Bound<'py, PyAny>>,
-        max_version: Option<Bound<'py, PyAny>>,
-        dl_device: Option<Bound<'py, PyAny>>,
+        stream: Option<DlpackStream>,
+        max_version: Option<MaxVersion>,
+        dl_device: Option<DlDevice>,
         copy: Option<bool>,
     ) -> Result<Bound<'py, PyAny>> {
+        let request = ExportRequest {
+            max_version: max_version.map(|v| v.0),
+            dl_device: dl_device.map(|d| d.0),
+            copy,
+            stream: stream.map(|s| s.0),
+        };
         let t = &self.inner;
-        let own = t.device().to_dlpack();
-        let stream: Option<i64> = match stream.as_ref().filter(|s| !s.is_none()) {
-            None => None,
-            Some(s) => Some(s.extract().map_err(|_| PyTypeError::new_err("stream must be None or an int"))?),
-        };
-        let mut to_device = None;
-        let versioned = parse_max_version(max_version.as_ref())?.is_some_and(|(major, _)| major >= 1);
-        let must_copy = copy == Some(true) || (!versioned && t.readonly());
-        if !versioned && t.readonly() && copy == Some(false) {
-            // Refused before any copy is made or any stream is made to wait on us.
-            return Err(PyBufferError::new_err(
-                "a legacy DLPack capsule cannot mark shared Arrow memory read-only, so it needs a copy, \
-                 but copy=False; pass max_version=(1, 0) or copy=None",
-            )
-            .into());
-        }
-        let mut to_host = false;
-        if let Some(d) = dl_device.as_ref().filter(|d| !d.is_none()) {
-            let (ty, id) = parse_device(d)?;
-            to_host = (ty, id) == (1, 0) && !t.device().is_host_accessible();
-            if ty == 2 && id >= 0 && t.device().is_host_accessible() {
-                to_device = Some(id as usize);
-            } else if (ty, id) != (own.device_type, own.device_id) && (ty, id) != (1, 0) {
-                return Err(PyBufferError::new_err(format!(
-                    "cannot export a {} tensor to device ({ty}, {id}); dlframe exports to the tensor's own \
-                     device, to the CPU, or from the CPU to a CUDA device",
-                    t.device()
-                ))
-                .into());
-            }
-        }
-        if to_host {
-            // The consumer asked for host memory: one copy, and the host waits for it (DLPack:
-            // with dl_device kDLCPU "a synchronization must be performed").
-            if copy == Some(false) {
-                return Err(PyBufferError::new_err(format!(
-                    "a {} tensor reaches the CPU only by a copy, but copy=False",
-                    t.device()
-                ))
-                .into());
-            }
-            if stream.is_some_and(|s| s != -1) {
-                return Err(PyValueError::new_err("stream must be None when dl_device is the CPU").into());
-            }
-            let t = t.clone();
-            let (host, _) = py.detach(move || on_host(t, Some(true)))?;
-            return export(py, host, versioned);
-        }
-        let copied_on_device;
-        let t = if let Some(ordinal) = to_device {
-            // A host tensor asked for on a CUDA device: one host-to-device copy on our stream;
-            // the consumer's stream then waits on the copy's event below.
-            if copy == Some(false) {
-                return Err(PyBufferError::new_err(format!(
-                    "a {} tensor reaches cuda:{ordinal} only by a copy, but copy=False",
-                    t.device()
-                ))
-                .into());
-            }
-            #[cfg(feature = "cuda")]
-            let visible = dlframe::cuda::device_count();
-            #[cfg(not(feature = "cuda"))]
-            let visible = 0;
-            if ordinal >= visible {
-                // An unsupported device for this export (CONFORMANCE item 10): BufferError.
-                return Err(PyBufferError::new_err(format!(
-                    "cannot export to device (2, {ordinal}): {visible} CUDA device(s) are visible{}",
-                    if cfg!(feature = "cuda") { "" } else { " (this build has no CUDA support)" }
-                ))
-                .into());
-            }
-            let src = t.clone();
-            copied_on_device = py.detach(move || upload(&src, ordinal))?;
-            &copied_on_device
-        } else if must_copy && !t.device().is_host_accessible() {
-            // A fresh copy on the device, made on our stream after the tensor's work; the
-            // consumer then waits on the copy's own event below. Refused when it cannot be made,
-            // before any stream is made to wait on us.
-            let src = t.clone();
-            copied_on_device = py.detach(move || device_copy(&src))?;
-            &copied_on_device
-        } else {
-            t
-        };
-        let made_here = to_device.is_some() || (must_copy && !self.inner.device().is_host_accessible());
-        match (t.sync(), stream) {
-            // A device tensor: make the consumer's stream wait for our work (None is the
-            // legacy default stream, as 1 is).
-            (Some(sync), s) => match consumer_stream(s.unwrap_or(1))? {
-                Some(h) => sync.wait_on(h)?,
-                // stream=-1: the consumer synchronises itself, but cannot know of a copy we
-                // have just queued on our own stream: the host waits for that one.
-                None if made_here => py.detach(|| sync.synchronize())?,
-                None => {}
-            },
-            (None, Some(s)) if s != -1 => {
-                return Err(PyValueError::new_err(format!(
-                    "stream={s} is not valid for a {} tensor; only None (or -1) is accepted on the CPU",
-                    t.device()
-                ))
-                .into());
-            }
-            (None, _) => {}
-        }
-        let tensor = if must_copy && t.device().is_host_accessible() {
-            let t = t.clone();
-            py.detach(move || kernels::contiguous_copy(&t))?
-        } else {
-            t.clone()
-        };
-        export(py, tensor, versioned)
+        let export = py.detach(|| request.export(t))?;
+        capsule::from_export(py, export)
     }
 
     /// `(device_type, device_id)`, e.g. `(1, 0)` for the CPU.
@@ -236,7 +100,7 @@ impl PyTensor {
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let t = &self.inner;
         let (Device::Cuda(_), Some(sync)) = (t.device(), t.sync()) else {
-            return Err(PyAttributeError::new_err(format!(
+            return Err(Binding::NoProtocol(format!(
                 "__cuda_array_interface__: the tensor is on {}",
                 t.device()
             ))
@@ -251,7 +115,7 @@ impl PyTensor {
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         if !self.inner.device().is_host_accessible() {
-            return Err(PyAttributeError::new_err(format!(
+            return Err(Binding::NoProtocol(format!(
                 "__array_interface__: the tensor is on {}",
                 self.inner.device()
             ))
@@ -269,19 +133,17 @@ impl PyTensor {
     fn __array_struct__<'py>(slf: &Bound<'py, Self>) -> Result<Bound<'py, PyAny>> {
         let t = &slf.get().inner;
         if !t.device().is_host_accessible() {
-            return Err(PyAttributeError::new_err(format!(
-                "__array_struct__: the tensor is on {}",
-                t.device()
-            ))
-            .into());
+            return Err(
+                Binding::NoProtocol(format!("__array_struct__: the tensor is on {}", t.device())).into()
+            );
         }
         // The struct cannot say "datetime64[unit]"; numpy then falls back to
         // __array_interface__, whose typestr can.
         if t.logical().is_some_and(|f| {
             matches!(f.data_type(), DataType::Timestamp(..) | DataType::Date64 | DataType::Duration(_))
         }) {
-            return Err(PyAttributeError::new_err(
-                "__array_struct__: datetimes are described by __array_interface__",
+            return Err(Binding::NoProtocol(
+                "__array_struct__: datetimes are described by __array_interface__".into(),
             )
             .into());
         }
@@ -321,7 +183,7 @@ impl PyTensor {
         if cap.is_null() {
             // SAFETY: no capsule took the box.
             drop(unsafe { Box::from_raw(raw) });
-            return Err(PyErr::fetch(py).into());
+            return Err(Error::fetch(py));
         }
         // SAFETY: `cap` is a new reference; the context takes a strong reference to the
         // tensor, released by the destructor.
@@ -350,8 +212,8 @@ impl PyTensor {
     #[getter]
     fn __sycl_usm_array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let Some(syclobj) = &self.syclobj else {
-            return Err(PyAttributeError::new_err(
-                "__sycl_usm_array_interface__: the tensor is not SYCL USM memory",
+            return Err(Binding::NoProtocol(
+                "__sycl_usm_array_interface__: the tensor is not SYCL USM memory".into(),
             )
             .into());
         };
@@ -430,11 +292,13 @@ impl PyTensor {
     /// `copy=True`): N-d tensors become `fixed_shape_tensor` arrays.
     #[pyo3(signature = (*, copy=None))]
     fn to_arrow<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
-        let t = self.inner.clone();
-        let (t, copy) = py.detach(move || crate::convert::on_host(t, copy))?;
-        let policy = copy_policy(copy);
-        let (field, array) = py.detach(move || tensor_to_column_with(&t, "", policy))?;
-        crate::convert::to_pyarrow(py, field, array)
+        let t = &self.inner;
+        let (field, array) = py.detach(|| -> dlframe::Result<_> {
+            let (t, fresh) = transfer::on_host(t, copy)?;
+            // A transfer to the host is already a fresh copy: no second one.
+            tensor_to_column_with(&t, "", copy_policy(if fresh { None } else { copy }))
+        })?;
+        to_pyarrow(py, field, array)
     }
 
     /// The tensor as a numpy array: a view of the same memory (read-only when the tensor is)
@@ -446,8 +310,7 @@ impl PyTensor {
         let np = py.import(pyo3::intern!(py, "numpy"))?;
         let t = &slf.get().inner;
         if !t.device().is_host_accessible() {
-            let t = t.clone();
-            let (host, _) = py.detach(move || on_host(t, copy))?;
+            let (host, _) = py.detach(|| transfer::on_host(t, copy))?;
             // The transfer is already a fresh copy: numpy views it.
             return Ok(np.call_method1(pyo3::intern!(py, "asarray"), (PyTensor::new(host),))?);
         }
@@ -470,77 +333,4 @@ impl PyTensor {
 /// The `numpy.dtype` of a dtype (numpy has all of dlframe's dtypes).
 fn numpy_dtype(py: Python<'_>, d: DType) -> PyResult<Bound<'_, PyAny>> {
     py.import(pyo3::intern!(py, "numpy"))?.call_method1(pyo3::intern!(py, "dtype"), (d.name(),))
-}
-
-/// A tensor as a DLPack capsule: versioned (1.x) or legacy.
-fn export(py: Python<'_>, tensor: Tensor, versioned: bool) -> Result<Bound<'_, PyAny>> {
-    Ok(if versioned {
-        capsule::versioned(py, export_versioned(tensor))?
-    } else {
-        capsule::legacy(py, export_legacy(tensor))?
-    })
-}
-
-/// A fresh C-contiguous copy of a device tensor on its device (copies, device to device).
-fn device_copy(t: &Tensor) -> dlframe::Result<Tensor> {
-    match t.device() {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) if t.sync().is_some() => dlframe::cuda::device_copy(t),
-        d => Err(dlframe::Error::CopyRequired {
-            reason: format!(
-                "dlframe cannot copy a tensor on {d} on its device{}; export it with copy=None",
-                if cfg!(feature = "cuda") { "" } else { " (this build has no CUDA support)" }
-            ),
-        }),
-    }
-}
-
-/// DLPack's CUDA stream numbers as the handle to wait on: 1 the legacy default stream, 2 the
-/// per-thread one, > 2 a stream handle, -1 no synchronisation (`None`); 0 and other negatives
-/// are refused.
-pub fn consumer_stream(s: i64) -> Result<Option<usize>> {
-    match s {
-        -1 => Ok(None),
-        0 => Err(PyValueError::new_err(
-            "stream=0 is ambiguous and disallowed; pass 1 for the legacy default stream",
-        )
-        .into()),
-        s if s < 0 => Err(PyValueError::new_err(format!("stream={s} is not a stream")).into()),
-        s => Ok(Some(s as usize)),
-    }
-}
-
-/// A stream argument as a number: an int, or a stream object with `cuda_stream` (torch) or
-/// `ptr` (cupy).
-pub fn stream_number(s: &Bound<'_, PyAny>) -> Result<i64> {
-    if let Ok(n) = s.extract::<i64>() {
-        return Ok(n);
-    }
-    for attr in ["cuda_stream", "ptr"] {
-        if let Ok(n) = s.getattr(attr).and_then(|v| v.extract::<i64>()) {
-            return Ok(n);
-        }
-    }
-    Err(PyTypeError::new_err(
-        "stream must be an int (a DLPack stream number or handle) or a torch/cupy stream",
-    )
-    .into())
-}
-
-/// A host tensor copied to `cuda:ordinal` in one transfer (a strided one gathered on the host
-/// first; copies).
-fn upload(t: &Tensor, ordinal: usize) -> dlframe::Result<Tensor> {
-    #[cfg(feature = "cuda")]
-    {
-        if t.is_c_contiguous() {
-            dlframe::cuda::upload(t, ordinal)
-        } else {
-            dlframe::cuda::upload(&kernels::contiguous_copy(t)?, ordinal)
-        }
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = (t, ordinal);
-        Err(crate::convert::no_cuda())
-    }
 }

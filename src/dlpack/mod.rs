@@ -11,12 +11,17 @@
 //!   and calls its deleter exactly once on drop, from whatever thread drops it. A rejected
 //!   tensor is released before the error returns.
 //!
+//! - **Negotiation**: [`request`] resolves a consumer's `__dlpack__` arguments into the tensor
+//!   to export, the capsule kind and the stream action.
+//!
 //! Spec: <https://dmlc.github.io/dlpack/latest/c_api.html> (DLPack 1.3).
 
 mod export;
 mod import;
+pub mod request;
 
 pub use export::{
     Exported, ExportedLegacy, ExportedVersioned, ManagedTensor, export_legacy, export_versioned,
 };
 pub use import::ForeignTensor;
+pub use request::{CapsuleKind, Export, ExportRequest, Resolved, StreamAction};

@@ -1,0 +1,300 @@
+//! Moving data between devices: one facade over the device back ends, dispatching on
+//! [`Device`]. Callers (the DLPack negotiation in [`crate::dlpack::request`], the Python
+//! binding, the SQL functions) never name a back end or a cargo feature.
+//!
+//! | function | data movement |
+//! |---|---|
+//! | [`move_to`] | none when the tensor is already there; otherwise one copy (host to CUDA, CUDA to host) |
+//! | [`on_host`] | none for host memory; one device-to-host copy, only when asked |
+//! | [`copy_on_device`] | one copy on the tensor's own device |
+//! | [`column_on`] / [`matrix_on`] | Arrow columns to a tensor on the device (zero-copy only on the CPU, as [`crate::arrow::to_tensor`]) |
+//! | [`adopt`] / [`adopt_legacy`] | none: a foreign CUDA tensor kept where it is, with dlframe's stream semantics |
+//!
+//! Layers: this module sits above `cuda`, `arrow` and `kernels`, and calls only their public
+//! entry points. A build without the `cuda` feature, a machine without a driver or a GPU, and
+//! an ordinal beyond the visible devices all give the one error [`Error::DeviceUnavailable`].
+
+use std::sync::OnceLock;
+
+use arrow_array::ArrayRef;
+use arrow_schema::FieldRef;
+
+use crate::arrow::{Converted, ExportOptions, columns_to_tensor, to_tensor};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::kernels;
+use crate::tensor::Tensor;
+
+#[cfg(feature = "cuda")]
+use crate::cuda;
+
+/// The CUDA entry points of a build without the `cuda` feature: each one says so.
+#[cfg(not(feature = "cuda"))]
+mod cuda {
+    use super::{ArrayRef, Converted, ExportOptions, FieldRef, Result, Tensor, unavailable};
+
+    pub fn device_count() -> usize {
+        0
+    }
+    pub fn to_device(_: &FieldRef, _: &[ArrayRef], _: &ExportOptions, ordinal: usize) -> Result<Converted> {
+        Err(unavailable(ordinal))
+    }
+    pub fn columns_to_device(
+        _: &[FieldRef],
+        _: &[Vec<ArrayRef>],
+        _: &ExportOptions,
+        ordinal: usize,
+    ) -> Result<Converted> {
+        Err(unavailable(ordinal))
+    }
+    pub fn upload(_: &Tensor, ordinal: usize) -> Result<Tensor> {
+        Err(unavailable(ordinal))
+    }
+    pub fn download(t: &Tensor) -> Result<Tensor> {
+        Err(unavailable(super::ordinal_of(t)))
+    }
+    pub fn device_copy(t: &Tensor) -> Result<Tensor> {
+        Err(unavailable(super::ordinal_of(t)))
+    }
+    pub fn stream_handle(ordinal: usize) -> Result<usize> {
+        Err(unavailable(ordinal))
+    }
+    pub fn adopt(t: Tensor) -> Result<Tensor> {
+        Err(unavailable(super::ordinal_of(&t)))
+    }
+    pub fn adopt_legacy(t: Tensor) -> Result<Tensor> {
+        Err(unavailable(super::ordinal_of(&t)))
+    }
+}
+
+/// True when this build has the `cuda` feature.
+pub const BUILT_WITH_CUDA: bool = cfg!(feature = "cuda");
+
+/// Number of CUDA devices dlframe can use: 0 without the `cuda` feature, a driver or a device.
+/// Asked once per process (CUDA fixes the visible devices when it starts).
+pub fn cuda_device_count() -> usize {
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    *COUNT.get_or_init(cuda::device_count)
+}
+
+/// The error for `cuda:ordinal` when this build or machine cannot reach it.
+fn unavailable(ordinal: usize) -> Error {
+    Error::DeviceUnavailable {
+        device: format!("cuda:{ordinal}"),
+        visible: cuda_device_count(),
+        built_with_cuda: BUILT_WITH_CUDA,
+    }
+}
+
+/// The CUDA ordinal of a CUDA tensor (`usize::MAX` for a negative one, which no device has).
+fn ordinal_of(t: &Tensor) -> usize {
+    match t.device() {
+        Device::Cuda(i) => usize::try_from(i).unwrap_or(usize::MAX),
+        _ => usize::MAX,
+    }
+}
+
+/// Refuses `cuda:ordinal` before any work when this build or machine cannot reach it.
+///
+/// # Errors
+/// [`Error::DeviceUnavailable`].
+pub fn require_cuda(ordinal: usize) -> Result<()> {
+    if ordinal < cuda_device_count() { Ok(()) } else { Err(unavailable(ordinal)) }
+}
+
+/// A back end's result for `cuda:ordinal`, with its "no such device" said as
+/// [`Error::DeviceUnavailable`]. Errors found before the device is touched (a column's nulls,
+/// a value that does not fit) come first, as on the CPU.
+fn reached<T>(ordinal: usize, r: Result<T>) -> Result<T> {
+    match r {
+        Err(Error::Cuda(_)) if ordinal >= cuda_device_count() => Err(unavailable(ordinal)),
+        r => r,
+    }
+}
+
+/// Why dlframe cannot move or copy memory on `device`.
+fn unsupported(device: Device) -> Error {
+    Error::UnsupportedDevice {
+        what: device.to_string(),
+        remedy: "dlframe moves and copies tensors only on the CPU and on CUDA devices",
+    }
+}
+
+/// The tensor on `device`: the same tensor when it is already there (no copy; host-readable
+/// memory counts as the CPU), otherwise one copy. A host tensor goes to a CUDA device in one
+/// transfer (a strided one is gathered on the host first); a CUDA tensor comes to the CPU in
+/// one transfer, after which the host has waited for it.
+///
+/// # Errors
+/// [`Error::DeviceUnavailable`] for a CUDA device this build or machine cannot reach;
+/// [`Error::UnsupportedDevice`] for other devices; the back end's errors.
+pub fn move_to(t: &Tensor, device: Device) -> Result<Tensor> {
+    let from = t.device();
+    if from == device || (from.is_host_accessible() && device == Device::Cpu) {
+        return Ok(t.clone());
+    }
+    match (from.is_host_accessible(), device) {
+        (true, Device::Cuda(id)) => {
+            let ordinal = usize::try_from(id).map_err(|_| unsupported(device))?;
+            require_cuda(ordinal)?;
+            let gathered;
+            let src = if t.is_c_contiguous() {
+                t
+            } else {
+                gathered = kernels::contiguous_copy(t)?;
+                &gathered
+            };
+            reached(ordinal, cuda::upload(src, ordinal))
+        }
+        (false, Device::Cpu) if matches!(from, Device::Cuda(_)) => reached(ordinal_of(t), cuda::download(t)),
+        (false, Device::Cpu) => Err(unsupported(from)),
+        _ => Err(unsupported(device)),
+    }
+}
+
+/// The tensor in host memory, for a consumer that reads it there (Arrow, numpy): host-readable
+/// memory as it is (no copy); device memory only when asked with `copy=Some(true)`, as one
+/// transfer. The flag says whether the result is a fresh copy, so that no second copy is made.
+///
+/// # Errors
+/// [`Error::NotOnHost`] for device memory without `copy=True`; the errors of [`move_to`].
+pub fn on_host(t: &Tensor, copy: Option<bool>) -> Result<(Tensor, bool)> {
+    if t.device().is_host_accessible() {
+        return Ok((t.clone(), false));
+    }
+    if copy != Some(true) {
+        return Err(Error::NotOnHost { device: t.device().to_string(), copy_false: copy == Some(false) });
+    }
+    Ok((move_to(t, Device::Cpu)?, true))
+}
+
+/// A fresh C-contiguous copy of a device tensor on its own device (copies, device to device).
+///
+/// # Errors
+/// [`Error::DeviceUnavailable`] for a CUDA tensor this build cannot reach;
+/// [`Error::UnsupportedDevice`] for host memory and other devices.
+pub fn copy_on_device(t: &Tensor) -> Result<Tensor> {
+    match t.device() {
+        Device::Cuda(_) => reached(ordinal_of(t), cuda::device_copy(t)),
+        d => Err(unsupported(d)),
+    }
+}
+
+/// One Arrow column as a tensor on `device`: [`crate::arrow::to_tensor`] on the CPU, one
+/// transfer and one kernel on a CUDA device (which copies).
+///
+/// # Errors
+/// The conversion's errors first, then [`Error::DeviceUnavailable`] or
+/// [`Error::UnsupportedDevice`].
+pub fn column_on(
+    field: &FieldRef,
+    chunks: &[ArrayRef],
+    opts: &ExportOptions,
+    device: Device,
+) -> Result<Converted> {
+    match device {
+        Device::Cpu => to_tensor(field, chunks, opts),
+        Device::Cuda(_) => {
+            let ordinal = cuda_ordinal(device)?;
+            reached(ordinal, cuda::to_device(field, chunks, opts, ordinal))
+        }
+        d => Err(unsupported(d)),
+    }
+}
+
+/// Several Arrow columns as one `(n, k)` tensor on `device`: [`crate::arrow::columns_to_tensor`]
+/// on the CPU, one transfer and one kernel on a CUDA device (which copies).
+///
+/// # Errors
+/// As [`column_on`].
+pub fn matrix_on(
+    fields: &[FieldRef],
+    columns: &[Vec<ArrayRef>],
+    opts: &ExportOptions,
+    device: Device,
+) -> Result<Converted> {
+    match device {
+        Device::Cpu => columns_to_tensor(fields, columns, opts),
+        Device::Cuda(_) => {
+            let ordinal = cuda_ordinal(device)?;
+            reached(ordinal, cuda::columns_to_device(fields, columns, opts, ordinal))
+        }
+        d => Err(unsupported(d)),
+    }
+}
+
+fn cuda_ordinal(device: Device) -> Result<usize> {
+    match device {
+        Device::Cuda(id) => usize::try_from(id).map_err(|_| unsupported(device)),
+        d => Err(unsupported(d)),
+    }
+}
+
+/// The raw handle of dlframe's producer stream on `device` (never 0), which an importer hands
+/// a producer as `__dlpack__(stream=...)` so that the producer's pending work is ordered before
+/// ours.
+///
+/// # Errors
+/// [`Error::DeviceUnavailable`] without that device; [`Error::UnsupportedDevice`] for a device
+/// other than CUDA.
+pub fn stream_handle(device: Device) -> Result<usize> {
+    let ordinal = cuda_ordinal(device)?;
+    require_cuda(ordinal)?;
+    Ok(reached(ordinal, cuda::stream_handle(ordinal))?.max(1))
+}
+
+/// A foreign CUDA tensor kept on its device (no copy), whose producer was handed
+/// [`stream_handle`]; host tensors are returned as they are.
+///
+/// # Errors
+/// [`Error::DeviceUnavailable`] without that device; [`Error::UnsupportedDevice`] for devices
+/// other than the CPU and CUDA.
+pub fn adopt(t: Tensor) -> Result<Tensor> {
+    match t.device() {
+        Device::Cuda(_) => {
+            let ordinal = ordinal_of(&t);
+            require_cuda(ordinal)?;
+            reached(ordinal, cuda::adopt(t))
+        }
+        d if d.is_host_accessible() => Ok(t),
+        d => Err(unsupported(d)),
+    }
+}
+
+/// [`adopt`] for a tensor handed over without a stream (a raw capsule): DLPack then promises
+/// the data on the legacy default stream, which dlframe's stream waits for.
+///
+/// # Errors
+/// As [`adopt`].
+pub fn adopt_legacy(t: Tensor) -> Result<Tensor> {
+    match t.device() {
+        Device::Cuda(_) => {
+            let ordinal = ordinal_of(&t);
+            require_cuda(ordinal)?;
+            reached(ordinal, cuda::adopt_legacy(t))
+        }
+        d if d.is_host_accessible() => Ok(t),
+        d => Err(unsupported(d)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_tensors_stay_where_they_are_and_unreachable_devices_say_so() {
+        let t = Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap();
+        assert_eq!(move_to(&t, Device::Cpu).unwrap().data_ptr(), t.data_ptr());
+        let e = move_to(&t, Device::Cuda(1_000)).unwrap_err();
+        assert!(matches!(e, Error::DeviceUnavailable { .. }), "{e}");
+        assert!(e.to_string().contains("cuda:1000 is not available"), "{e}");
+        let e = move_to(&t, Device::OpenCl(0)).unwrap_err();
+        assert!(matches!(e, Error::UnsupportedDevice { .. }), "{e}");
+        assert!(matches!(copy_on_device(&t).unwrap_err(), Error::UnsupportedDevice { .. }));
+        assert!(matches!(stream_handle(Device::Cuda(1_000)).unwrap_err(), Error::DeviceUnavailable { .. }));
+        assert_eq!(adopt(t.clone()).unwrap().data_ptr(), t.data_ptr());
+        let (same, fresh) = on_host(&t, Some(false)).unwrap();
+        assert_eq!((same.data_ptr(), fresh), (t.data_ptr(), false));
+    }
+}
