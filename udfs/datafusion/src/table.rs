@@ -103,9 +103,12 @@ pub async fn collect_in_order(df: DataFrame) -> Result<Vec<RecordBatch>> {
 /// Runs `sql` and collects `column` (or the only column) of its result as one tensor; see
 /// [`collect_tensor`].
 ///
+/// Needs the `sql` feature (on by default).
+///
 /// # Errors
 /// Planning and execution errors, a result with several columns and no `column` named, and
 /// the errors of [`collect_tensor`].
+#[cfg(feature = "sql")]
 pub async fn sql_to_tensor(ctx: &SessionContext, sql: &str, column: Option<&str>) -> Result<Tensor> {
     let df = ctx.sql(sql).await?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
