@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{FieldRef, Schema, SchemaRef};
+use arrow_schema::{FieldRef, Schema};
 use datafusion::catalog::MemTable;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::{DataFrame, SessionContext};
@@ -111,7 +111,7 @@ pub async fn collect_in_order(df: DataFrame) -> Result<Vec<RecordBatch>> {
 #[cfg(feature = "sql")]
 pub async fn sql_to_tensor(ctx: &SessionContext, sql: &str, column: Option<&str>) -> Result<Tensor> {
     let df = ctx.sql(sql).await?;
-    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let schema: arrow_schema::SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let name = match column {
         Some(c) => c.to_string(),
         None if schema.fields().len() == 1 => schema.field(0).name().clone(),
