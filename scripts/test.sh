@@ -8,7 +8,7 @@ echo "== Rust: cargo test --workspace (unit, integration, property and doc tests
 echo "   turn on its cuda feature, so the CUDA layer is built and tested here too). NVRTC is not on"
 echo "   the library path yet: its test is skipped here, explicitly, and runs in the CUDA step below"
 DLFRAME_ALLOW_SKIP_NVRTC=1 cargo test --workspace --locked
-echo "== The main job: the dlframe CLI on its built-in example (built by the tests above)"
+echo "== The main job: the dlframe CLI (crate dlframe-cli, cli/) on its built-in example (built by the tests above)"
 ./target/debug/dlframe
 
 echo "== Python: virtualenv .venv with the real consumers (numpy, pyarrow, polars, datafusion, jax)"

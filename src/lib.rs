@@ -48,6 +48,9 @@ pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod ffi;
+// Test helpers and fuzz harnesses: for the unit tests, and with feature `testing` for the
+// integration tests and `fuzz/`; a normal build leaves them out.
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod fuzz;
 pub mod interface;
@@ -57,6 +60,7 @@ pub mod options;
 #[cfg_attr(docsrs, doc(cfg(feature = "polars")))]
 pub mod polars;
 pub mod tensor;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod testing;
 pub mod transfer;

@@ -119,7 +119,7 @@ def test_numpy_arrays_are_queried_as_tables():
 def _cli():
     path = pathlib.Path(os.environ.get("DLFRAME_CLI", ROOT / "target" / "debug" / "dlframe"))
     if not path.exists():
-        pytest.skip(f"the dlframe CLI is not built at {path}: run `cargo build -p dlframe-datafusion`")
+        pytest.skip(f"the dlframe CLI is not built at {path}: run `cargo build -p dlframe-cli`")
     return path
 
 

@@ -42,7 +42,7 @@ def cli() -> Path:
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
     binary = target / "debug" / "dlframe"
     if not binary.exists():
-        pytest.skip(f"{binary} is not built (cargo build -p dlframe-datafusion --bin dlframe)")
+        pytest.skip(f"{binary} is not built (cargo build -p dlframe-cli)")
     return binary
 
 

@@ -22,6 +22,9 @@
 //! [`register_tensors`] serves tensors as a table without copying them.
 //!
 //! Errors from dlframe become DataFusion errors in one place, [`to_df_err`].
+//!
+//! Feature `sql` (default): [`sql_to_tensor`], which plans SQL text with DataFusion's parser.
+//! The `dlframe` command, which runs SQL over files, is its own crate, `dlframe-cli` (`cli/`).
 
 /// One UDF struct: its `Signature`, `Default` -> `new()`, the SQL name, and the rest of its
 /// `ScalarUDFImpl` items.
@@ -66,7 +69,6 @@ mod inspect;
 mod table;
 mod tensor_type;
 mod to_tensor;
-mod write;
 
 use std::sync::Arc;
 
@@ -76,12 +78,11 @@ use datafusion::logical_expr::ScalarUDF;
 use datafusion::prelude::SessionContext;
 
 pub use inspect::{TensorDtypeFunc, TensorElementFunc, TensorNdimFunc, TensorReshapeFunc, TensorShapeFunc};
-pub use table::{
-    collect_in_order, collect_result, collect_tensor, register_tensors, sql_to_tensor, tensors_to_table,
-};
+#[cfg(feature = "sql")]
+pub use table::sql_to_tensor;
+pub use table::{collect_in_order, collect_result, collect_tensor, register_tensors, tensors_to_table};
 pub use tensor_type::TensorType;
 pub use to_tensor::{ToTensorAsFunc, ToTensorFillFunc, ToTensorFunc};
-pub use write::{write_npy, write_safetensors};
 
 pub use dlframe::Tensor;
 

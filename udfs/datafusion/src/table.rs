@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{FieldRef, Schema, SchemaRef};
+use arrow_schema::{FieldRef, Schema};
 use datafusion::catalog::MemTable;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::{DataFrame, SessionContext};
@@ -103,12 +103,15 @@ pub async fn collect_in_order(df: DataFrame) -> Result<Vec<RecordBatch>> {
 /// Runs `sql` and collects `column` (or the only column) of its result as one tensor; see
 /// [`collect_tensor`].
 ///
+/// Needs the `sql` feature (on by default).
+///
 /// # Errors
 /// Planning and execution errors, a result with several columns and no `column` named, and
 /// the errors of [`collect_tensor`].
+#[cfg(feature = "sql")]
 pub async fn sql_to_tensor(ctx: &SessionContext, sql: &str, column: Option<&str>) -> Result<Tensor> {
     let df = ctx.sql(sql).await?;
-    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let schema: arrow_schema::SchemaRef = Arc::new(df.schema().as_arrow().clone());
     let name = match column {
         Some(c) => c.to_string(),
         None if schema.fields().len() == 1 => schema.field(0).name().clone(),

@@ -7,6 +7,9 @@
 //! with `--column`, one column alone. The output file is written before anything is printed,
 //! and a closed stdout (`| head`) ends the printing quietly.
 
+mod register;
+mod write;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,8 +20,11 @@ use arrow_schema::{DataType, Field, Schema};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::catalog::MemTable;
 use datafusion::common::{DataFusionError, Result};
-use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionContext};
-use dlframe_datafusion::{collect_in_order, collect_result, collect_tensor, write_npy, write_safetensors};
+use datafusion::prelude::SessionContext;
+use dlframe_datafusion::{collect_in_order, collect_result, collect_tensor};
+
+use register::register_file;
+use write::{write_npy, write_safetensors};
 
 const USAGE: &str = "\
 usage: dlframe [--table NAME=PATH]... [--column NAME] [--out PATH] [--key NAME] [--rows N] [SQL]
@@ -148,178 +154,6 @@ fn demo_table() -> Result<MemTable> {
     MemTable::try_new(schema, vec![vec![batch]])
 }
 
-/// The kinds of file `--table` reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Csv,
-    CsvGz,
-    Parquet,
-}
-
-impl Kind {
-    /// The kind a file name ends in (in any case), and that ending as written.
-    fn of(name: &str) -> Option<(Kind, &str)> {
-        let lower = name.to_ascii_lowercase();
-        [(".csv.gz", Kind::CsvGz), (".csv", Kind::Csv), (".parquet", Kind::Parquet)]
-            .into_iter()
-            .find(|(suffix, _)| lower.len() > suffix.len() && lower.ends_with(suffix))
-            // The ending is ASCII, so it starts at a character boundary of `name` too.
-            .map(|(suffix, kind)| (kind, &name[name.len() - suffix.len()..]))
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Kind::Csv => ".csv",
-            Kind::CsvGz => ".csv.gz",
-            Kind::Parquet => ".parquet",
-        }
-    }
-}
-
-fn plan_err(msg: String) -> DataFusionError {
-    DataFusionError::Plan(msg)
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> DataFusionError {
-    plan_err(format!("{}: {e}", path.display()))
-}
-
-/// The data files under `dir` (recursively, as DataFusion lists them), skipping hidden and
-/// `_`-prefixed names such as `_SUCCESS`.
-fn data_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    for entry in std::fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
-        let path = entry.map_err(|e| io_err(dir, e))?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.starts_with('.') || name.starts_with('_') {
-            continue;
-        }
-        if path.is_dir() {
-            data_files(&path, out)?;
-        } else if Kind::of(name).is_some() {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
-/// The one kind of data file in `dir`, and the ending its files share; an error for none, for a
-/// mix of kinds, or for one kind written in two cases (DataFusion matches endings exactly).
-fn directory_kind(dir: &Path) -> Result<(Kind, String, Vec<PathBuf>)> {
-    let mut files = Vec::new();
-    data_files(dir, &mut files)?;
-    files.sort();
-    let mut seen: Vec<(Kind, String)> = Vec::new();
-    for f in &files {
-        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if let Some((kind, ending)) = Kind::of(name) {
-            if !seen.iter().any(|(k, e)| *k == kind && e == ending) {
-                seen.push((kind, ending.to_string()));
-            }
-        }
-    }
-    match seen.as_slice() {
-        [] => {
-            Err(plan_err(format!("{}: no .csv, .csv.gz or .parquet files in this directory", dir.display())))
-        }
-        [(kind, ending)] => Ok((*kind, ending.clone(), files)),
-        [(a, x), (b, y), ..] if a == b => Err(plan_err(format!(
-            "{}: the {} files end in both {x} and {y}; give them one spelling",
-            dir.display(),
-            a.describe()
-        ))),
-        [(a, _), (b, _), ..] => Err(plan_err(format!(
-            "{}: the directory mixes {} and {} files; give each kind its own directory and --table",
-            dir.display(),
-            a.describe(),
-            b.describe()
-        ))),
-    }
-}
-
-/// A directory that holds decompressed copies of `.csv.gz` files while the query runs, and is
-/// removed afterwards.
-struct Staging(PathBuf);
-
-impl Staging {
-    fn new(index: usize) -> Result<Staging> {
-        let dir = std::env::temp_dir().join(format!("dlframe-{}-{index}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
-        Ok(Staging(dir))
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Decompresses a gzip file (all its members) to `to` (copies).
-fn gunzip(from: &Path, to: &Path) -> Result<()> {
-    let file = std::fs::File::open(from).map_err(|e| io_err(from, e))?;
-    let mut reader = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file));
-    if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
-    }
-    let mut out = std::fs::File::create(to).map_err(|e| io_err(to, e))?;
-    std::io::copy(&mut reader, &mut out).map_err(|e| io_err(from, e))?;
-    Ok(())
-}
-
-fn utf8(path: &Path) -> Result<&str> {
-    path.to_str().ok_or_else(|| plan_err(format!("{} is not UTF-8", path.display())))
-}
-
-/// Registers a file or directory as table `name`. `.csv.gz` files are decompressed into
-/// `staging` first (this build of DataFusion reads no compressed CSV), keeping their paths'
-/// order.
-async fn register_file(
-    ctx: &SessionContext,
-    name: &str,
-    path: &Path,
-    staging: &mut Vec<Staging>,
-) -> Result<()> {
-    let (kind, ending, files) = if path.is_dir() {
-        directory_kind(path)?
-    } else {
-        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        match Kind::of(file_name) {
-            Some((kind, ending)) if path.is_file() => (kind, ending.to_string(), vec![path.to_path_buf()]),
-            Some(_) => return Err(plan_err(format!("{}: no such file or directory", path.display()))),
-            None => {
-                return Err(plan_err(format!(
-                    "{}: expected a .csv, .csv.gz or .parquet file, or a directory of them",
-                    path.display()
-                )));
-            }
-        }
-    };
-    match kind {
-        Kind::Csv => ctx.register_csv(name, utf8(path)?, CsvReadOptions::new().file_extension(&ending)).await,
-        Kind::Parquet => {
-            ctx.register_parquet(name, utf8(path)?, ParquetReadOptions::default().file_extension(&ending))
-                .await
-        }
-        Kind::CsvGz => {
-            let stage = Staging::new(staging.len())?;
-            for f in &files {
-                let relative = f.strip_prefix(path).unwrap_or(f.as_path());
-                let base = if relative.as_os_str().is_empty() {
-                    f.file_name().map(Path::new)
-                } else {
-                    Some(relative)
-                };
-                let base = utf8(base.unwrap_or(relative))?;
-                let csv = format!("{}.csv", &base[..base.len() - ending.len()]);
-                gunzip(f, &stage.0.join(csv))?;
-            }
-            let dir = utf8(&stage.0)?.to_string();
-            staging.push(stage);
-            ctx.register_csv(name, &dir, CsvReadOptions::new().file_extension(".csv")).await
-        }
-    }
-}
-
 /// The safetensors key of a result column: its name when that is a plain name (a column or an
 /// alias), else [`DEFAULT_KEY`] (an unnamed expression's name is its SQL text).
 fn default_key(name: Option<&str>) -> String {
@@ -348,7 +182,7 @@ async fn run(args: Args, report: &mut String) -> Result<()> {
             let _ = writeln!(report, "query: {DEMO_SQL}\n");
             DEMO_SQL.to_string()
         }
-        None => return Err(plan_err("give a query to run over the tables".into())),
+        None => return Err(DataFusionError::Plan("give a query to run over the tables".into())),
     };
     let mut staging = Vec::new();
     for (name, path) in &args.tables {
