@@ -13,10 +13,10 @@ use arrow_schema::{DataType, Field, FieldRef};
 use criterion::{
     BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main, measurement::WallTime,
 };
-use dlframe::arrow::{ExportOptions, columns_to_tensor, to_tensor};
-use dlframe::kernels::{
-    BitSlice, Column, HostBuffer, Order, concat_into, fill_nulls, interleave, unpack_bits,
-};
+use dlframe::arrow::{columns_to_tensor, to_tensor};
+use dlframe::kernels::{BitSlice, Column, HostBuffer, concat_into, fill_nulls, interleave, unpack_bits};
+use dlframe::options::ExportOptions;
+use dlframe::options::Order;
 
 /// A deterministic LCG (Knuth's MMIX constants).
 struct Lcg(u64);

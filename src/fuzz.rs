@@ -16,13 +16,14 @@ use arrow_schema::{DataType, Field, FieldRef};
 use crate::arrow::extension::{
     EXTENSION_METADATA_KEY, EXTENSION_NAME_KEY, FIXED_SHAPE_TENSOR, TensorMetadata,
 };
-use crate::arrow::{ExportOptions, tensor_to_column, to_tensor};
+use crate::arrow::{tensor_to_column, to_tensor};
 use crate::dlpack::{ForeignTensor, export_legacy, export_versioned};
 use crate::ffi::dlpack::{
     DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
 };
 use crate::interface::TypeStr;
 use crate::kernels::contiguous_copy;
+use crate::options::ExportOptions;
 use crate::tensor::{Tensor, check_layout};
 
 /// Reads the fuzz input front to back; past its end every read is 0.

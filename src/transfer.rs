@@ -19,10 +19,11 @@ use std::sync::OnceLock;
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
 
-use crate::arrow::{Converted, ExportOptions, columns_to_tensor, to_tensor};
+use crate::arrow::{Converted, columns_to_tensor, to_tensor};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernels;
+use crate::options::ExportOptions;
 use crate::tensor::Tensor;
 
 #[cfg(feature = "cuda")]

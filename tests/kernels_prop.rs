@@ -5,10 +5,11 @@
 
 use arrow_buffer::BooleanBuffer;
 use dlframe::kernels::{
-    BitSlice, Column, ColumnRef, Element, Num, Order, PARALLEL_THRESHOLD_BYTES, Scalar, can_cast_safely,
-    cast, common_dtype, concat_fill_into, concat_into, contiguous_copy, fill_nulls, fill_value,
-    gather_strided, interleave, pack_bits, unpack_bits, unpack_bits_fill,
+    BitSlice, Column, ColumnRef, Element, Num, PARALLEL_THRESHOLD_BYTES, can_cast_safely, cast, common_dtype,
+    concat_fill_into, concat_into, contiguous_copy, fill_nulls, fill_value, gather_strided, interleave,
+    pack_bits, unpack_bits, unpack_bits_fill,
 };
+use dlframe::options::{Order, Scalar};
 use dlframe::{DType, Device, Error, Tensor};
 use half::f16;
 use proptest::prelude::*;

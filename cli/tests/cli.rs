@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use arrow_array::{ArrayRef, Float64Array, Int64Array};
 use arrow_schema::{DataType, Field, FieldRef};
 use common::{TempDir, write_csv, write_parquet, x_of};
-use dlframe::arrow::{ExportOptions, columns_to_tensor};
+use dlframe::arrow::columns_to_tensor;
+use dlframe::options::ExportOptions;
 
 /// The longest any one run of the binary may take.
 const LIMIT: Duration = Duration::from_secs(120);

@@ -13,9 +13,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString, PyTuple, PyType};
 use pyo3_arrow::PyDataType;
 
-use dlframe::arrow::{CopyPolicy, NullPolicy, Scalar};
 use dlframe::ffi::dlpack::DLDevice;
-use dlframe::kernels::Order;
+use dlframe::options::Order;
+use dlframe::options::{CopyPolicy, NullPolicy, Scalar};
 use dlframe::{DType, Device};
 
 use crate::error::{Binding, Error, Result};

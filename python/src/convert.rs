@@ -8,9 +8,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3_arrow::input::AnyArray;
 
-use dlframe::arrow::{Converted, ExportOptions, NullPolicy, is_list_like, tensor_to_column_with, to_tensor};
+use dlframe::arrow::{Converted, is_list_like, tensor_to_column_with, to_tensor};
 use dlframe::dlpack::request::consumer_stream;
 use dlframe::ffi::dlpack::DLDevice;
+use dlframe::options::{ExportOptions, NullPolicy};
 use dlframe::{Device, Tensor, transfer};
 
 use crate::args::{
@@ -98,7 +99,7 @@ fn table_columns(field: &FieldRef, chunks: &[ArrayRef]) -> Result<Option<TableCo
 /// - `device`: `"cpu"` (default), `"cuda"` or `"cuda:N"`; `stream` (DLPack numbering, or a
 ///   torch/cupy stream) is then made to wait for the conversion.
 #[pyfunction]
-#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::kernels::Order::C), device=None, columns=Columns::Stack, stream=None))]
+#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=Columns::Stack, stream=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,

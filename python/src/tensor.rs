@@ -8,9 +8,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
-use dlframe::arrow::{CopyPolicy, tensor_to_column_with};
+use dlframe::arrow::tensor_to_column_with;
 use dlframe::dlpack::ExportRequest;
 use dlframe::interface::{ArrayInterface, TypeStr};
+use dlframe::options::CopyPolicy;
 use dlframe::{DType, Device, Tensor, transfer};
 
 use crate::args::{DlDevice, DlpackStream, MaxVersion, copy_policy};

@@ -38,5 +38,3 @@ pub use from_tensor::{tensor_to_array, tensor_to_column};
 pub use layout::CellLayout;
 pub use lists::{is_list_like, lists_as_fixed};
 pub use to_tensor::{array_to_tensor, column_to_tensor};
-// Re-exported until every caller names `dlframe::options` (the redesign moves them there).
-pub use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar};

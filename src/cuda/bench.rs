@@ -10,9 +10,9 @@ use cudarc::driver::sys;
 
 use super::driver::{cuda_err, gpu, guarded};
 use super::{launch, plan, transfer};
-use crate::arrow::{ExportOptions, NullPolicy};
 use crate::error::{Error, Result};
 use crate::options::Scalar;
+use crate::options::{ExportOptions, NullPolicy};
 
 /// Device times in milliseconds (best of `reps`, CUDA events on our stream, on `cuda:ordinal`)
 /// of the `convert` kernel in its two modes over the same `4 n` bytes of f32, every tenth value

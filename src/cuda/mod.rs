@@ -42,12 +42,13 @@
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
 
-#[cfg(doc)]
-use crate::arrow::NullPolicy;
-use crate::arrow::{Converted, ExportOptions};
+use crate::arrow::Converted;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
+use crate::options::ExportOptions;
+#[cfg(doc)]
+use crate::options::NullPolicy;
 use crate::tensor::Tensor;
 
 #[cfg(feature = "bench-internals")]

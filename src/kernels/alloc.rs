@@ -257,7 +257,8 @@ mod tests {
         use arrow_array::{ArrayRef, Float64Array};
         use arrow_schema::{DataType, Field, FieldRef};
 
-        use crate::arrow::{ExportOptions, NullPolicy, Scalar, to_tensor};
+        use crate::arrow::to_tensor;
+        use crate::options::{ExportOptions, NullPolicy, Scalar};
 
         // 40 MiB of f64 (a size no other test asks for): nulls in whole 64-bit validity words,
         // in sparse and in dense words, all filled with 0.

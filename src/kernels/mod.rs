@@ -48,8 +48,7 @@ pub use interleave::interleave;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-// Re-exported until every caller names `dlframe::options` (the redesign moves them there).
-pub use crate::options::{Order, Scalar};
+use crate::options::{Order, Scalar};
 
 /// Outputs at least this large (in bytes) are split over rayon's threads; smaller ones stay
 /// on the calling thread.

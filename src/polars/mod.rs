@@ -27,11 +27,10 @@ use polars_arrow::datatypes::ArrowDataType;
 use polars_arrow::ffi as plffi;
 use polars_core::prelude::{ChunkedArray, CompatLevel, DataFrame, IntoSeries, PolarsDataType, Series};
 
-use crate::arrow::{
-    Converted, CopyPolicy, ExportOptions, TensorMetadata, columns_to_tensor, tensor_to_column_with, to_tensor,
-};
+use crate::arrow::{Converted, TensorMetadata, columns_to_tensor, tensor_to_column_with, to_tensor};
 use crate::error::{Error, Result};
 use crate::kernels;
+use crate::options::{CopyPolicy, ExportOptions};
 use crate::tensor::{Tensor, is_c_contiguous};
 
 mod schema;
@@ -248,8 +247,8 @@ mod tests {
     use polars_core::prelude::*;
 
     use super::*;
-    use crate::arrow::{NullPolicy, Order, Scalar};
     use crate::dtype::DType;
+    use crate::options::{NullPolicy, Order, Scalar};
     use crate::tensor::Native;
 
     fn opts() -> ExportOptions {

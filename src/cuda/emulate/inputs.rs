@@ -8,9 +8,9 @@ use arrow_buffer::{Buffer, NullBuffer};
 use arrow_data::ArrayData;
 use half::f16;
 
-use crate::arrow::NullPolicy;
 use crate::dtype::DType;
-use crate::kernels::Scalar;
+use crate::options::NullPolicy;
+use crate::options::Scalar;
 
 /// xorshift64*: reproducible inputs without a dependency.
 pub(super) struct Rng(pub u64);

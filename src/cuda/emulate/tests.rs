@@ -12,11 +12,12 @@ use half::f16;
 
 use super::inputs::{Rng, aligned_buffer, array, random_dtype, random_nulls, validity};
 use super::{Emulator, Missing, emulator};
-use crate::arrow::{ExportOptions, NullPolicy, Order, columns_to_tensor, to_tensor};
+use crate::arrow::{columns_to_tensor, to_tensor};
 use crate::cuda::plan;
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::kernels::Scalar;
+use crate::options::Scalar;
+use crate::options::{ExportOptions, NullPolicy, Order};
 use crate::tensor::Tensor;
 
 /// Set to 1, lets the emulator tests skip on a machine without a C++ compiler; without it a
@@ -143,7 +144,7 @@ fn check_column(
 ) -> (bool, bool) {
     let nulls = random_nulls(rng, target.unwrap_or(leaf).is_float());
     let opts = ExportOptions { nulls, dtype: target, ..Default::default() };
-    let always = ExportOptions { copy: crate::arrow::CopyPolicy::Always, ..opts };
+    let always = ExportOptions { copy: crate::options::CopyPolicy::Always, ..opts };
     let what =
         format!("case {case}: {} in {} chunk(s) -> {target:?}, {nulls:?}", field.data_type(), chunks.len());
     check(e, plan::column(field, chunks, &opts), to_tensor(field, chunks, &always), &what)

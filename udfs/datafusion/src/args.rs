@@ -13,7 +13,7 @@ use datafusion::arrow::compute::kernels::cmp::not_distinct;
 use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
 use datafusion::logical_expr::{ColumnarValue, Expr};
 use dlframe::DType;
-use dlframe::arrow::Scalar;
+use dlframe::options::Scalar;
 
 /// The literal at position `i` while planning, or a plan error that says a literal is needed.
 pub fn planned<'a>(

@@ -18,7 +18,8 @@ use datafusion::catalog::MemTable;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::{DataFrame, SessionContext};
 use dlframe::Tensor;
-use dlframe::arrow::{CopyPolicy, ExportOptions, is_list_like};
+use dlframe::arrow::is_list_like;
+use dlframe::options::{CopyPolicy, ExportOptions};
 
 use crate::to_df_err;
 

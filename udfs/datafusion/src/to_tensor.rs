@@ -16,9 +16,10 @@ use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, Signature, Volatility,
 };
-use dlframe::arrow::{CopyPolicy, ExportOptions, NullPolicy, Order, TensorMetadata, is_list_like};
+use dlframe::arrow::{TensorMetadata, is_list_like};
 use dlframe::dtype::storage_dtype;
 use dlframe::kernels::common_dtype;
+use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy, Order};
 use dlframe::{DType, Tensor};
 
 use crate::args;

@@ -7,8 +7,8 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use dlframe::Tensor;
-use dlframe::arrow::{CopyPolicy, ExportOptions, NullPolicy, Scalar};
 use dlframe::kernels::HostBuffer;
+use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy, Scalar};
 use dlframe::polars::{dataframe_to_tensor, series_to_tensor, tensor_to_series};
 use dlframe_polars::{ToTensorKwargs, to_tensor_impl};
 use polars_core::prelude::*;
