@@ -2,10 +2,17 @@
 //!
 //! Array-interface typestrs (`"<f4"`) live in [`crate::interface::typestr`]. Nothing here copies.
 
-use arrow_schema::DataType;
+use std::collections::HashMap;
+
+use arrow_schema::{DataType, Field};
 
 use crate::error::{Error, Result};
 use crate::ffi::dlpack::{DLDataType, type_code};
+
+/// The field metadata key that names an Arrow extension type.
+pub const EXTENSION_NAME_KEY: &str = "ARROW:extension:name";
+/// The field metadata key of an Arrow extension type's serialized metadata.
+pub const EXTENSION_METADATA_KEY: &str = "ARROW:extension:metadata";
 
 /// The element type of a tensor.
 ///
@@ -37,11 +44,19 @@ pub enum DType {
     Float32,
     /// `f64`.
     Float64,
+    /// bfloat16: f32's range with 8 bits of mantissa (DLPack `kDLBfloat`, bits 16). Arrow has
+    /// no such type; its columns are the `lance.bfloat16` extension over `FixedSizeBinary(2)`
+    /// ([`BFLOAT16_EXTENSION`]).
+    BFloat16,
 }
+
+/// The Arrow extension name of bfloat16 columns (as Lance writes them): storage
+/// `FixedSizeBinary(2)`, the value's bits little-endian, empty metadata.
+pub const BFLOAT16_EXTENSION: &str = "lance.bfloat16";
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 12] = [
+    pub const ALL: [DType; 13] = [
         DType::Bool,
         DType::Int8,
         DType::Int16,
@@ -54,13 +69,14 @@ impl DType {
         DType::Float16,
         DType::Float32,
         DType::Float64,
+        DType::BFloat16,
     ];
 
     /// Bytes per element.
     pub const fn itemsize(self) -> usize {
         match self {
             DType::Bool | DType::Int8 | DType::UInt8 => 1,
-            DType::Int16 | DType::UInt16 | DType::Float16 => 2,
+            DType::Int16 | DType::UInt16 | DType::Float16 | DType::BFloat16 => 2,
             DType::Int32 | DType::UInt32 | DType::Float32 => 4,
             DType::Int64 | DType::UInt64 | DType::Float64 => 8,
         }
@@ -81,6 +97,7 @@ impl DType {
             DType::Float16 => "float16",
             DType::Float32 => "float32",
             DType::Float64 => "float64",
+            DType::BFloat16 => "bfloat16",
         }
     }
 
@@ -88,13 +105,13 @@ impl DType {
     pub fn from_name(name: &str) -> Result<Self> {
         DType::ALL.into_iter().find(|d| d.name() == name).ok_or_else(|| Error::UnsupportedDType {
             what: format!("{name:?}"),
-            remedy: "use one of bool, int8..int64, uint8..uint64, float16, float32, float64",
+            remedy: "use one of bool, int8..int64, uint8..uint64, float16, float32, float64, bfloat16",
         })
     }
 
     /// True for the float types.
     pub const fn is_float(self) -> bool {
-        matches!(self, DType::Float16 | DType::Float32 | DType::Float64)
+        matches!(self, DType::Float16 | DType::Float32 | DType::Float64 | DType::BFloat16)
     }
 
     /// The DLPack type triple (lanes 1).
@@ -104,6 +121,7 @@ impl DType {
             DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 => type_code::KDL_INT,
             DType::UInt8 | DType::UInt16 | DType::UInt32 | DType::UInt64 => type_code::KDL_UINT,
             DType::Float16 | DType::Float32 | DType::Float64 => type_code::KDL_FLOAT,
+            DType::BFloat16 => type_code::KDL_BFLOAT,
         };
         DLDataType { code, bits: (self.itemsize() * 8) as u8, lanes: 1 }
     }
@@ -113,12 +131,14 @@ impl DType {
         let found = DType::ALL.into_iter().find(|d| d.to_dlpack() == dt);
         found.ok_or_else(|| Error::UnsupportedDType {
             what: format!("(code={}, bits={}, lanes={})", dt.code, dt.bits, dt.lanes),
-            remedy: "dlframe reads bool/8, int and uint 8-64, and float 16-64 with lanes=1; \
-                     cast the tensor first (e.g. bfloat16 -> float32)",
+            remedy: "dlframe reads bool/8, int and uint 8-64, float 16-64 and bfloat16 with \
+                     lanes=1; cast the tensor first",
         })
     }
 
-    /// The Arrow type of a 1-D column of this dtype (bool becomes Arrow's bit-packed `Boolean`).
+    /// The Arrow type of a 1-D column of this dtype (bool becomes Arrow's bit-packed `Boolean`;
+    /// bfloat16 the `FixedSizeBinary(2)` storage, whose field needs [`DType::arrow_field`]'s
+    /// extension metadata).
     pub fn to_arrow(self) -> DataType {
         match self {
             DType::Bool => DataType::Boolean,
@@ -133,7 +153,44 @@ impl DType {
             DType::Float16 => DataType::Float16,
             DType::Float32 => DataType::Float32,
             DType::Float64 => DataType::Float64,
+            DType::BFloat16 => DataType::FixedSizeBinary(2),
         }
+    }
+
+    /// The Arrow field of a 1-D column of this dtype: [`DType::to_arrow`]'s type, with the
+    /// `lance.bfloat16` extension metadata for bfloat16.
+    pub fn arrow_field(self, name: &str, nullable: bool) -> Field {
+        let field = Field::new(name, self.to_arrow(), nullable);
+        match self {
+            DType::BFloat16 => field.with_metadata(HashMap::from([
+                (EXTENSION_NAME_KEY.to_string(), BFLOAT16_EXTENSION.to_string()),
+                (EXTENSION_METADATA_KEY.to_string(), String::new()),
+            ])),
+            _ => field,
+        }
+    }
+}
+
+/// The dtype of a flat Arrow column, read from its field: [`storage_dtype`] of its type, and
+/// bfloat16 for a `lance.bfloat16` extension column. A `FixedSizeBinary(2)` column without the
+/// extension is refused like any binary column.
+///
+/// # Errors
+/// As [`storage_dtype`].
+pub fn field_dtype(field: &Field) -> Result<DType> {
+    let bf16 = field.metadata().get(EXTENSION_NAME_KEY).is_some_and(|n| n == BFLOAT16_EXTENSION);
+    match field.data_type() {
+        DataType::FixedSizeBinary(2) if bf16 => Ok(DType::BFloat16),
+        dt => storage_dtype(dt),
+    }
+}
+
+/// The dtype of a leaf array whose field has passed [`field_dtype`] (arrays carry no field
+/// metadata): as [`storage_dtype`], with `FixedSizeBinary(2)` read as bfloat16.
+pub(crate) fn leaf_storage(dt: &DataType) -> Result<DType> {
+    match dt {
+        DataType::FixedSizeBinary(2) => Ok(DType::BFloat16),
+        dt => storage_dtype(dt),
     }
 }
 
@@ -214,7 +271,7 @@ mod tests {
     #[test]
     fn unknown_triples_are_refused_with_the_triple() {
         for dt in [
-            DLDataType { code: type_code::KDL_BFLOAT, bits: 16, lanes: 1 },
+            DLDataType { code: type_code::KDL_BFLOAT, bits: 32, lanes: 1 },
             DLDataType { code: type_code::KDL_FLOAT, bits: 32, lanes: 2 },
             DLDataType { code: type_code::KDL_INT, bits: 7, lanes: 1 },
             DLDataType { code: 200, bits: 8, lanes: 1 },

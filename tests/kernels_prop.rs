@@ -11,7 +11,7 @@ use dlframe::kernels::{
 };
 use dlframe::options::{Order, Scalar};
 use dlframe::{DType, Device, Error, Tensor};
-use half::f16;
+use half::{bf16, f16};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -411,7 +411,92 @@ impl Target for f16 {
     }
 }
 
-/// A column's values, owned, of one of the 11 numeric types.
+/// bfloat16's reference: the nearest value found by bisecting the (monotone) bit patterns and
+/// comparing exactly, ties to the even pattern; beyond the largest finite value the next
+/// pattern is infinity. Independent of `half`'s and dlframe's rounding code.
+impl Target for bf16 {
+    fn expect(v: Exact) -> Option<Self> {
+        let x = match v {
+            Exact::F(f) if f.is_nan() => return Some(bf16::NAN),
+            Exact::F(f) => Mag::F(f),
+            Exact::I(i) if i.abs() < 1 << 53 => Mag::F(i as f64),
+            Exact::I(i) => Mag::I(i),
+        };
+        let negative = match x {
+            Mag::F(f) => f.is_sign_negative(),
+            Mag::I(i) => i < 0,
+        };
+        // Largest pattern whose value is <= |x| (0x7f80 is infinity).
+        let (mut lo, mut hi) = (0u16, 0x7f80u16);
+        if !x.below(hi) {
+            lo = hi;
+        } else {
+            while hi - lo > 1 {
+                let mid = (lo + hi) / 2;
+                if x.below(mid) { hi = mid } else { lo = mid }
+            }
+        }
+        let pick = if lo == 0x7f80 || x.at(lo) {
+            lo
+        } else {
+            // Compare the distances to lo and lo + 1 exactly (infinity counts as 2^128).
+            match x.cmp_mid(lo) {
+                std::cmp::Ordering::Less => lo,
+                std::cmp::Ordering::Greater => lo + 1,
+                std::cmp::Ordering::Equal => {
+                    if lo % 2 == 0 {
+                        lo
+                    } else {
+                        lo + 1
+                    }
+                }
+            }
+        };
+        let out = bf16::from_bits(pick | if negative { 0x8000 } else { 0 });
+        no_overflow(v, out)
+    }
+    fn bits(self) -> u64 {
+        if self.is_nan() { u64::MAX } else { self.to_bits() as u64 }
+    }
+}
+
+/// The magnitude of a value to round: a float, or an integer beyond 2^53 (where every
+/// bfloat16 near it is an integer too).
+#[derive(Clone, Copy)]
+enum Mag {
+    F(f64),
+    I(i128),
+}
+
+impl Mag {
+    /// The value of a non-negative bfloat16 pattern, with infinity as 2^128.
+    fn value(bits: u16) -> f64 {
+        if bits == 0x7f80 { 2f64.powi(128) } else { bf16::from_bits(bits).to_f64() }
+    }
+    fn below(self, bits: u16) -> bool {
+        match self {
+            Mag::F(f) => f.abs() < Mag::value(bits),
+            Mag::I(i) => i.unsigned_abs() < Mag::value(bits) as u128,
+        }
+    }
+    fn at(self, bits: u16) -> bool {
+        match self {
+            Mag::F(f) => f.abs() == Mag::value(bits),
+            Mag::I(i) => i.unsigned_abs() == Mag::value(bits) as u128,
+        }
+    }
+    /// |x| against the midpoint of pattern `lo` and the next one.
+    fn cmp_mid(self, lo: u16) -> std::cmp::Ordering {
+        let (a, b) = (Mag::value(lo), Mag::value(lo + 1));
+        match self {
+            // 2|x| vs a + b: both sides exact in f64 (a power-of-two scaling and one rounding-free sum).
+            Mag::F(f) => (2.0 * f.abs()).partial_cmp(&(a + b)).unwrap(),
+            Mag::I(i) => (2 * i.unsigned_abs()).cmp(&(a as u128 + b as u128)),
+        }
+    }
+}
+
+/// A column's values, owned, of one of the 12 numeric types.
 #[derive(Debug)]
 enum Owned {
     I8(Vec<i8>),
@@ -425,6 +510,7 @@ enum Owned {
     F16(Vec<f16>),
     F32(Vec<f32>),
     F64(Vec<f64>),
+    BF16(Vec<bf16>),
 }
 
 /// Every dtype but bool.
@@ -504,6 +590,7 @@ impl Owned {
             DType::Float16 => Owned::F16((0..n).map(|_| f16::from_f64(float(rng))).collect()),
             DType::Float32 => Owned::F32((0..n).map(|_| float(rng) as f32).collect()),
             DType::Float64 => Owned::F64((0..n).map(|_| float(rng)).collect()),
+            DType::BFloat16 => Owned::BF16((0..n).map(|_| bf16::from_f64(float(rng))).collect()),
             DType::Bool => unreachable!("not a numeric column"),
         }
     }
@@ -521,6 +608,7 @@ impl Owned {
             Owned::F16(v) => v[..].into(),
             Owned::F32(v) => v[..].into(),
             Owned::F64(v) => v[..].into(),
+            Owned::BF16(v) => v[..].into(),
         }
     }
 
@@ -537,6 +625,7 @@ impl Owned {
             Owned::F16(v) => Exact::F(v[i].to_f64()),
             Owned::F32(v) => Exact::F(v[i] as f64),
             Owned::F64(v) => Exact::F(v[i]),
+            Owned::BF16(v) => Exact::F(v[i].to_f64()),
         }
     }
 }
@@ -665,6 +754,10 @@ macro_rules! with_target {
                 type $D = f64;
                 $body
             }
+            DType::BFloat16 => {
+                type $D = bf16;
+                $body
+            }
             DType::Bool => unreachable!(),
         }
     };
@@ -689,6 +782,15 @@ fn int_range(d: DType) -> Option<(i128, i128)> {
     })
 }
 
+/// The largest binary exponent of a float dtype's finite values.
+fn max_exponent(d: DType) -> i32 {
+    match d {
+        DType::Float16 => 15,
+        DType::Float32 | DType::BFloat16 => 127,
+        _ => 1023,
+    }
+}
+
 /// Whether `to` holds every value of `from`, from ranges and mantissa widths (numpy also calls
 /// 64-bit integers into float64 safe).
 fn holds(to: DType, from: DType) -> bool {
@@ -696,6 +798,7 @@ fn holds(to: DType, from: DType) -> bool {
         DType::Float16 => Some(11u32),
         DType::Float32 => Some(24),
         DType::Float64 => Some(53),
+        DType::BFloat16 => Some(8),
         _ => None,
     };
     match (int_range(from), int_range(to), mantissa(to)) {
@@ -704,7 +807,7 @@ fn holds(to: DType, from: DType) -> bool {
         (Some((lo, hi)), None, Some(m)) => {
             (lo.abs().max(hi) <= 1i128 << m) || (from.itemsize() == 8 && to == DType::Float64)
         }
-        (None, None, Some(m)) => mantissa(from).is_some_and(|f| f <= m),
+        (None, None, Some(m)) => mantissa(from).is_some_and(|f| f <= m) && max_exponent(from) <= max_exponent(to),
         _ => false,
     }
 }

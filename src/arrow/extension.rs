@@ -15,10 +15,7 @@ use crate::error::{Error, Result};
 
 /// The extension name.
 pub const FIXED_SHAPE_TENSOR: &str = "arrow.fixed_shape_tensor";
-/// Field metadata key of the extension name.
-pub const EXTENSION_NAME_KEY: &str = "ARROW:extension:name";
-/// Field metadata key of the extension metadata.
-pub const EXTENSION_METADATA_KEY: &str = "ARROW:extension:metadata";
+pub use crate::dtype::{EXTENSION_METADATA_KEY, EXTENSION_NAME_KEY};
 
 /// Parsed `arrow.fixed_shape_tensor` metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

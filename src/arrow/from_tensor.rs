@@ -9,7 +9,7 @@ use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field, FieldRef};
 
 use super::extension::TensorMetadata;
-use crate::dtype::storage_dtype;
+use crate::dtype::{DType, storage_dtype};
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, c_strides, is_c_contiguous};
 
@@ -54,7 +54,7 @@ pub fn tensor_to_column(tensor: &Tensor, name: &str) -> Result<(FieldRef, ArrayR
     if shape.len() == 1 {
         let field = match tensor.logical() {
             Some(f) if f.data_type() == values.data_type() => f.clone(),
-            _ => Arc::new(Field::new(name, values.data_type().clone(), false)),
+            _ => Arc::new(value_field(name, tensor.dtype(), values.data_type(), false)),
         };
         return Ok((field, values));
     }
@@ -69,7 +69,7 @@ pub fn tensor_to_column(tensor: &Tensor, name: &str) -> Result<(FieldRef, ArrayR
         None => shape[1..].iter().map(|&d| d as usize).collect(),
     };
     let meta = TensorMetadata { shape: phys, dim_names: None, permutation: permutation.map(|o| inverse(&o)) };
-    let item = Arc::new(Field::new("item", values.data_type().clone(), true));
+    let item = Arc::new(value_field("item", tensor.dtype(), values.data_type(), true));
     // An empty tensor's later dimensions are unbounded by its (zero) size, so their product
     // is checked here.
     let cell = meta.shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
@@ -93,6 +93,16 @@ pub fn tensor_to_column(tensor: &Tensor, name: &str) -> Result<(FieldRef, ArrayR
         ),
     };
     Ok((field, Arc::new(storage)))
+}
+
+/// The field of the leaf values: the dtype's own Arrow field (bfloat16 with its extension
+/// metadata) when the values have its type, else a plain field of their (logical) type.
+fn value_field(name: &str, dtype: DType, dt: &DataType, nullable: bool) -> Field {
+    if *dt == dtype.to_arrow() {
+        dtype.arrow_field(name, nullable)
+    } else {
+        Field::new(name, dt.clone(), nullable)
+    }
 }
 
 /// The Arrow type of the leaf values: the recorded logical leaf when it stores this dtype.

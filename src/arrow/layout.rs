@@ -5,7 +5,7 @@
 use arrow_schema::{DataType, Field, FieldRef};
 
 use super::extension::TensorMetadata;
-use crate::dtype::{DType, storage_dtype};
+use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::tensor::c_strides;
 
@@ -44,11 +44,11 @@ impl CellLayout {
             leaf = Some(child);
             dt = child.data_type();
         }
-        let dtype = storage_dtype(dt).map_err(|e| name_column(e, field))?;
         let leaf = match leaf {
             Some(f) => f.clone(),
             None => FieldRef::new(field.clone()),
         };
+        let dtype = field_dtype(&leaf).map_err(|e| name_column(e, field))?;
         let metadata = TensorMetadata::from_field(field)?;
         let (shape, strides) = match &metadata {
             Some(meta) => {

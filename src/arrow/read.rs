@@ -5,7 +5,7 @@
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::{DataType, FieldRef};
 
-use crate::dtype::{DType, storage_dtype};
+use crate::dtype::{DType, leaf_storage};
 use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef};
 
@@ -73,7 +73,7 @@ pub(crate) fn leaf_of(array: &dyn Array) -> (ArrayRef, Vec<(usize, arrow_buffer:
 
 /// A typed view of a primitive array's values and validity, for the kernels (no copy).
 pub(crate) fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
-    let dtype = storage_dtype(array.data_type())?;
+    let dtype = leaf_storage(array.data_type())?;
     let data = array.to_data();
     let (offset, len) = (data.offset(), data.len());
     let buf = &data.buffers()[0];
@@ -93,6 +93,7 @@ pub(crate) fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Colu
         DType::UInt32 => typed!(U32, u32),
         DType::UInt64 => typed!(U64, u64),
         DType::Float16 => typed!(F16, half::f16),
+        DType::BFloat16 => typed!(BF16, half::bf16),
         DType::Float32 => typed!(F32, f32),
         DType::Float64 => typed!(F64, f64),
         DType::Bool => {

@@ -10,7 +10,7 @@ use arrow_schema::{DataType, FieldRef};
 
 use super::layout::{CellLayout, name_column};
 use super::read::{check_chunk_types, lists_as_fixed_chunks, nested_null_count};
-use crate::dtype::{DType, storage_dtype};
+use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar};
@@ -198,7 +198,7 @@ impl MatrixSpec {
                         remedy: "a matrix stacks scalar columns; convert list columns on their own",
                     });
                 }
-                dt => storage_dtype(dt).map_err(|e| name_column(e, f))?,
+                _ => field_dtype(f).map_err(|e| name_column(e, f))?,
             };
             let nulls: usize = chunks.iter().map(|c| c.null_count()).sum();
             if nulls > 0 && opts.nulls == NullPolicy::Error {

@@ -7,7 +7,7 @@ use arrow_array::{Array, FixedSizeListArray};
 use arrow_schema::{DataType, Field, FieldRef};
 
 use super::layout::CellLayout;
-use crate::dtype::{DType, storage_dtype};
+use crate::dtype::{DType, leaf_storage};
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, c_strides};
 
@@ -76,7 +76,7 @@ fn descend<'a>(column: &str, array: &'a dyn Array, dims: &mut Vec<i64>) -> Resul
             ),
         }),
         dt => {
-            storage_dtype(dt)?;
+            leaf_storage(dt)?;
             Ok(array)
         }
     }
@@ -85,7 +85,7 @@ fn descend<'a>(column: &str, array: &'a dyn Array, dims: &mut Vec<i64>) -> Resul
 /// A tensor over a primitive leaf array's values (without copying; the leaf's nulls are not
 /// read).
 pub(crate) fn from_leaf(leaf: &dyn Array, shape: Vec<i64>, strides: Option<Vec<i64>>) -> Result<Tensor> {
-    let dtype: DType = storage_dtype(leaf.data_type())?;
+    let dtype: DType = leaf_storage(leaf.data_type())?;
     let data = leaf.to_data();
     let buffer = data.buffers()[0].clone();
     let numel: usize = shape.iter().map(|&d| d as usize).product();

@@ -110,7 +110,7 @@ mod tests {
     #[test]
     fn describes_a_tensor_and_reads_it_back() {
         let t = Tensor::from_vec(vec![1.0f32; 6], vec![2, 3]).unwrap();
-        let ai = ArrayInterface::from_tensor(&t, TypeStr::from_dtype(t.dtype()));
+        let ai = ArrayInterface::from_tensor(&t, TypeStr::from_dtype(t.dtype()).unwrap());
         let json = serde_json::to_value(&ai).unwrap();
         assert_eq!(json["typestr"], "<f4");
         assert_eq!(json["strides"], serde_json::Value::Null);
@@ -123,7 +123,7 @@ mod tests {
     #[test]
     fn bad_descriptors_are_refused() {
         let t = Tensor::from_vec(vec![1i64; 4], vec![4]).unwrap();
-        let good = ArrayInterface::from_tensor(&t, TypeStr::from_dtype(t.dtype()));
+        let good = ArrayInterface::from_tensor(&t, TypeStr::from_dtype(t.dtype()).unwrap());
         let mut a = good.clone();
         a.strides = Some(vec![3]);
         assert!(a.layout().unwrap_err().to_string().contains("multiple"));

@@ -12,7 +12,9 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use arrow_buffer::{ArrowNativeType, Buffer};
+use arrow_buffer::Buffer;
+
+use super::cast::Element;
 
 use crate::error::{Error, Result};
 
@@ -123,10 +125,10 @@ impl HostBuffer {
     }
 
     /// The bytes as whole elements of `T` (the buffer is 64-byte aligned).
-    pub fn typed_mut<T: ArrowNativeType>(&mut self) -> &mut [T] {
+    pub fn typed_mut<T: Element>(&mut self) -> &mut [T] {
         let n = self.len / std::mem::size_of::<T>();
         // SAFETY: aligned to 64 >= align_of::<T>(), initialised, unique; every bit pattern is
-        // a valid T for Arrow's native types.
+        // a valid T for the kernels' element types (integers and IEEE-style floats; sealed).
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), n) }
     }
 

@@ -8,7 +8,7 @@
 //! that can lose an integer (narrowing, signed <-> unsigned, float -> int) is checked value by
 //! value and refuses out-of-range integers and non-finite or fractional floats.
 
-use half::f16;
+use half::{bf16, f16};
 
 use super::column::ColumnRef;
 use crate::dtype::DType;
@@ -133,7 +133,23 @@ float_element!(
     f16 => Float16, F16, |d: f64, _| f16_from_f64(d), |x: f16| x.to_f64();
     f32 => Float32, F32, |_, s: f32| s, |x: f32| x as f64;
     f64 => Float64, F64, |d: f64, _| d, |x: f64| x;
+    bf16 => BFloat16, BF16, |d: f64, _| bf16_from_f64(d), |x: bf16| x.to_f64();
 );
+
+/// A double as the nearest bfloat16, ties to even, overflow to infinity, NaN kept quiet: the
+/// double is first rounded to f32 *to odd* (truncated, with the last bit set when anything was
+/// dropped), which keeps 16 more bits than bfloat16 and so cannot create a false tie; then
+/// `half::bf16::from_f32` rounds to nearest even once. (`half::bf16::from_f64` rounds through
+/// f32 to nearest, which rounds twice.) Integers reach here through f64, exact below 2^53.
+pub fn bf16_from_f64(d: f64) -> bf16 {
+    let f = d as f32;
+    if d.is_nan() || f.is_infinite() || f as f64 == d {
+        return bf16::from_f32(f);
+    }
+    // Inexact: the f32 neighbour toward zero, made odd.
+    let toward_zero = if (f as f64).abs() > d.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
+    bf16::from_f32(f32::from_bits(toward_zero.to_bits() | 1))
+}
 
 /// A double as the nearest half, ties to even, overflow to infinity, NaN kept quiet (what numpy's
 /// `astype(float16)` gives). `half::f16::from_f64` drops the low 32 bits of the mantissa first,
@@ -180,7 +196,26 @@ const fn kind(d: DType) -> Kind {
         DType::Bool => Kind::Bool,
         DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 => Kind::Signed,
         DType::UInt8 | DType::UInt16 | DType::UInt32 | DType::UInt64 => Kind::Unsigned,
-        DType::Float16 | DType::Float32 | DType::Float64 => Kind::Float,
+        DType::Float16 | DType::Float32 | DType::Float64 | DType::BFloat16 => Kind::Float,
+    }
+}
+
+/// bfloat16 has float32's range and 8 significant bits, so size alone does not order it: every
+/// integer and every float16 lies in its range, and only int8, uint8 and bool values are all
+/// exact in it. `None` where the size rules below apply.
+const fn bf16_rule(from: DType, to: DType, exact: bool) -> Option<bool> {
+    match (from, to) {
+        (DType::BFloat16, DType::BFloat16) => Some(true),
+        (DType::BFloat16, DType::Float32 | DType::Float64) => Some(true),
+        (DType::BFloat16, _) => Some(false),
+        (DType::Bool | DType::Int8 | DType::UInt8, DType::BFloat16) => Some(true),
+        (
+            DType::Int16 | DType::UInt16 | DType::Int32 | DType::UInt32 | DType::Int64 | DType::UInt64,
+            DType::BFloat16,
+        ) => Some(!exact),
+        (DType::Float16, DType::BFloat16) => Some(!exact),
+        (DType::Float32 | DType::Float64, DType::BFloat16) => Some(false),
+        _ => None,
     }
 }
 
@@ -190,6 +225,9 @@ const fn kind(d: DType) -> Kind {
 /// casts run unchecked; the others go through the range check of [`cast()`]: float narrowing
 /// and integers into float16 (whose largest finite value is 65504) can overflow.
 pub const fn always_fits(from: DType, to: DType) -> bool {
+    if let Some(fits) = bf16_rule(from, to, false) {
+        return fits;
+    }
     let (a, b) = (from.itemsize(), to.itemsize());
     match (kind(from), kind(to)) {
         (Kind::Float, Kind::Float) => b >= a,
@@ -252,6 +290,9 @@ pub fn fill_value<D: Element>(s: Scalar) -> Result<D> {
 /// numpy's "safe" casting table: every value of `from` is exactly a value of `to`
 /// (int64 and uint64 into float64 are allowed, as numpy allows them).
 pub const fn can_cast_safely(from: DType, to: DType) -> bool {
+    if let Some(exact) = bf16_rule(from, to, true) {
+        return exact;
+    }
     let (a, b) = (from.itemsize(), to.itemsize());
     match (kind(from), kind(to)) {
         (Kind::Bool, _) => true,
@@ -273,8 +314,8 @@ pub const fn can_cast_safely(from: DType, to: DType) -> bool {
 pub fn common_dtype(dtypes: &[DType]) -> DType {
     use DType::*;
     // Ordered so that the first dtype everything casts to is numpy's answer.
-    const LADDER: [DType; 12] =
-        [Bool, UInt8, Int8, UInt16, Int16, Float16, UInt32, Int32, Float32, UInt64, Int64, Float64];
+    const LADDER: [DType; 13] =
+        [Bool, UInt8, Int8, UInt16, Int16, Float16, BFloat16, UInt32, Int32, Float32, UInt64, Int64, Float64];
     if dtypes.is_empty() {
         return Float64;
     }

@@ -1,7 +1,7 @@
 //! The kernels' view of one input column: typed values borrowed from Arrow (never copied
 //! here), validity bits, and the name and first row that errors report.
 
-use half::f16;
+use half::{bf16, f16};
 
 use super::bits::BitSlice;
 use super::cast::Element;
@@ -28,6 +28,8 @@ pub enum ColumnRef<'a> {
     U64(&'a [u64]),
     /// `f16` values.
     F16(&'a [f16]),
+    /// `bf16` values.
+    BF16(&'a [bf16]),
     /// `f32` values.
     F32(&'a [f32]),
     /// `f64` values.
@@ -46,6 +48,7 @@ macro_rules! each_ref {
             ColumnRef::U32($s) => $body,
             ColumnRef::U64($s) => $body,
             ColumnRef::F16($s) => $body,
+            ColumnRef::BF16($s) => $body,
             ColumnRef::F32($s) => $body,
             ColumnRef::F64($s) => $body,
         }
@@ -64,7 +67,7 @@ macro_rules! column_from {
 pub(crate) use each_ref;
 
 column_from!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64,
-             f16 => F16, f32 => F32, f64 => F64);
+             f16 => F16, f32 => F32, f64 => F64, bf16 => BF16);
 
 impl ColumnRef<'_> {
     /// Number of values.

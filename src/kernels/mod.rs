@@ -35,11 +35,11 @@ mod interleave;
 
 use std::ops::Range;
 
-use arrow_buffer::ArrowNativeType;
-
 pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer};
 pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
-pub use cast::{Element, Num, always_fits, can_cast_safely, cast, common_dtype, f16_from_f64, fill_value};
+pub use cast::{
+    Element, Num, always_fits, bf16_from_f64, can_cast_safely, cast, common_dtype, f16_from_f64, fill_value,
+};
 pub use column::{Column, ColumnRef};
 pub use concat::{concat_fill_into, concat_into};
 pub use fill::fill_nulls;
@@ -105,6 +105,10 @@ macro_rules! with_numeric {
                 type $D = f64;
                 $body
             }
+            DType::BFloat16 => {
+                type $D = half::bf16;
+                $body
+            }
             DType::Bool => Err(Error::InvalidArgument(
                 "bool is not a numeric target dtype; cast booleans explicitly".into(),
             )),
@@ -112,7 +116,7 @@ macro_rules! with_numeric {
     };
 }
 
-fn typed_range<D: ArrowNativeType>(buf: &mut HostBuffer, range: Range<usize>) -> Result<&mut [D]> {
+fn typed_range<D: Element>(buf: &mut HostBuffer, range: Range<usize>) -> Result<&mut [D]> {
     let out: &mut [D] = buf.typed_mut();
     let len = out.len();
     out.get_mut(range.clone()).ok_or_else(|| Error::layout(format!("range {range:?} outside {len} elements")))

@@ -52,7 +52,8 @@ macro_rules! native {
     ($($t:ty => $d:ident),*) => { $(impl Native for $t { const DTYPE: DType = DType::$d; })* };
 }
 native!(bool => Bool, i8 => Int8, i16 => Int16, i32 => Int32, i64 => Int64, u8 => UInt8, u16 => UInt16,
-        u32 => UInt32, u64 => UInt64, half::f16 => Float16, f32 => Float32, f64 => Float64);
+        u32 => UInt32, u64 => UInt64, half::f16 => Float16, f32 => Float32, f64 => Float64,
+        half::bf16 => BFloat16);
 
 /// A strided, typed view of memory on some device, kept alive by its owner.
 #[derive(Clone)]
