@@ -114,6 +114,12 @@ fn casts_round_once_to_nearest_even_and_refuse_overflow() {
     let f64s: ArrayRef = Arc::new(Float64Array::from(vec![above_tie]));
     let field64: FieldRef = Arc::new(Field::new("y", DataType::Float64, false));
     assert_eq!(bf16_values(&one(&field64, &f64s, &as_bf16).unwrap()), [1.0 + 2f32.powi(-7)]);
+    // An integer just above a tie, beyond 2^53: a double would round it onto the tie.
+    let i64s: ArrayRef =
+        Arc::new(arrow_array::Int64Array::from(vec![(1i64 << 60) + (1 << 52) + 1, (1 << 60) + (1 << 52)]));
+    let fi: FieldRef = Arc::new(Field::new("i", DataType::Int64, false));
+    let got = bf16_values(&one(&fi, &i64s, &as_bf16).unwrap());
+    assert_eq!(got, [2f32.powi(60) + 2f32.powi(53), 2f32.powi(60)]);
     // float32's largest values round beyond bfloat16's largest: refused, naming the row.
     let big: ArrayRef = Arc::new(Float32Array::from(vec![1.0, f32::MAX]));
     let e = one(&field, &big, &as_bf16).unwrap_err();

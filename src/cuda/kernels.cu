@@ -87,6 +87,62 @@ __device__ unsigned short f64_to_f16(double d) {
     return sign | (unsigned short)kept;
 }
 
+// bfloat16 -> double, exact: the value is the upper half of a float's bits.
+__device__ __forceinline__ double bf16_to_f64(unsigned short h) {
+    union { unsigned int u; float f; } x;
+    x.u = (unsigned int)h << 16;
+    return (double)x.f;
+}
+
+// Double -> bfloat16, rounding to nearest even once, as bf16_from_f64 in kernels/cast.rs does:
+// first to a float rounded *to odd* (truncated, last bit set when anything was dropped), then
+// to nearest even. Overflow goes to infinity; NaN stays a quiet NaN.
+__device__ unsigned short f64_to_bf16(double d) {
+    union { unsigned int u; float f; } x;
+    x.f = (float)d;
+    if (d != d) return (unsigned short)((x.u >> 16) | 0x40);
+    if ((x.u & 0x7f800000u) == 0x7f800000u) return (unsigned short)(x.u >> 16);
+    double back = (double)x.f;
+    if (back != d) {
+        if (d > 0.0 ? back > d : back < d) x.u -= 1;
+        x.u |= 1;
+    }
+    x.u += 0x7fffu + ((x.u >> 16) & 1);
+    return (unsigned short)(x.u >> 16);
+}
+
+// An integer as a double rounded *to odd* (exact below 2^53), so that a later rounding to
+// bfloat16 rounds once; as odd_f64 in kernels/cast.rs.
+__device__ double odd_i64(i64 v) {
+    double d = (double)v;
+    int above;
+    if (d >= 9223372036854775808.0) {
+        above = 1;
+    } else {
+        i64 t = (i64)d;
+        if (t == v) return d;
+        above = v >= 0 ? t > v : t < v;
+    }
+    u64 b = f64_to_bits(d);
+    if (above) b -= 1;
+    return bits_to_f64(b | 1);
+}
+
+__device__ double odd_u64(u64 v) {
+    double d = (double)v;
+    int above;
+    if (d >= 18446744073709551616.0) {
+        above = 1;
+    } else {
+        u64 t = (u64)d;
+        if (t == v) return d;
+        above = t > v;
+    }
+    u64 b = f64_to_bits(d);
+    if (above) b -= 1;
+    return bits_to_f64(b | 1);
+}
+
 __device__ __forceinline__ Num load(const unsigned char* p, u64 dt, u64 r, u64 bit) {
     Num n;
     n.kind = 0; n.i = 0; n.u = 0; n.f = 0.0;
@@ -102,6 +158,7 @@ __device__ __forceinline__ Num load(const unsigned char* p, u64 dt, u64 r, u64 b
         case DT_UINT64: n.kind = 1; n.u = ((const u64*)p)[r]; break;
         case DT_FLOAT16: n.kind = 2; n.f = f16_to_f64(((const unsigned short*)p)[r]); break;
         case DT_FLOAT32: n.kind = 2; n.f = ((const float*)p)[r]; break;
+        case DT_BFLOAT16: n.kind = 2; n.f = bf16_to_f64(((const unsigned short*)p)[r]); break;
         case DT_FLOAT64: default: n.kind = 2; n.f = ((const double*)p)[r]; break;
     }
     return n;
@@ -131,6 +188,11 @@ __device__ __forceinline__ void store(unsigned char* out, u64 dt, u64 at, Num n)
             // Integers reach half through double, as the CPU kernels do.
             double d = n.kind == 0 ? (double)n.i : n.kind == 1 ? (double)n.u : n.f;
             ((unsigned short*)out)[at] = f64_to_f16(d);
+            break;
+        }
+        case DT_BFLOAT16: {
+            double d = n.kind == 0 ? odd_i64(n.i) : n.kind == 1 ? odd_u64(n.u) : n.f;
+            ((unsigned short*)out)[at] = f64_to_bf16(d);
             break;
         }
         case DT_FLOAT32:

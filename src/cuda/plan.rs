@@ -124,7 +124,7 @@ impl Plan {
         let dtype = if data.data_type() == &DataType::Boolean {
             DType::Bool
         } else {
-            crate::dtype::storage_dtype(data.data_type())?
+            crate::dtype::leaf_storage(data.data_type())?
         };
         let values =
             data.buffers().first().ok_or_else(|| Error::layout("an array without a values buffer"))?;

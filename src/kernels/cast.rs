@@ -110,11 +110,7 @@ macro_rules! float_element {
             }
             #[inline(always)]
             fn from_num_lossy(n: Num) -> Self {
-                match n {
-                    Num::Int(v) => $from(v as f64, v as f32),
-                    Num::UInt(v) => $from(v as f64, v as f32),
-                    Num::Float(v) => $from(v, v as f32),
-                }
+                $from(n)
             }
             #[inline(always)]
             fn values(col: ColumnRef<'_>) -> Option<&[Self]> {
@@ -128,13 +124,45 @@ macro_rules! float_element {
 }
 // Each target rounds once from the exact value: f32 takes `v as f32` straight from the
 // integer or f64 (no double rounding through f64); f16 rounds from f64, which is exact for
-// every integer that does not overflow f16 anyway.
+// every integer that does not overflow f16 anyway; bfloat16 takes integers through a double
+// rounded to odd.
 float_element!(
-    f16 => Float16, F16, |d: f64, _| f16_from_f64(d), |x: f16| x.to_f64();
-    f32 => Float32, F32, |_, s: f32| s, |x: f32| x as f64;
-    f64 => Float64, F64, |d: f64, _| d, |x: f64| x;
-    bf16 => BFloat16, BF16, |d: f64, _| bf16_from_f64(d), |x: bf16| x.to_f64();
+    f16 => Float16, F16, |n| f16_from_f64(as_f64(n)), |x: f16| x.to_f64();
+    f32 => Float32, F32, |n| match n {
+        Num::Int(v) => v as f32,
+        Num::UInt(v) => v as f32,
+        Num::Float(v) => v as f32,
+    }, |x: f32| x as f64;
+    f64 => Float64, F64, as_f64, |x: f64| x;
+    bf16 => BFloat16, BF16, |n| match n {
+        Num::Int(v) => bf16_from_f64(odd_f64(v.into())),
+        Num::UInt(v) => bf16_from_f64(odd_f64(v.into())),
+        Num::Float(v) => bf16_from_f64(v),
+    }, |x: bf16| x.to_f64();
 );
+
+/// The value as a double, rounded to nearest even once (integers beyond 2^53 round).
+#[inline(always)]
+fn as_f64(n: Num) -> f64 {
+    match n {
+        Num::Int(v) => v as f64,
+        Num::UInt(v) => v as f64,
+        Num::Float(v) => v,
+    }
+}
+
+/// An integer as a double rounded *to odd*: exact below 2^53, else truncated with the last
+/// bit set, so that a later rounding to a narrower type (bfloat16) rounds once.
+#[inline(always)]
+fn odd_f64(v: i128) -> f64 {
+    let d = v as f64;
+    if d as i128 == v {
+        return d;
+    }
+    let toward_zero =
+        if (d as i128).unsigned_abs() > v.unsigned_abs() { f64::from_bits(d.to_bits() - 1) } else { d };
+    f64::from_bits(toward_zero.to_bits() | 1)
+}
 
 /// A double as the nearest bfloat16, ties to even, overflow to infinity, NaN kept quiet: the
 /// double is first rounded to f32 *to odd* (truncated, with the last bit set when anything was

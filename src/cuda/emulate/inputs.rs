@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, BooleanArray, make_array};
 use arrow_buffer::{Buffer, NullBuffer};
 use arrow_data::ArrayData;
-use half::f16;
+use half::{bf16, f16};
 
 use crate::dtype::DType;
 use crate::options::NullPolicy;
@@ -47,6 +47,7 @@ pub(super) fn value(rng: &mut Rng, dtype: DType) -> Vec<u8> {
         DType::UInt32 => (v.abs() as u32).to_le_bytes().to_vec(),
         DType::UInt64 => (v.abs() as u64).to_le_bytes().to_vec(),
         DType::Float16 => f16::from_f64(v).to_le_bytes().to_vec(),
+        DType::BFloat16 => bf16::from_f64(v).to_le_bytes().to_vec(),
         DType::Float32 => (v as f32).to_le_bytes().to_vec(),
         DType::Float64 => v.to_le_bytes().to_vec(),
         DType::Bool => unreachable!("bools are built as bits"),
@@ -87,7 +88,7 @@ pub(super) fn array(rng: &mut Rng, dtype: DType, len: usize, p_null: f64) -> Arr
 }
 
 pub(super) fn random_dtype(rng: &mut Rng) -> DType {
-    DType::ALL[rng.below(12) as usize]
+    DType::ALL[rng.below(DType::ALL.len() as u64) as usize]
 }
 
 pub(super) fn random_nulls(rng: &mut Rng, float: bool) -> NullPolicy {

@@ -8,7 +8,7 @@ use arrow_array::{Array, ArrayRef, BooleanArray, FixedSizeListArray, make_array}
 use arrow_buffer::NullBuffer;
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field, FieldRef};
-use half::f16;
+use half::{bf16, f16};
 
 use super::inputs::{Rng, aligned_buffer, array, random_dtype, random_nulls, validity};
 use super::{Emulator, Missing, emulator};
@@ -74,6 +74,7 @@ fn device_memory(t: &Tensor) -> Vec<u8> {
 fn is_nan(dtype: DType, b: &[u8]) -> bool {
     match dtype {
         DType::Float16 => f16::from_le_bytes([b[0], b[1]]).is_nan(),
+        DType::BFloat16 => bf16::from_le_bytes([b[0], b[1]]).is_nan(),
         DType::Float32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
         DType::Float64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
         _ => false,
@@ -179,7 +180,7 @@ fn cuda_kernels_match_the_cpu_on_random_columns() {
             })
             .collect();
         let target = rng.chance(0.5).then(|| random_dtype(&mut rng));
-        let field: FieldRef = Arc::new(Field::new("x", leaf.to_arrow(), true));
+        let field: FieldRef = Arc::new(leaf.arrow_field("x", true));
         tally(&mut counts, check_column(e, &mut rng, &field, &chunks, leaf, target, case));
     }
     assert_mostly_compared("random columns", counts);
@@ -206,7 +207,7 @@ fn cuda_kernels_match_the_cpu_on_random_matrices() {
                 chunks.push(array(&mut rng, dt, len, p_null));
                 left -= len;
             }
-            fields.push(Arc::new(Field::new(format!("c{j}"), dt.to_arrow(), true)));
+            fields.push(Arc::new(dt.arrow_field(&format!("c{j}"), true)));
             columns.push(chunks);
         }
         let target = rng.chance(0.3).then(|| random_dtype(&mut rng));
@@ -242,7 +243,7 @@ fn cuda_kernels_match_the_cpu_on_lists_with_nulls_at_every_level() {
                 let rows = rng.below(20) as usize;
                 let per_row = if nested { inner * outer } else { inner } as usize;
                 let values = array(&mut rng, leaf, rows * per_row, 0.1);
-                let item = Arc::new(Field::new("item", leaf.to_arrow(), true));
+                let item = Arc::new(leaf.arrow_field("item", true));
                 let list: ArrayRef = if nested {
                     let nulls = validity(&mut rng, rows * outer as usize, 0.2);
                     let inner_list = FixedSizeListArray::new(item, inner, values, nulls);
@@ -328,6 +329,61 @@ fn cuda_half_conversions_match_the_cpu_bit_for_bit() {
         assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()), "{d:e}: {got} != {want}");
     }
     report("half conversions", (1 << 16) + doubles.len());
+}
+
+#[test]
+fn cuda_bfloat16_conversions_match_the_cpu_bit_for_bit() {
+    let Some(e) = emu() else { return };
+    let run = |dt: DType, bytes: Vec<u8>, len: usize, to: DType| -> Vec<u8> {
+        let data =
+            ArrayData::builder(dt.to_arrow()).len(len).add_buffer(aligned_buffer(&bytes)).build().unwrap();
+        let opts = ExportOptions { dtype: Some(to), ..Default::default() };
+        let field: FieldRef = Arc::new(dt.arrow_field("b", false));
+        let plan = plan::column(&field, &[make_array(data)], &opts).unwrap();
+        e.run(&plan, (2, 1), 8).0
+    };
+    // Every bfloat16 to f64, exactly.
+    let all: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+    let out = run(DType::BFloat16, all, 1 << 16, DType::Float64);
+    for (h, got) in (0..=u16::MAX).zip(out.chunks(8)) {
+        let (want, got) = (bf16::from_bits(h).to_f64(), f64::from_le_bytes(got.try_into().unwrap()));
+        assert!(
+            want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()),
+            "{h:#06x}: {got} != {want}"
+        );
+    }
+    // Doubles to bfloat16: every value, the midpoints between neighbours and just either side
+    // of them (where a rounding through float would round twice), and random bit patterns.
+    let mut doubles = Vec::new();
+    for h in (0..0x7f7fu16).step_by(3) {
+        let (a, b) = (bf16::from_bits(h).to_f64(), bf16::from_bits(h + 1).to_f64());
+        let mid = (a + b) / 2.0;
+        doubles.extend([a, mid, f64::from_bits(mid.to_bits() + 1), f64::from_bits(mid.to_bits() - 1), -mid]);
+    }
+    let mut rng = Rng(11);
+    doubles.extend((0..20_000).map(|_| f64::from_bits(rng.next())));
+    doubles.retain(|d| !d.is_finite() || crate::kernels::bf16_from_f64(*d).is_finite());
+    let bytes: Vec<u8> = doubles.iter().flat_map(|d| d.to_le_bytes()).collect();
+    let out = run(DType::Float64, bytes, doubles.len(), DType::BFloat16);
+    for (d, got) in doubles.iter().zip(out.chunks(2)) {
+        let (want, got) = (crate::kernels::bf16_from_f64(*d), bf16::from_le_bytes([got[0], got[1]]));
+        assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()), "{d:e}: {got} != {want}");
+    }
+    // Integers beside the ties beyond 2^53, where a rounding through double lands on the tie.
+    let ints: Vec<i64> = [56, 60, 62]
+        .into_iter()
+        .flat_map(|b| {
+            let tie = (1i64 << b) + (1i64 << (b - 8));
+            [tie - 1, tie, tie + 1, -tie - 1, -tie, i64::MAX, i64::MIN]
+        })
+        .collect();
+    let bytes: Vec<u8> = ints.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let out = run(DType::Int64, bytes, ints.len(), DType::BFloat16);
+    for (v, got) in ints.iter().zip(out.chunks(2)) {
+        let want = crate::kernels::cast::<i64, bf16>(*v).unwrap();
+        assert_eq!(want.to_bits(), bf16::from_le_bytes([got[0], got[1]]).to_bits(), "{v}");
+    }
+    report("bfloat16 conversions", (1 << 16) + doubles.len() + ints.len());
 }
 
 #[test]
