@@ -10,11 +10,10 @@ use arrow_array::{
 };
 use arrow_buffer::{Buffer, NullBuffer};
 use arrow_schema::{DataType, Field, FieldRef};
-use dlframe::arrow::{
-    ExportOptions, NullPolicy, Scalar, TensorMetadata, columns_to_tensor, tensor_to_column, to_tensor,
-};
+use dlframe::arrow::{TensorMetadata, columns_to_tensor, tensor_to_column, to_tensor};
 use dlframe::dtype::{BFLOAT16_EXTENSION, EXTENSION_NAME_KEY};
 use dlframe::ffi::dlpack::type_code;
+use dlframe::options::{ExportOptions, NullPolicy, Scalar};
 use dlframe::{DType, Error, ForeignTensor, Tensor, export_versioned};
 use half::bf16;
 

@@ -21,10 +21,18 @@ fn contiguous(tensor: &Tensor) -> Result<Cow<'_, Tensor>> {
 }
 
 /// The `.npy` header dict: dtype, order and shape, padded so the data starts 64-byte aligned.
-fn npy_header(tensor: &Tensor) -> Vec<u8> {
+///
+/// # Errors
+/// bfloat16, which `.npy` has no dtype for.
+fn npy_header(tensor: &Tensor) -> Result<Vec<u8>> {
     let descr = match tensor.logical().and_then(|f| TypeStr::from_arrow(f.data_type()).ok()) {
         Some(t) if t.unit.is_some() && tensor.ndim() == 1 => t.to_string(),
-        _ => TypeStr::from_dtype(tensor.dtype()).to_string(),
+        _ => TypeStr::from_dtype(tensor.dtype())
+            .map_err(|_| Error::UnsupportedDType {
+                what: "bfloat16 in a .npy file".into(),
+                remedy: "numpy has no bfloat16: write .safetensors (which has BF16), or cast with to_tensor_as('float32', ...)",
+            })?
+            .to_string(),
     };
     let dims: Vec<String> = tensor.shape().iter().map(i64::to_string).collect();
     let shape = match dims.len() {
@@ -38,7 +46,7 @@ fn npy_header(tensor: &Tensor) -> Vec<u8> {
     let mut out = b"\x93NUMPY\x01\x00".to_vec();
     out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
     out.extend_from_slice(dict.as_bytes());
-    out
+    Ok(out)
 }
 
 /// Writes `tensor` as a `.npy` file that `numpy.load` reads back (datetimes keep their unit).
@@ -48,8 +56,9 @@ fn npy_header(tensor: &Tensor) -> Vec<u8> {
 pub fn write_npy(tensor: &Tensor, path: &Path) -> Result<()> {
     let t = contiguous(tensor)?;
     let io = |e: std::io::Error| Error::InvalidArgument(format!("writing {}: {e}", path.display()));
+    let header = npy_header(&t)?;
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
-    f.write_all(&npy_header(&t)).map_err(io)?;
+    f.write_all(&header).map_err(io)?;
     f.write_all(t.as_bytes()?).map_err(io)?;
     f.flush().map_err(io)
 }
@@ -68,6 +77,7 @@ fn safetensors_dtype(dtype: DType) -> Dtype {
         DType::Float16 => Dtype::F16,
         DType::Float32 => Dtype::F32,
         DType::Float64 => Dtype::F64,
+        DType::BFloat16 => Dtype::BF16,
     }
 }
 
@@ -92,12 +102,32 @@ mod tests {
     #[test]
     fn npy_header_is_aligned_and_describes_the_tensor() {
         let t = Tensor::from_vec(vec![1.0f32; 6], vec![2, 3]).unwrap();
-        let h = npy_header(&t);
+        let h = npy_header(&t).unwrap();
         assert_eq!(h.len() % 64, 0);
         let text = String::from_utf8_lossy(&h[10..]);
         assert!(text.starts_with("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"), "{text}");
         assert!(text.ends_with('\n'));
         let v = Tensor::from_vec(vec![1i64; 4], vec![4]).unwrap();
-        assert!(String::from_utf8_lossy(&npy_header(&v)).contains("'shape': (4,)"));
+        assert!(String::from_utf8_lossy(&npy_header(&v).unwrap()).contains("'shape': (4,)"));
+    }
+
+    #[test]
+    fn bfloat16_goes_to_safetensors_and_is_refused_by_npy_without_a_file() {
+        // 0x3fc0 is 1.5 in bfloat16.
+        let t = Tensor::from_vec(vec![0x3fc0u16; 4], vec![2, 2]).unwrap().view_as(DType::BFloat16).unwrap();
+        let dir = std::env::temp_dir().join(format!("dlframe-bf16-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let npy = dir.join("t.npy");
+        let e = write_npy(&t, &npy).unwrap_err();
+        assert!(e.to_string().contains("safetensors"), "{e}");
+        assert!(!npy.exists(), "a refused .npy left a file behind");
+        let st = dir.join("t.safetensors");
+        write_safetensors(&t, "t", &st).unwrap();
+        let bytes = std::fs::read(&st).unwrap();
+        let read = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let view = read.tensor("t").unwrap();
+        assert_eq!((view.dtype(), view.shape()), (Dtype::BF16, &[2usize, 2][..]));
+        assert_eq!(view.data(), t.as_bytes().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

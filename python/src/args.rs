@@ -70,7 +70,8 @@ fn by_printed_name(name: &str) -> Option<DType> {
 fn from_arrow(obj: &Bound<'_, PyAny>, dt: &DataType) -> Result<DType> {
     DType::ALL
         .into_iter()
-        .find(|d| &d.to_arrow() == dt)
+        // FixedSizeBinary(2) is bfloat16's storage, not bfloat16.
+        .find(|d| *d != DType::BFloat16 && &d.to_arrow() == dt)
         .ok_or_else(|| unsupported(obj, &format!("Arrow {dt}")))
 }
 

@@ -107,7 +107,7 @@ impl PyTensor {
             ))
             .into());
         };
-        let mut ai = ArrayInterface::from_tensor(t, TypeStr::from_dtype(t.dtype()));
+        let mut ai = ArrayInterface::from_tensor(t, TypeStr::from_dtype(t.dtype())?);
         ai.stream = Some(sync.producer_stream().max(1) as i64);
         Ok(interface_dict(py, &ai)?)
     }
@@ -124,7 +124,7 @@ impl PyTensor {
         }
         let typestr = match self.inner.logical().map(|f| TypeStr::from_arrow(f.data_type())) {
             Some(Ok(ts)) if self.inner.ndim() <= 1 && ts.to_dtype().ok() == Some(self.inner.dtype()) => ts,
-            _ => TypeStr::from_dtype(self.inner.dtype()),
+            _ => TypeStr::from_dtype(self.inner.dtype())?,
         };
         Ok(interface_dict(py, &ArrayInterface::from_tensor(&self.inner, typestr))?)
     }
@@ -149,7 +149,7 @@ impl PyTensor {
             .into());
         }
         let item = t.dtype().itemsize() as ffi::Py_ssize_t;
-        let typekind = TypeStr::from_dtype(t.dtype()).kind as c_char;
+        let typekind = TypeStr::from_dtype(t.dtype())?.kind as c_char;
         let mut flags = NPY_NOTSWAPPED;
         if t.is_aligned() {
             flags |= NPY_ALIGNED;
@@ -228,7 +228,7 @@ impl PyTensor {
             d.set_item("strides", PyTuple::new(py, t.strides())?)?;
         }
         d.set_item("offset", 0)?;
-        d.set_item("typestr", TypeStr::from_dtype(t.dtype()).to_string())?;
+        d.set_item("typestr", TypeStr::from_dtype(t.dtype())?.to_string())?;
         d.set_item("syclobj", syclobj.bind(py))?;
         d.set_item("version", 1)?;
         Ok(d)
@@ -248,7 +248,7 @@ impl PyTensor {
     /// to the string `"float32"`), so that `np.result_type(t)` and `jnp.asarray(t)` work. A
     /// tensor of datetimes reports the integer that stores them, as DLPack sees it.
     #[getter]
-    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    fn dtype<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyAny>> {
         numpy_dtype(py, self.inner.dtype())
     }
     /// `"cpu"`, `"cuda:0"`, ...
@@ -317,6 +317,13 @@ impl PyTensor {
         }
         let kwargs = PyDict::new(py);
         kwargs.set_item(pyo3::intern!(py, "copy"), copy == Some(true))?;
+        if t.dtype() == DType::BFloat16 {
+            // numpy has no bfloat16: its bits as uint16, viewed as ml_dtypes' bfloat16.
+            let bf16 = numpy_dtype(py, DType::BFloat16)?;
+            let bits = PyTensor::new(t.view_as(DType::UInt16)?.with_readonly(t.shared_readonly()));
+            let array = np.call_method(pyo3::intern!(py, "array"), (bits,), Some(&kwargs))?;
+            return Ok(array.call_method1(pyo3::intern!(py, "view"), (bf16,))?);
+        }
         Ok(np.call_method(pyo3::intern!(py, "array"), (slf,), Some(&kwargs))?)
     }
 
@@ -332,6 +339,18 @@ impl PyTensor {
 }
 
 /// The `numpy.dtype` of a dtype (numpy has all of dlframe's dtypes).
-fn numpy_dtype(py: Python<'_>, d: DType) -> PyResult<Bound<'_, PyAny>> {
-    py.import(pyo3::intern!(py, "numpy"))?.call_method1(pyo3::intern!(py, "dtype"), (d.name(),))
+fn numpy_dtype(py: Python<'_>, d: DType) -> Result<Bound<'_, PyAny>> {
+    let np = py.import(pyo3::intern!(py, "numpy"))?;
+    if d != DType::BFloat16 {
+        return Ok(np.call_method1(pyo3::intern!(py, "dtype"), (d.name(),))?);
+    }
+    // numpy has no bfloat16 of its own; ml_dtypes (which jax installs) gives it one.
+    let ml = py.import(pyo3::intern!(py, "ml_dtypes")).map_err(|_| {
+        Binding::WrongType(
+            "bfloat16 has no numpy dtype without ml_dtypes: pip install ml_dtypes, or read the \
+             tensor with torch.from_dlpack or jax.dlpack.from_dlpack"
+                .into(),
+        )
+    })?;
+    Ok(np.call_method1(pyo3::intern!(py, "dtype"), (ml.getattr(pyo3::intern!(py, "bfloat16"))?,))?)
 }

@@ -126,6 +126,7 @@ pub fn dataframe_to_tensor(df: &DataFrame, opts: &ExportOptions) -> Result<Conve
 /// [`Error::CopyRequired`] under [`CopyPolicy::Never`] when a copy is needed (strided layouts,
 /// bool tensors, device memory); [`Error::Polars`] if Polars refuses the column.
 pub fn tensor_to_series(tensor: &Tensor, name: &str, copy: CopyPolicy) -> Result<Series> {
+    schema::check_polars_dtype(tensor.dtype())?;
     let mut copy = copy;
     let contiguous = if tensor.ndim() >= 2 && !is_c_contiguous(tensor.shape(), tensor.strides()) {
         if copy == CopyPolicy::Never {

@@ -12,7 +12,7 @@ use polars_core::prelude::{CompatLevel, DataType as PlDataType, PlSmallStr};
 
 use crate::arrow::CellLayout;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The Arrow field a Polars column of `dtype` exports as (dates as `Date32`, Array as
 /// FixedSizeList, extension columns with their `ARROW:extension:*` metadata).
@@ -45,9 +45,21 @@ pub fn polars_dtype(field: &Field) -> Result<PlDataType> {
 /// The Polars type that holds a tensor dtype's values.
 ///
 /// # Errors
-/// As [`polars_dtype`].
+/// [`Error::UnsupportedDType`] for bfloat16, which Polars has no type for; as [`polars_dtype`].
 pub fn polars_dtype_of(dtype: DType) -> Result<PlDataType> {
+    check_polars_dtype(dtype)?;
     polars_dtype(&Field::new("", dtype.to_arrow(), true))
+}
+
+/// Refuses a dtype Polars cannot hold as numbers: bfloat16 would arrive as opaque binary.
+pub(crate) fn check_polars_dtype(dtype: DType) -> Result<()> {
+    if dtype == DType::BFloat16 {
+        return Err(Error::UnsupportedDType {
+            what: "bfloat16 in a Polars column".into(),
+            remedy: "Polars has no bfloat16 type; cast to float32 first (dtype='float32')",
+        });
+    }
+    Ok(())
 }
 
 /// The tensor layout of one row of a Polars column of `dtype`: the rule of

@@ -353,6 +353,21 @@ impl Tensor {
         Ok(Tensor { shape, strides, logical: None, ..self.clone() })
     }
 
+    /// The same memory read as another dtype of the same size (without copying): bfloat16 as
+    /// uint16 for consumers that have no bfloat16. The logical Arrow type is dropped.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the item sizes differ.
+    pub fn view_as(&self, dtype: DType) -> Result<Tensor> {
+        if dtype.itemsize() != self.dtype.itemsize() {
+            return Err(Error::InvalidArgument(format!(
+                "a {} tensor cannot be read as {dtype}: the item sizes differ",
+                self.dtype
+            )));
+        }
+        Ok(Tensor { dtype, logical: None, ..self.clone() })
+    }
+
     /// The reason a zero-copy view as one contiguous host slice is impossible, if any.
     pub fn check_host_contiguous(&self) -> Result<()> {
         if !self.device.is_host_accessible() {

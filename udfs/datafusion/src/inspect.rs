@@ -13,20 +13,21 @@ use datafusion::logical_expr::{ColumnarValue, ReturnFieldArgs, ScalarFunctionArg
 use dlframe::arrow::TensorMetadata;
 
 use crate::args;
-use crate::tensor_type::{TensorType, flat_values, tensor_field};
+use crate::tensor_type::{flat_values, tensor_field, tensor_type};
 use crate::to_df_err;
+use dlframe::arrow::CellLayout;
 
 /// The tensor type of argument 0, as a plan error when it is not a tensor column.
-fn tensor_arg(func: &str, fields: &[FieldRef]) -> Result<TensorType> {
+fn tensor_arg(func: &str, fields: &[FieldRef]) -> Result<CellLayout> {
     match fields.first() {
-        Some(f) => TensorType::from_field(f).or_else(|e| plan_err!("{func}: {e}")),
+        Some(f) => tensor_type(f).or_else(|e| plan_err!("{func}: {e}")),
         None => plan_err!("{func}: give a tensor column"),
     }
 }
 
 /// Argument 0 as a FixedSizeList array of `n` rows.
-fn tensor_array(args: &ScalarFunctionArgs) -> Result<(ArrayRef, TensorType)> {
-    let t = TensorType::from_field(&args.arg_fields[0]).map_err(to_df_err)?;
+fn tensor_array(args: &ScalarFunctionArgs) -> Result<(ArrayRef, CellLayout)> {
+    let t = tensor_type(&args.arg_fields[0]).map_err(to_df_err)?;
     let array = args.args[0].clone().into_array(args.number_rows)?;
     Ok((array, t))
 }
@@ -109,7 +110,7 @@ crate::scalar_udf! {
 }
 
 /// The output cell shape of `tensor_reshape(t, d1, ...)`.
-fn reshaped(func: &str, t: &TensorType, dims: &[i64]) -> Result<TensorMetadata> {
+fn reshaped(func: &str, t: &CellLayout, dims: &[i64]) -> Result<TensorMetadata> {
     if t.metadata.as_ref().is_some_and(|m| m.permutation.is_some()) {
         return plan_err!(
             "{func}: the tensor is permuted; reshaping it needs a copy in logical order, which \
@@ -142,7 +143,7 @@ crate::scalar_udf! {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let (array, _) = tensor_array(&args)?;
-        let out = TensorType::from_field(&args.return_field).map_err(to_df_err)?;
+        let out = tensor_type(&args.return_field).map_err(to_df_err)?;
         let list = as_fixed_list(&array)?;
         let values = flat_values(list).map_err(to_df_err)?;
         let n = list.len();

@@ -81,7 +81,7 @@ pub use inspect::{TensorDtypeFunc, TensorElementFunc, TensorNdimFunc, TensorResh
 #[cfg(feature = "sql")]
 pub use table::sql_to_tensor;
 pub use table::{collect_in_order, collect_result, collect_tensor, register_tensors, tensors_to_table};
-pub use tensor_type::TensorType;
+pub use tensor_type::tensor_type;
 pub use to_tensor::{ToTensorAsFunc, ToTensorFillFunc, ToTensorFunc};
 
 pub use dlframe::Tensor;

@@ -17,14 +17,15 @@ use datafusion::logical_expr::{
     ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, Signature, Volatility,
 };
 use dlframe::arrow::{TensorMetadata, is_list_like};
-use dlframe::dtype::storage_dtype;
+use dlframe::dtype::field_dtype;
 use dlframe::kernels::common_dtype;
 use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy, Order};
 use dlframe::{DType, Tensor};
 
 use crate::args;
-use crate::tensor_type::{TensorType, item_field, tensor_field};
+use crate::tensor_type::{item_field, tensor_field, tensor_type};
 use crate::to_df_err;
+use dlframe::arrow::CellLayout;
 
 /// Which options precede the data arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -92,14 +93,14 @@ fn plan(func: &str, options: Options, args: &ReturnFieldArgs) -> Result<FieldRef
                     f.name()
                 );
             }
-            match storage_dtype(f.data_type()) {
+            match field_dtype(f) {
                 Ok(d) => dtypes.push(d),
                 Err(e) => return plan_err!("{func}: column '{}': {e}", f.name()),
             }
         }
         let dtype = requested.unwrap_or_else(|| common_dtype(&dtypes));
         let meta = TensorMetadata { shape: vec![data.len()], dim_names: None, permutation: None };
-        (meta, item_field(&dtype.to_arrow()))
+        (meta, item_field(dtype))
     };
     let field = tensor_field(func, leaf, &meta, false).map_err(|e| plan_error(func, e))?;
     Ok(Arc::new(field))
@@ -112,7 +113,7 @@ fn list_plan(
     given: &[i64],
     requested: Option<DType>,
 ) -> Result<(TensorMetadata, FieldRef)> {
-    let (meta, leaf_type) = match field.data_type() {
+    let (meta, leaf) = match field.data_type() {
         DataType::List(child) | DataType::LargeList(child) => {
             if is_list_like(child.data_type()) {
                 return plan_err!(
@@ -128,10 +129,10 @@ fn list_plan(
                 );
             }
             let shape = args::dims(func, given, None)?;
-            (TensorMetadata { shape, dim_names: None, permutation: None }, child.data_type().clone())
+            (TensorMetadata { shape, dim_names: None, permutation: None }, child.clone())
         }
         _ => {
-            let t = TensorType::from_field(field).map_err(|e| plan_error(func, e))?;
+            let t = tensor_type(field).map_err(|e| plan_error(func, e))?;
             let meta = if given.is_empty() {
                 t.physical()
             } else if t.metadata.as_ref().is_some_and(|m| m.permutation.is_some()) {
@@ -144,12 +145,12 @@ fn list_plan(
                 let shape = args::dims(func, given, Some(t.cell))?;
                 TensorMetadata { shape, dim_names: None, permutation: None }
             };
-            (meta, t.leaf.data_type().clone())
+            (meta, t.leaf.clone())
         }
     };
-    let leaf_dtype = storage_dtype(&leaf_type).map_err(|e| plan_error(func, e))?;
+    let leaf_dtype = field_dtype(&leaf).map_err(|e| plan_error(func, e))?;
     let dtype = requested.unwrap_or(leaf_dtype);
-    Ok((meta, item_field(&dtype.to_arrow())))
+    Ok((meta, item_field(dtype)))
 }
 
 fn plan_error(func: &str, e: dlframe::Error) -> datafusion::common::DataFusionError {
@@ -163,7 +164,7 @@ fn invoke(func: &str, options: Options, args: ScalarFunctionArgs) -> Result<Colu
         Options::Fill => NullPolicy::Fill(args::fill(func, &args::invoked(func, &args.args[0])?)?),
         _ => NullPolicy::Error,
     };
-    let out = TensorType::from_field(&args.return_field).map_err(to_df_err)?;
+    let out = tensor_type(&args.return_field).map_err(to_df_err)?;
     let opts = ExportOptions { nulls, copy: CopyPolicy::IfNeeded, dtype: Some(out.dtype), order: Order::C };
     let n = args.number_rows;
     let data_fields = &args.arg_fields[skip..];
@@ -190,7 +191,7 @@ fn invoke(func: &str, options: Options, args: ScalarFunctionArgs) -> Result<Colu
 }
 
 /// Names the first non-null row of a List/LargeList whose length is not the planned cell size.
-fn check_row_lengths(func: &str, field: &Field, array: &dyn Array, out: &TensorType) -> Result<()> {
+fn check_row_lengths(func: &str, field: &Field, array: &dyn Array, out: &CellLayout) -> Result<()> {
     let lengths: Box<dyn Iterator<Item = usize>> = match array.data_type() {
         DataType::List(_) => Box::new(array.as_list::<i32>().offsets().lengths()),
         DataType::LargeList(_) => Box::new(array.as_list::<i64>().offsets().lengths()),
@@ -211,7 +212,7 @@ fn check_row_lengths(func: &str, field: &Field, array: &dyn Array, out: &TensorT
 
 /// Wraps a C-contiguous `(n, ...)` tensor as the flat FixedSizeList storage of `out` (without
 /// copying, except that bool values are bit-packed).
-fn fixed_list(tensor: &Tensor, out: &TensorType, n: usize) -> Result<ArrayRef> {
+fn fixed_list(tensor: &Tensor, out: &CellLayout, n: usize) -> Result<ArrayRef> {
     let flat = tensor.reshape(vec![(n * out.cell) as i64]).map_err(to_df_err)?;
     let (_, values) =
         dlframe::arrow::tensor_to_column_with(&flat, "", CopyPolicy::IfNeeded).map_err(to_df_err)?;

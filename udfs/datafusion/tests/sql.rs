@@ -405,3 +405,43 @@ async fn float_narrowing_that_overflows_is_an_error_and_inf_and_nan_stay() {
     let got = t.as_slice::<f32>().unwrap();
     assert!(got[0] == f32::INFINITY && got[1].is_nan(), "{got:?}");
 }
+
+#[tokio::test]
+async fn bfloat16_tensors_cast_stack_fill_and_read_lance_columns() {
+    use dlframe::dtype::{BFLOAT16_EXTENSION, EXTENSION_NAME_KEY};
+    let bf16 = |v: f32| half::bf16::from_f32(v);
+    let ctx = ctx_with(vec![batch(vec![
+        ("a", Arc::new(Float32Array::from(vec![1.0 + 2f32.powi(-8), 2.5])) as ArrayRef),
+        ("b", Arc::new(Int8Array::from(vec![Some(-3), None])) as ArrayRef),
+    ])]);
+    // A cast that rounds to nearest even (1 + 2^-8 ties to 1).
+    let (schema, batches) =
+        query(&ctx, "SELECT to_tensor_as('bfloat16', a, coalesce(b, 7)) AS x FROM t").await.unwrap();
+    let DataType::FixedSizeList(item, 2) = schema.field(0).data_type() else { panic!("{}", schema.field(0)) };
+    assert_eq!(item.metadata().get(EXTENSION_NAME_KEY).map(String::as_str), Some(BFLOAT16_EXTENSION));
+    let t = tensor(&ctx, "SELECT to_tensor_as('bfloat16', a, coalesce(b, 7)) FROM t").await;
+    assert_eq!((t.dtype(), t.shape()), (DType::BFloat16, &[2i64, 2][..]));
+    assert_eq!(t.as_slice::<half::bf16>().unwrap(), &[bf16(1.0), bf16(-3.0), bf16(2.5), bf16(7.0)]);
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
+
+    // A lance.bfloat16 column stacks with int8 as bfloat16 (as torch and jax promote).
+    let bits: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| bf16(*v).to_bits().to_le_bytes()).collect();
+    let w: ArrayRef = Arc::new(FixedSizeBinaryArray::new(2, arrow_buffer::Buffer::from_vec(bits), None));
+    let schema = Arc::new(Schema::new(vec![
+        DType::BFloat16.arrow_field("w", false),
+        Field::new("i", DataType::Int8, false),
+    ]));
+    let rb = RecordBatch::try_new(schema.clone(), vec![w, Arc::new(Int8Array::from(vec![4, 5]))]).unwrap();
+    let ctx = SessionContext::new();
+    register(&ctx);
+    ctx.register_table("l", Arc::new(MemTable::try_new(schema, vec![vec![rb]]).unwrap())).unwrap();
+    let t = tensor(&ctx, "SELECT to_tensor(w, i) FROM l").await;
+    assert_eq!(t.dtype(), DType::BFloat16);
+    assert_eq!(t.as_slice::<half::bf16>().unwrap(), &[bf16(1.5), bf16(4.0), bf16(-2.0), bf16(5.0)]);
+    let t = tensor(&ctx, "SELECT to_tensor_as('float32', w) FROM l").await;
+    assert_eq!(t.as_slice::<f32>().unwrap(), &[1.5, -2.0]);
+    // Overflow is refused, not made infinite.
+    let ctx = ctx_with(vec![batch(vec![("big", Arc::new(Float64Array::from(vec![1e39])) as ArrayRef)])]);
+    let e = error(&ctx, "SELECT to_tensor_as('bfloat16', big) FROM t").await;
+    assert!(e.contains("does not fit bfloat16"), "{e}");
+}
