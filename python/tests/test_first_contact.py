@@ -55,8 +55,10 @@ def test_torch_dtypes_are_dtype_likes():
         values = [True, False] if name == "bool" else [1, 0]
         assert dlframe.to_dlpack(pa.array(values), dtype=like).dtype == name
         assert dlframe._native._dtype_name(like) == name
-    with pytest.raises(TypeError, match="bfloat16"):
-        dlframe.to_dlpack(pa.array([1.0]), dtype=torch.bfloat16)
+    # bfloat16 is a dtype dlframe has (as torch does); complex64 is not.
+    assert torch.from_dlpack(dlframe.to_dlpack(pa.array([1.0]), dtype=torch.bfloat16)).dtype == torch.bfloat16
+    with pytest.raises(TypeError, match="complex64"):
+        dlframe.to_dlpack(pa.array([1.0]), dtype=torch.complex64)
 
 
 @pytest.mark.parametrize(
