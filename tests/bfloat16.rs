@@ -89,9 +89,12 @@ fn nulls_are_filled_masked_or_refused() {
     assert_eq!(bf16_values(&one(&field, &array, &fill).unwrap()), [1.0, -1.5, 3.0]);
     let nan = ExportOptions { nulls: NullPolicy::Nan, ..Default::default() };
     assert!(bf16_values(&one(&field, &array, &nan).unwrap())[1].is_nan());
-    let masked =
-        to_tensor(&field, &[array.clone()], &ExportOptions { nulls: NullPolicy::Mask, ..Default::default() })
-            .unwrap();
+    let masked = to_tensor(
+        &field,
+        std::slice::from_ref(&array),
+        &ExportOptions { nulls: NullPolicy::Mask, ..Default::default() },
+    )
+    .unwrap();
     assert_eq!(masked.values.data_ptr(), array.to_data().buffers()[0].as_ptr());
     assert_eq!(masked.mask.unwrap().as_slice::<bool>().unwrap(), &[true, false, true]);
     // A fill beyond bfloat16's range would become infinite: refused whatever the data.

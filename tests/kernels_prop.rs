@@ -5,9 +5,9 @@
 
 use arrow_buffer::BooleanBuffer;
 use dlframe::kernels::{
-    BitSlice, Column, ColumnRef, Element, Num, PARALLEL_THRESHOLD_BYTES, can_cast_safely, cast, common_dtype,
-    concat_fill_into, concat_into, contiguous_copy, fill_nulls, fill_value, gather_strided, interleave,
-    pack_bits, unpack_bits, unpack_bits_fill,
+    BitSlice, Column, ColumnRef, Element, Num, PARALLEL_THRESHOLD_BYTES, Typed, can_cast_safely, cast,
+    common_dtype, concat_fill_into, concat_into, contiguous_copy, fill_nulls, fill_value, gather_strided,
+    interleave, pack_bits, unpack_bits, unpack_bits_fill,
 };
 use dlframe::options::{Order, Scalar};
 use dlframe::{DType, Device, Error, Tensor};
@@ -330,7 +330,7 @@ enum Exact {
 }
 
 /// The reference conversion: exact i128 range checks, and floats rounded once by Rust.
-trait Target: Element {
+trait Target: Typed {
     fn expect(v: Exact) -> Option<Self>;
     /// The bits, every NaN alike (a NaN's payload is not part of its value).
     fn bits(self) -> u64;

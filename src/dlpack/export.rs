@@ -29,7 +29,7 @@ pub trait ManagedTensor: Sized {
     /// `ptr` must point to a live managed tensor that the caller owns; it is invalid afterwards.
     /// Call at most once per tensor.
     unsafe fn delete(ptr: NonNull<Self>);
-    /// True when `deleter` is dlframe's own, so `manager_ctx` is an [`ExportCtx`].
+    /// True when `deleter` is dlframe's own, so `manager_ctx` is an `ExportCtx` (the boxed shape, strides and tensor).
     fn is_ours(&self) -> bool;
 }
 

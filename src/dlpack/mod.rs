@@ -2,7 +2,7 @@
 //!
 //! Ownership across the C boundary (one owner per allocation):
 //! - **Export**: [`export_versioned`] / [`export_legacy`] box the managed struct and put the
-//!   shape, the strides and a clone of the [`Tensor`] (which keeps the memory alive) into one
+//!   shape, the strides and a clone of the [`Tensor`](crate::Tensor) (which keeps the memory alive) into one
 //!   boxed context behind `manager_ctx`. The `extern "C"` deleter reclaims both boxes, never
 //!   unwinds, and ignores NULL. Until [`Exported::into_raw`] hands the pointer to a consumer,
 //!   the [`Exported`] guard owns it and runs the deleter on drop (a capsule that was never

@@ -10,7 +10,6 @@
 
 use half::{bf16, f16};
 
-use super::column::ColumnRef;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::options::Scalar;
@@ -45,12 +44,10 @@ pub trait Element:
     /// The value in this type like Rust's `as` (wrapping integers, saturating floats); the
     /// unchecked cast, used only where [`always_fits`] holds.
     fn from_num_lossy(n: Num) -> Self;
-    /// The column's values, when they are of this type (without copying).
-    fn values(col: ColumnRef<'_>) -> Option<&[Self]>;
 }
 
 macro_rules! int_element {
-    ($($t:ty => $d:ident, $num:ident, $variant:ident);* $(;)?) => {$(
+    ($($t:ty => $d:ident, $num:ident);* $(;)?) => {$(
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$d;
@@ -76,23 +73,16 @@ macro_rules! int_element {
                     Num::Float(v) => v as $t,
                 }
             }
-            #[inline(always)]
-            fn values(col: ColumnRef<'_>) -> Option<&[Self]> {
-                match col {
-                    ColumnRef::$variant(s) => Some(s),
-                    _ => None,
-                }
-            }
         }
     )*};
 }
 int_element!(
-    i8 => Int8, Int, I8; i16 => Int16, Int, I16; i32 => Int32, Int, I32; i64 => Int64, Int, I64;
-    u8 => UInt8, UInt, U8; u16 => UInt16, UInt, U16; u32 => UInt32, UInt, U32; u64 => UInt64, UInt, U64;
+    i8 => Int8, Int; i16 => Int16, Int; i32 => Int32, Int; i64 => Int64, Int;
+    u8 => UInt8, UInt; u16 => UInt16, UInt; u32 => UInt32, UInt; u64 => UInt64, UInt;
 );
 
 macro_rules! float_element {
-    ($($t:ty => $d:ident, $variant:ident, $from:expr, $to:expr);* $(;)?) => {$(
+    ($($t:ty => $d:ident, $from:expr, $to:expr);* $(;)?) => {$(
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$d;
@@ -112,13 +102,6 @@ macro_rules! float_element {
             fn from_num_lossy(n: Num) -> Self {
                 $from(n)
             }
-            #[inline(always)]
-            fn values(col: ColumnRef<'_>) -> Option<&[Self]> {
-                match col {
-                    ColumnRef::$variant(s) => Some(s),
-                    _ => None,
-                }
-            }
         }
     )*};
 }
@@ -127,14 +110,14 @@ macro_rules! float_element {
 // every integer that does not overflow f16 anyway; bfloat16 takes integers through a double
 // rounded to odd.
 float_element!(
-    f16 => Float16, F16, |n| f16_from_f64(as_f64(n)), |x: f16| x.to_f64();
-    f32 => Float32, F32, |n| match n {
+    f16 => Float16, |n| f16_from_f64(as_f64(n)), |x: f16| x.to_f64();
+    f32 => Float32, |n| match n {
         Num::Int(v) => v as f32,
         Num::UInt(v) => v as f32,
         Num::Float(v) => v as f32,
     }, |x: f32| x as f64;
-    f64 => Float64, F64, as_f64, |x: f64| x;
-    bf16 => BFloat16, BF16, |n| match n {
+    f64 => Float64, as_f64, |x: f64| x;
+    bf16 => BFloat16, |n| match n {
         Num::Int(v) => bf16_from_f64(odd_f64(v.into())),
         Num::UInt(v) => bf16_from_f64(odd_f64(v.into())),
         Num::Float(v) => bf16_from_f64(v),

@@ -62,9 +62,25 @@ macro_rules! column_from {
                 ColumnRef::$v(s)
             }
         }
+
+        impl Typed for $t {
+            #[inline(always)]
+            fn values(col: ColumnRef<'_>) -> Option<&[Self]> {
+                match col {
+                    ColumnRef::$v(s) => Some(s),
+                    _ => None,
+                }
+            }
+        }
     )*};
 }
 pub(crate) use each_ref;
+
+/// An element type whose values a [`ColumnRef`] can hold.
+pub trait Typed: Element {
+    /// The column's values, when they are of this type (without copying).
+    fn values(col: ColumnRef<'_>) -> Option<&[Self]>;
+}
 
 column_from!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64,
              f16 => F16, f32 => F32, f64 => F64, bf16 => BF16);

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::bits::{BitSlice, check_len};
 use super::cast::{Element, always_fits, cast, fails_only_by_overflow, is_infinite};
-use super::column::{Column, ColumnRef, each_ref};
+use super::column::{Column, ColumnRef, Typed, each_ref};
 use super::fill::fill_nulls;
 use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
 use crate::error::{Error, Result};
@@ -32,7 +32,7 @@ use crate::options::Order;
 ///   is one of the bad ones, not necessarily the first. `out` is then partly written.
 ///
 /// Lengths and nulls are checked before anything is written.
-pub fn interleave<D: Element>(cols: &[Column], order: Order, fill: Option<D>, out: &mut [D]) -> Result<()> {
+pub fn interleave<D: Typed>(cols: &[Column], order: Order, fill: Option<D>, out: &mut [D]) -> Result<()> {
     let k = cols.len();
     let n = cols.first().map_or(0, Column::len);
     for (j, c) in cols.iter().enumerate() {
@@ -162,7 +162,7 @@ fn rows_k_fill<D: Copy>(cols: &[&[D]], validity: &[Option<BitSlice>], r0: usize,
 
 /// Writes rows `r0..` of column `j` into every `stride`-th element of `dst`, starting at
 /// `pos` (`stride == 1`: a contiguous piece of an F-order matrix).
-fn write_column<D: Element>(
+fn write_column<D: Typed>(
     j: usize,
     col: &Column,
     r0: usize,
@@ -244,7 +244,7 @@ fn refused<D: Element>(value: impl std::fmt::Debug, row: usize, col: &Column, j:
 /// # Errors
 /// [`Error::ValueOutOfRange`] for the first valid value that does not fit, placed like
 /// [`interleave`]'s.
-pub(crate) fn check_column<D: Element>(j: usize, col: &Column) -> Result<()> {
+pub(crate) fn check_column<D: Typed>(j: usize, col: &Column) -> Result<()> {
     if always_fits(col.dtype(), D::DTYPE) {
         return Ok(());
     }

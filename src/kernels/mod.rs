@@ -40,7 +40,7 @@ pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
 pub use cast::{
     Element, Num, always_fits, bf16_from_f64, can_cast_safely, cast, common_dtype, f16_from_f64, fill_value,
 };
-pub use column::{Column, ColumnRef};
+pub use column::{Column, ColumnRef, Typed};
 pub use concat::{concat_fill_into, concat_into};
 pub use fill::fill_nulls;
 pub use gather::{contiguous_copy, gather_strided};
