@@ -144,13 +144,10 @@ pub fn dtype_name(dtype: Option<DTypeArg>) -> Option<&'static str> {
     dtype.map(|d| d.0.name())
 }
 
-/// The array API's `copy` argument as a copy policy: None copies only when needed.
+/// The array API's `copy` argument as a copy policy, through the core's one conversion: None
+/// copies only when needed.
 pub fn copy_policy(copy: Option<bool>) -> CopyPolicy {
-    match copy {
-        None => CopyPolicy::IfNeeded,
-        Some(false) => CopyPolicy::Never,
-        Some(true) => CopyPolicy::Always,
-    }
+    CopyPolicy::from(copy)
 }
 
 /// A two-element tuple of ints, or the error `message`.
@@ -253,20 +250,14 @@ pub fn null_policy(nulls: &str, fill: Option<FillValue>) -> Result<NullPolicy> {
     Ok(NullPolicy::parse(nulls, fill.map(|f| f.0))?)
 }
 
-/// `order=`: `"C"` or `"F"`.
+/// `order=`: `"C"` or `"F"`, through the core's one parser.
 pub struct OrderArg(pub Order);
 
 impl<'a, 'py> FromPyObject<'a, 'py> for OrderArg {
     type Error = Error;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
-        match &*obj.extract::<std::borrow::Cow<'_, str>>()? {
-            "C" | "c" => Ok(OrderArg(Order::C)),
-            "F" | "f" => Ok(OrderArg(Order::F)),
-            other => {
-                Err(dlframe::Error::InvalidArgument(format!("order={other:?}: expected 'C' or 'F'")).into())
-            }
-        }
+        Ok(OrderArg(Order::parse(&obj.extract::<std::borrow::Cow<'_, str>>()?)?))
     }
 }
 
