@@ -135,8 +135,8 @@ pub fn move_to(t: &Tensor, device: Device) -> Result<Tensor> {
         return Ok(t.clone());
     }
     match (from.is_host_accessible(), device) {
-        (true, Device::Cuda(id)) => {
-            let ordinal = usize::try_from(id).map_err(|_| unsupported(device))?;
+        (true, Device::Cuda(_)) => {
+            let ordinal = cuda_ordinal(device)?;
             require_cuda(ordinal)?;
             let gathered;
             let src = if t.is_c_contiguous() {
@@ -251,15 +251,7 @@ pub fn stream_handle(device: Device) -> Result<usize> {
 /// [`Error::DeviceUnavailable`] without that device; [`Error::UnsupportedDevice`] for devices
 /// other than the CPU and CUDA.
 pub fn adopt(t: Tensor) -> Result<Tensor> {
-    match t.device() {
-        Device::Cuda(_) => {
-            let ordinal = ordinal_of(&t);
-            require_cuda(ordinal)?;
-            reached(ordinal, cuda::adopt(t))
-        }
-        d if d.is_host_accessible() => Ok(t),
-        d => Err(unsupported(d)),
-    }
+    adopt_with(t, cuda::adopt)
 }
 
 /// [`adopt`] for a tensor handed over without a stream (a raw capsule): DLPack then promises
@@ -268,11 +260,17 @@ pub fn adopt(t: Tensor) -> Result<Tensor> {
 /// # Errors
 /// As [`adopt`].
 pub fn adopt_legacy(t: Tensor) -> Result<Tensor> {
+    adopt_with(t, cuda::adopt_legacy)
+}
+
+/// A CUDA tensor through the back end's `adopt` (its device checked first); host tensors as
+/// they are.
+fn adopt_with(t: Tensor, adopt: fn(Tensor) -> Result<Tensor>) -> Result<Tensor> {
     match t.device() {
         Device::Cuda(_) => {
             let ordinal = ordinal_of(&t);
             require_cuda(ordinal)?;
-            reached(ordinal, cuda::adopt_legacy(t))
+            reached(ordinal, adopt(t))
         }
         d if d.is_host_accessible() => Ok(t),
         d => Err(unsupported(d)),

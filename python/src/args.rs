@@ -15,7 +15,7 @@ use pyo3_arrow::PyDataType;
 
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::options::Order;
-use dlframe::options::{CopyPolicy, NullPolicy, Scalar};
+use dlframe::options::{NullPolicy, Scalar};
 use dlframe::{DType, Device};
 
 use crate::error::{Binding, Error, Result};
@@ -142,12 +142,6 @@ fn via_numpy(obj: &Bound<'_, PyAny>) -> Option<Result<DType>> {
 #[pyo3(name = "_dtype_name", signature = (dtype, /))]
 pub fn dtype_name(dtype: Option<DTypeArg>) -> Option<&'static str> {
     dtype.map(|d| d.0.name())
-}
-
-/// The array API's `copy` argument as a copy policy, through the core's one conversion: None
-/// copies only when needed.
-pub fn copy_policy(copy: Option<bool>) -> CopyPolicy {
-    CopyPolicy::from(copy)
 }
 
 /// A two-element tuple of ints, or the error `message`.

@@ -11,12 +11,11 @@ use pyo3_arrow::input::AnyArray;
 use dlframe::arrow::{Converted, is_list_like, tensor_to_column_with, to_tensor};
 use dlframe::dlpack::request::consumer_stream;
 use dlframe::ffi::dlpack::DLDevice;
-use dlframe::options::{ExportOptions, NullPolicy};
+use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy};
 use dlframe::{Device, Tensor, transfer};
 
 use crate::args::{
-    Columns, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, copy_policy,
-    null_policy,
+    Columns, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, null_policy,
 };
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
@@ -125,7 +124,8 @@ pub fn to_dlpack<'py>(
         }
     };
     let nulls = null_policy(nulls, fill_value)?;
-    let opts = ExportOptions { nulls, copy: copy_policy(copy), dtype: dtype.map(|d| d.0), order: order.0 };
+    let opts =
+        ExportOptions { nulls, copy: CopyPolicy::from(copy), dtype: dtype.map(|d| d.0), order: order.0 };
     let collected;
     let obj = if is_lazy_frame(obj)? {
         collected = collect_lazy(obj)?;
@@ -433,7 +433,7 @@ pub fn from_dlpack<'py>(
         ))
         .into());
     }
-    let policy = copy_policy(copy);
+    let policy = CopyPolicy::from(copy);
     let (field, array) = py.detach(move || tensor_to_column_with(&tensor, "", policy))?;
     to_pyarrow(py, field, array)
 }

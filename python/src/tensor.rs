@@ -14,7 +14,7 @@ use dlframe::interface::{ArrayInterface, TypeStr};
 use dlframe::options::CopyPolicy;
 use dlframe::{DType, Device, Tensor, transfer};
 
-use crate::args::{DlDevice, DlpackStream, MaxVersion, copy_policy};
+use crate::args::{DlDevice, DlpackStream, MaxVersion};
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::interface::{
@@ -297,7 +297,7 @@ impl PyTensor {
         let (field, array) = py.detach(|| -> dlframe::Result<_> {
             let (t, fresh) = transfer::on_host(t, copy)?;
             // A transfer to the host is already a fresh copy: no second one.
-            tensor_to_column_with(&t, "", copy_policy(if fresh { None } else { copy }))
+            tensor_to_column_with(&t, "", CopyPolicy::from(if fresh { None } else { copy }))
         })?;
         to_pyarrow(py, field, array)
     }

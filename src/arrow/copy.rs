@@ -194,9 +194,9 @@ fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
     Ok(out.into_tensor(target, spec.shape.clone(), spec.strides.clone())?.with_logical(spec.logical()))
 }
 
-/// The byte a null becomes in a bool tensor (the spec has checked the fill: a bool, 0 or 1).
+/// The byte a null becomes in a bool tensor: the spec gives a bool's fill as its 0/1 byte.
 fn bool_byte(fill: Option<Scalar>) -> u8 {
-    matches!(fill, Some(Scalar::Bool(true) | Scalar::Int(1))) as u8
+    matches!(fill, Some(Scalar::Int(1))) as u8
 }
 
 /// Concatenates chunks without nulls or casts: each chunk's leaf bytes are copied to their

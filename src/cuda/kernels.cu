@@ -111,23 +111,9 @@ __device__ unsigned short f64_to_bf16(double d) {
     return (unsigned short)(x.u >> 16);
 }
 
-// An integer as a double rounded *to odd* (exact below 2^53), so that a later rounding to
-// bfloat16 rounds once; as odd_f64 in kernels/cast.rs.
-__device__ double odd_i64(i64 v) {
-    double d = (double)v;
-    int above;
-    if (d >= 9223372036854775808.0) {
-        above = 1;
-    } else {
-        i64 t = (i64)d;
-        if (t == v) return d;
-        above = v >= 0 ? t > v : t < v;
-    }
-    u64 b = f64_to_bits(d);
-    if (above) b -= 1;
-    return bits_to_f64(b | 1);
-}
-
+// An integer's magnitude as a double rounded *to odd* (exact below 2^53), so that a later
+// rounding to bfloat16 rounds once; as odd_f64 in kernels/cast.rs. Rounding to odd truncates
+// toward zero, so a negative integer is the negated rounding of its magnitude.
 __device__ double odd_u64(u64 v) {
     double d = (double)v;
     int above;
@@ -141,6 +127,11 @@ __device__ double odd_u64(u64 v) {
     u64 b = f64_to_bits(d);
     if (above) b -= 1;
     return bits_to_f64(b | 1);
+}
+
+__device__ __forceinline__ double odd_i64(i64 v) {
+    // The magnitude of i64's minimum, 2^63, fits a u64.
+    return v < 0 ? -odd_u64(0 - (u64)v) : odd_u64((u64)v);
 }
 
 __device__ __forceinline__ Num load(const unsigned char* p, u64 dt, u64 r, u64 bit) {

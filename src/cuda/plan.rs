@@ -224,15 +224,11 @@ fn within(buf: &Buffer, bytes: &Range<usize>) -> Result<()> {
     Ok(())
 }
 
-/// The fill's bytes in `dtype` (little-endian, as a u64); the spec has range-checked it, and a
-/// bool matrix's fill is already its 0/1 byte.
+/// The fill's bytes in `dtype` (little-endian, as a u64). The spec has range-checked it and
+/// gives a bool's fill as its 0/1 byte, which is written as a uint8's.
 fn fill_bits(dtype: DType, fill: Option<Scalar>) -> Result<u64> {
-    match (dtype, fill) {
-        (_, None) => Ok(0),
-        (DType::Bool, Some(Scalar::Bool(b))) => Ok(b as u64),
-        (DType::Bool, Some(Scalar::Int(b))) => Ok(b as u64),
-        (d, Some(s)) => kernels::fill_bits(d, s),
-    }
+    let written = if dtype == DType::Bool { DType::UInt8 } else { dtype };
+    fill.map_or(Ok(0), |s| kernels::fill_bits(written, s))
 }
 
 /// The plan for one column (chunked or not; lists as their fixed-size cells, tensor columns in
@@ -297,8 +293,7 @@ fn leaf_validity(leaf: &dyn Array, levels: &[(usize, NullBuffer)]) -> NullBuffer
 pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Plan> {
     let MatrixSpec { n, k, target, storage, fill, shape, strides, mask } =
         MatrixSpec::new(fields, columns, opts)?;
-    // In the target dtype: a bool matrix's fill is its 0/1 byte.
-    let fill = fill_bits(target, fill)?;
+    let fill = fill_bits(storage, fill)?;
     if target != DType::Bool {
         // Row ranges over which every column is one chunk, in the CPU path's order, so that the
         // first value found not to fit is the one the CPU path reports.

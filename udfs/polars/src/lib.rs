@@ -126,6 +126,12 @@ fn polars_type(d: DType) -> PolarsResult<DataType> {
 /// The output dtype for these input dtypes: `Array(T, k)` for k scalar columns, the cell shape
 /// for one list, Array or tensor column.
 pub fn output_dtype(inputs: &[&DataType], kwargs: &ToTensorKwargs) -> PolarsResult<DataType> {
+    output(inputs, kwargs).map(|(dtype, _)| dtype)
+}
+
+/// [`output_dtype`], and whether the one input is converted cell by cell (a list, Array or
+/// tensor column) rather than stacked: the layouts are read once for both.
+fn output(inputs: &[&DataType], kwargs: &ToTensorKwargs) -> PolarsResult<(DataType, bool)> {
     polars_ensure!(!inputs.is_empty(), InvalidOperation: "to_tensor needs at least one column");
     let target = kwargs.target()?;
     let layouts = inputs.iter().map(|d| layout_of(d, kwargs.width)).collect::<PolarsResult<Vec<_>>>()?;
@@ -136,11 +142,12 @@ pub fn output_dtype(inputs: &[&DataType], kwargs: &ToTensorKwargs) -> PolarsResu
             Some(d) => polars_type(d)?,
             None => polars_dtype(&only.leaf).map_err(polars_error)?,
         };
-        return Ok(only.shape.iter().rev().fold(leaf, |acc, &d| DataType::Array(Box::new(acc), d as usize)));
+        let cells = only.shape.iter().rev().fold(leaf, |acc, &d| DataType::Array(Box::new(acc), d as usize));
+        return Ok((cells, true));
     }
     let dtypes: Vec<DType> = layouts.iter().map(|l| l.dtype).collect();
     let leaf = target.unwrap_or_else(|| kernels::common_dtype(&dtypes));
-    Ok(DataType::Array(Box::new(polars_type(leaf)?), inputs.len()))
+    Ok((DataType::Array(Box::new(polars_type(leaf)?), inputs.len()), false))
 }
 
 fn to_tensor_field(inputs: &[Field], kwargs: ToTensorKwargs) -> PolarsResult<Field> {
@@ -160,7 +167,7 @@ fn to_tensor_field(inputs: &[Field], kwargs: ToTensorKwargs) -> PolarsResult<Fie
 /// lists whose length is not `width`, and columns of different lengths.
 pub fn to_tensor_impl(inputs: &[Series], kwargs: &ToTensorKwargs) -> PolarsResult<Series> {
     let dtypes: Vec<&DataType> = inputs.iter().map(|s| s.dtype()).collect();
-    let out_dtype = output_dtype(&dtypes, kwargs)?;
+    let (out_dtype, one_cell) = output(&dtypes, kwargs)?;
     let name = inputs[0].name().clone();
     // A literal (`pl.lit(1.0)`) arrives as one row and is broadcast, as Polars broadcasts it.
     let len = inputs.iter().map(|s| s.len()).max().unwrap_or(0);
@@ -182,7 +189,6 @@ pub fn to_tensor_impl(inputs: &[Series], kwargs: &ToTensorKwargs) -> PolarsResul
         return Ok(Series::new_empty(name, &out_dtype));
     }
     let opts = kwargs.options()?;
-    let one_cell = inputs.len() == 1 && !layout_of(inputs[0].dtype(), kwargs.width)?.is_scalar();
     let converted =
         if one_cell { series_to_tensor(&inputs[0], &opts) } else { series_to_matrix(inputs, &opts) }
             .map_err(polars_error)?;
