@@ -55,7 +55,7 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
 /// The one chunk of a column that needs no copy, as a tensor over its leaf values (the slots of
 /// nulls hold whatever Arrow left there; the mask says which they are).
 fn shared(spec: &ColumnSpec) -> Result<Tensor> {
-    let (leaf, _) = leaf_of(spec.chunks[0].as_ref());
+    let (leaf, _) = leaf_of(&spec.chunks[0]);
     Ok(from_leaf(leaf.as_ref(), spec.shape.clone(), Some(spec.strides.clone()))?.with_logical(spec.logical()))
 }
 
@@ -175,7 +175,7 @@ fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
     } else {
         let mut pos = 0;
         for chunk in &spec.chunks {
-            let (leaf_array, list_nulls) = leaf_of(chunk.as_ref());
+            let (leaf_array, list_nulls) = leaf_of(chunk);
             let slots = chunk.len() * spec.cell_size;
             if spec.leaf == DType::Bool {
                 out.unpack_bools(leaf_array.as_ref(), bool_byte(spec.fill), pos..pos + slots)?;
@@ -204,7 +204,7 @@ fn bool_byte(fill: Option<Scalar>) -> u8 {
 fn concat_plain(chunks: &[ArrayRef], dtype: DType, out: &mut [u8]) -> Result<()> {
     use rayon::prelude::*;
     let item = dtype.itemsize();
-    let leaves: Vec<ArrayData> = chunks.iter().map(|c| leaf_of(c.as_ref()).0.to_data()).collect();
+    let leaves: Vec<ArrayData> = chunks.iter().map(|c| leaf_of(c).0.to_data()).collect();
     let mut pieces = Vec::with_capacity(leaves.len());
     let out_len = out.len();
     let mut rest = out;

@@ -55,10 +55,11 @@ pub(crate) fn nested_null_count(array: &dyn Array) -> usize {
 }
 
 /// The leaf array of a (nested) chunk, and each list level's nulls with the number of leaf
-/// slots one of its rows covers (outermost first).
-pub(crate) fn leaf_of(array: &dyn Array) -> (ArrayRef, Vec<(usize, arrow_buffer::NullBuffer)>) {
+/// slots one of its rows covers (outermost first). Shares the arrays (no copy); a chunk that
+/// is its own leaf is returned as it is.
+pub(crate) fn leaf_of(array: &ArrayRef) -> (ArrayRef, Vec<(usize, arrow_buffer::NullBuffer)>) {
     let mut levels = Vec::new();
-    let mut current = arrow_array::make_array(array.to_data());
+    let mut current = array.clone();
     while let DataType::FixedSizeList(_, _) = current.data_type() {
         let list = arrow_array::cast::AsArray::as_fixed_size_list(current.as_ref()).clone();
         levels.push((list.len(), list.nulls().cloned()));

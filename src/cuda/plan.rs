@@ -245,7 +245,7 @@ pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions
     plan.logical = spec.logical();
     let mut pos = 0;
     for chunk in &spec.chunks {
-        let (leaf_array, list_nulls) = leaf_of(chunk.as_ref());
+        let (leaf_array, list_nulls) = leaf_of(chunk);
         let slots = chunk.len() * spec.cell_size;
         if leaf_array.len() != slots {
             return Err(Error::LengthMismatch {

@@ -5,16 +5,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 use crate::ffi::dlpack::{
-    DLDataType, DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED,
-    DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
+    DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
+    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
 };
 use crate::tensor::Tensor;
 
-/// Everything a managed tensor points to: owned by `manager_ctx`, freed by our deleter.
+/// Everything a managed tensor points to (the tensor, whose shape and strides the view borrows):
+/// owned by `manager_ctx`, freed by our deleter.
 pub(crate) struct ExportCtx {
     pub(crate) tensor: Tensor,
-    shape: Box<[i64]>,
-    strides: Box<[i64]>,
 }
 
 /// The two managed-tensor structs, seen through what import and export share.
@@ -118,26 +117,33 @@ impl ExportedVersioned {
     }
 }
 
-fn build(tensor: Tensor) -> (DLTensor, *mut c_void) {
-    let ctx = Box::new(ExportCtx { shape: tensor.shape().into(), strides: tensor.strides().into(), tensor });
-    let ndim = ctx.shape.len();
-    let numel = ctx.tensor.numel();
+/// A non-owning view of `t` (no copy): `shape` and `strides` point into the tensor's own
+/// arrays, so the view is valid while `t` lives unchanged. Strides are explicit for
+/// `ndim >= 1`, `byte_offset` is 0, and an empty tensor has `data == NULL`. A view has no flags.
+pub fn borrowed_view(t: &Tensor) -> DLTensor {
+    let ndim = t.ndim();
     let (shape, strides) = if ndim == 0 {
         (std::ptr::null_mut(), std::ptr::null_mut())
     } else {
-        (ctx.shape.as_ptr() as *mut i64, ctx.strides.as_ptr() as *mut i64)
+        (t.shape().as_ptr() as *mut i64, t.strides().as_ptr() as *mut i64)
     };
-    let data = if numel == 0 { std::ptr::null_mut() } else { ctx.tensor.data_ptr() as *mut c_void };
-    let dtype: DLDataType = ctx.tensor.dtype().to_dlpack();
-    let dl = DLTensor {
+    let data = if t.numel() == 0 { std::ptr::null_mut() } else { t.data_ptr() as *mut c_void };
+    DLTensor {
         data,
-        device: ctx.tensor.device().to_dlpack(),
+        device: t.device().to_dlpack(),
         ndim: ndim as i32,
-        dtype,
+        dtype: t.dtype().to_dlpack(),
         shape,
         strides,
         byte_offset: 0,
-    };
+    }
+}
+
+fn build(tensor: Tensor) -> (DLTensor, *mut c_void) {
+    // The view points into the boxed tensor's shape and strides, which the box keeps in place
+    // until the deleter drops it.
+    let ctx = Box::new(ExportCtx { tensor });
+    let dl = borrowed_view(&ctx.tensor);
     (dl, Box::into_raw(ctx) as *mut c_void)
 }
 

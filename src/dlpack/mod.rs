@@ -21,7 +21,8 @@ mod import;
 pub mod request;
 
 pub use export::{
-    Exported, ExportedLegacy, ExportedVersioned, ManagedTensor, export_legacy, export_versioned,
+    Exported, ExportedLegacy, ExportedVersioned, ManagedTensor, borrowed_view, export_legacy,
+    export_versioned,
 };
 pub use import::ForeignTensor;
 pub use request::{CapsuleKind, Export, ExportRequest, Resolved, StreamAction};
