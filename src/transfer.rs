@@ -66,6 +66,9 @@ mod cuda {
     pub fn adopt_legacy(t: Tensor) -> Result<Tensor> {
         Err(unavailable(super::ordinal_of(&t)))
     }
+    pub fn adopt_after(t: Tensor, _: usize) -> Result<Tensor> {
+        Err(unavailable(super::ordinal_of(&t)))
+    }
 }
 
 /// True when this build has the `cuda` feature.
@@ -263,9 +266,19 @@ pub fn adopt_legacy(t: Tensor) -> Result<Tensor> {
     adopt_with(t, cuda::adopt_legacy)
 }
 
+/// [`adopt`] for a tensor handed over through the DLPack exchange API, which does not
+/// synchronise: dlframe's stream first waits for the work queued on `stream`, the producer's
+/// current work stream on that device (NULL, the default stream, counts as the legacy one).
+///
+/// # Errors
+/// As [`adopt`].
+pub fn adopt_after(t: Tensor, stream: usize) -> Result<Tensor> {
+    adopt_with(t, |t| cuda::adopt_after(t, stream))
+}
+
 /// A CUDA tensor through the back end's `adopt` (its device checked first); host tensors as
 /// they are.
-fn adopt_with(t: Tensor, adopt: fn(Tensor) -> Result<Tensor>) -> Result<Tensor> {
+fn adopt_with(t: Tensor, adopt: impl FnOnce(Tensor) -> Result<Tensor>) -> Result<Tensor> {
     match t.device() {
         Device::Cuda(_) => {
             let ordinal = ordinal_of(&t);

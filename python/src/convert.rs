@@ -19,6 +19,7 @@ use crate::args::{
 };
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
+use crate::exchange;
 use crate::interface;
 use crate::tensor::PyTensor;
 use crate::to_python::to_pyarrow;
@@ -270,8 +271,24 @@ enum Keep {
 }
 
 /// Imports through `__dlpack__`, following the consumer ladder of docs/conformance.md item 16.
+///
+/// A type that publishes a DLPack exchange table is read through it first, with no Python call
+/// (unless a copy is asked for, which the producer makes through `__dlpack__`).
 fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
     let py = x.py();
+    if copy != Some(true)
+        && let Some(table) = exchange::table_of(x)?
+    {
+        let t = exchange::import(x, table)?;
+        if t.device().is_host_accessible() || keep == Keep::Device {
+            return Ok(t);
+        }
+        return Err(dlframe::Error::NotOnHost {
+            device: t.device().to_string(),
+            copy_false: copy == Some(false),
+        }
+        .into());
+    }
     // Interned names: this runs once per imported tensor, and building and hashing the strings
     // anew was most of its cost next to the producer's own __dlpack__.
     let (ty, id): (i32, i32) = match x.getattr(intern!(py, "__dlpack_device__")) {

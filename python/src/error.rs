@@ -45,6 +45,11 @@ impl Error {
         Error(PyErr::fetch(py))
     }
 
+    /// A panic caught at a C boundary, where it must not unwind: `RuntimeError`.
+    pub fn panicked(place: &str) -> Error {
+        Error(PyRuntimeError::new_err(panic_message(place)))
+    }
+
     /// True for a `BufferError` (a producer refusing an export, or one of ours).
     pub fn is_buffer_error(&self, py: Python<'_>) -> bool {
         self.0.is_instance_of::<PyBufferError>(py)
@@ -75,15 +80,35 @@ impl Error {
     }
 }
 
+/// The exception a core error maps to: its name, and how to make it.
+fn exception_of(e: &dlframe::Error) -> (&'static str, fn(String) -> PyErr) {
+    match e.kind() {
+        ErrorKind::Buffer => ("BufferError", PyBufferError::new_err::<String>),
+        ErrorKind::Value => ("ValueError", PyValueError::new_err::<String>),
+        ErrorKind::Type => ("TypeError", PyTypeError::new_err::<String>),
+        _ => ("RuntimeError", PyRuntimeError::new_err::<String>),
+    }
+}
+
+/// The name of the exception a core error maps to, for C callers that take errors by name
+/// (the DLPack exchange API's allocator, which may run without the GIL).
+pub fn exception_name(e: &dlframe::Error) -> &'static str {
+    exception_of(e).0
+}
+
+/// What [`Error::panicked`] raises, by name and message, for C callers that take errors by name.
+pub fn panic_exception(place: &str) -> (&'static str, String) {
+    ("RuntimeError", panic_message(place))
+}
+
+fn panic_message(place: &str) -> String {
+    format!("dlframe panicked inside {place}")
+}
+
 impl From<dlframe::Error> for Error {
     fn from(e: dlframe::Error) -> Self {
-        let msg = e.to_string();
-        Error(match e.kind() {
-            ErrorKind::Buffer => PyBufferError::new_err(msg),
-            ErrorKind::Value => PyValueError::new_err(msg),
-            ErrorKind::Type => PyTypeError::new_err(msg),
-            _ => PyRuntimeError::new_err(msg),
-        })
+        let (_, new) = exception_of(&e);
+        Error(new(e.to_string()))
     }
 }
 

@@ -7,6 +7,7 @@ mod args;
 mod capsule;
 mod convert;
 mod error;
+mod exchange;
 mod interface;
 mod sql_udfs;
 mod tensor;

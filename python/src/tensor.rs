@@ -17,6 +17,7 @@ use dlframe::{DType, Device, Tensor, transfer};
 use crate::args::{DlDevice, DlpackStream, MaxVersion};
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
+use crate::exchange;
 use crate::interface::{
     NPY_ALIGNED, NPY_C_CONTIGUOUS, NPY_NOTSWAPPED, NPY_WRITEABLE, PyArrayInterface, interface_dict,
 };
@@ -67,6 +68,19 @@ unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
 
 #[pymethods]
 impl PyTensor {
+    /// The DLPack 1.3 exchange API: a capsule named `"dlpack_exchange_api"` pointing to
+    /// dlframe's table of C functions (the same for the whole process).
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyAny>> {
+        exchange::capsule(py)
+    }
+
+    /// The DLPack 1.2 exchange API: the address of the same table, as an int.
+    #[classattr]
+    fn __c_dlpack_exchange_api__() -> usize {
+        exchange::address()
+    }
+
     /// Exports the tensor as a DLPack capsule (docs/conformance.md, items 1-15): the core
     /// resolves the request (copies, device moves, the capsule kind and the consumer's stream).
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]

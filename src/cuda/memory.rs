@@ -142,8 +142,9 @@ pub(super) fn owned_tensor(
 pub(super) fn adopted_tensor(g: Arc<Gpu>, foreign: Tensor, after: Option<usize>) -> Result<Tensor> {
     g.bind()?;
     if let Some(stream) = after {
-        // SAFETY: `stream` is the legacy default stream (always valid) and the waiter our
-        // producer stream, in the context bound above.
+        // SAFETY: `stream` is the legacy default stream (always valid) or the stream the
+        // tensor's producer named as its current work stream on this device (live while the
+        // producer's tensor is); the waiter is our producer stream, in the context bound above.
         unsafe { fence(stream, Some(g.producer())) }.map_err(cuda_err)?;
     }
     let device = foreign.device();

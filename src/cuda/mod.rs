@@ -160,6 +160,16 @@ pub fn adopt_legacy(foreign: Tensor) -> Result<Tensor> {
     memory::adopted_tensor(gpu_of(&foreign, "adopt")?, foreign, Some(1))
 }
 
+/// [`adopt`] for a tensor whose producer did not synchronise (the DLPack exchange API): our
+/// stream first waits for the work queued on `stream`, the producer's current work stream on
+/// the tensor's device (0, the default stream, is taken as the legacy default stream).
+///
+/// # Errors
+/// As [`adopt`].
+pub fn adopt_after(foreign: Tensor, stream: usize) -> Result<Tensor> {
+    memory::adopted_tensor(gpu_of(&foreign, "adopt")?, foreign, Some(stream.max(1)))
+}
+
 /// A host copy of a CUDA tensor (copies, device to host): our stream waits for the tensor's
 /// readiness event, a strided tensor is first gathered into C order on the device
 /// ([`device_copy`]), one device-to-host transfer runs, and the host waits for that transfer

@@ -1,3 +1,4 @@
 //! Raw C layouts, with no logic. Only this layer has `pub` raw-pointer fields.
 
 pub mod dlpack;
+pub mod exchange;

@@ -166,6 +166,20 @@ impl Tensor {
         }
     }
 
+    /// A new writable, C-contiguous CPU tensor of zeros (allocates; 8-byte aligned).
+    ///
+    /// # Errors
+    /// [`Error::InvalidLayout`] for a negative or overflowing shape.
+    pub fn zeros(dtype: DType, shape: Vec<i64>) -> Result<Self> {
+        let extent = check_layout(&shape, &c_strides(&shape), dtype.itemsize())?;
+        let words = vec![0u64; (extent.numel * dtype.itemsize()).div_ceil(8)];
+        let data = if words.is_empty() { std::ptr::null_mut() } else { words.as_ptr() as *mut u8 };
+        // SAFETY: the zeroed allocation holds numel elements of `dtype` (every bit pattern of
+        // zeros is a valid value of each dtype), does not move when the Vec moves into the Arc,
+        // and is written only by the one consumer it is handed to.
+        unsafe { Self::from_raw_parts(data, shape, None, dtype, Device::Cpu, false, Arc::new(words)) }
+    }
+
     /// A writable CPU tensor that owns `values` (without copying them).
     ///
     /// # Errors
@@ -441,6 +455,18 @@ mod tests {
         let rev = Tensor::from_buffer(buf.clone(), 12, vec![4], Some(vec![-1]), DType::Int32);
         assert_eq!(rev.unwrap().strides(), &[-1]);
         assert!(Tensor::from_buffer(buf, 20, vec![0], None, DType::Int32).is_err());
+    }
+
+    #[test]
+    fn zeros_are_writable_contiguous_and_zero_for_every_dtype() {
+        for dtype in DType::ALL {
+            let t = Tensor::zeros(dtype, vec![3, 5]).unwrap();
+            assert_eq!((t.shape(), t.strides(), t.dtype()), (&[3i64, 5][..], &[5i64, 1][..], dtype));
+            assert!(!t.readonly() && !t.copied() && t.is_aligned());
+            assert!(t.as_bytes().unwrap().iter().all(|&b| b == 0));
+        }
+        assert!(Tensor::zeros(DType::Float32, vec![0]).unwrap().data_ptr().is_null());
+        assert!(Tensor::zeros(DType::Float32, vec![-1]).is_err());
     }
 
     #[test]

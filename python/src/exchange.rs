@@ -1,0 +1,352 @@
+//! The DLPack C exchange API (docs/conformance.md, "The exchange API"): `dlframe.Tensor`'s
+//! table of C functions, and the tables other types publish.
+//!
+//! Producer: `Tensor.__dlpack_c_exchange_api__` (a capsule named `"dlpack_exchange_api"`, DLPack
+//! 1.3) and `Tensor.__c_dlpack_exchange_api__` (its address as an int, DLPack 1.2) point to one
+//! static table. Its functions run with the GIL held (the allocator may run without it), never
+//! call into Python, and return 0, or -1 with a Python exception set.
+//!
+//! Consumer: [`table_of`] finds a type's table once (cached per type) and checks it;
+//! [`import`] takes a tensor through it, without `__dlpack__`.
+
+use std::ffi::{CStr, CString, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyType};
+
+use dlframe::dlpack::export_versioned;
+use dlframe::ffi::dlpack::{
+    DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
+};
+use dlframe::ffi::exchange::{
+    DLPACK_EXCHANGE_API, DLPackCurrentWorkStream, DLPackExchangeAPI, DLPackExchangeAPIHeader,
+    DLPackManagedTensorFromPyObjectNoSync, DLPackSetError,
+};
+use dlframe::{DType, Device, ForeignTensor, Tensor, transfer};
+
+use crate::error::{Binding, Error, Result, exception_name, panic_exception};
+use crate::tensor::PyTensor;
+
+/// dlframe's table: one for the whole process.
+static API: DLPackExchangeAPI = DLPackExchangeAPI {
+    header: DLPackExchangeAPIHeader {
+        version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
+        prev_api: std::ptr::null_mut(),
+    },
+    managed_tensor_allocator: Some(allocate),
+    managed_tensor_from_py_object_no_sync: Some(from_py_object),
+    managed_tensor_to_py_object_no_sync: Some(to_py_object),
+    dltensor_from_py_object_no_sync: Some(view_of_py_object),
+    current_work_stream: Some(current_work_stream),
+};
+
+/// The address of dlframe's table (`__c_dlpack_exchange_api__`).
+pub fn address() -> usize {
+    &API as *const DLPackExchangeAPI as usize
+}
+
+/// dlframe's table as the `"dlpack_exchange_api"` capsule (`__dlpack_c_exchange_api__`).
+pub fn capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    // SAFETY: the table is static and never freed, so the capsule needs no destructor; the name
+    // is static as capsule names must be.
+    let raw = unsafe { ffi::PyCapsule_New(address() as *mut c_void, DLPACK_EXCHANGE_API.as_ptr(), None) };
+    if raw.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: PyCapsule_New returned a new (owned) reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, raw) }.unbind())
+}
+
+/// Runs one table function with the GIL: 0 on success, -1 with the error (or a panic) raised
+/// as a Python exception.
+fn guarded(f: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
+    Python::attach(|py| match catch_unwind(AssertUnwindSafe(|| f(py))) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            PyErr::from(e).restore(py);
+            -1
+        }
+        Err(_) => {
+            PyErr::from(Error::panicked("a DLPack exchange function")).restore(py);
+            -1
+        }
+    })
+}
+
+/// The dlframe Tensor behind a `PyObject*` a consumer passed in.
+///
+/// # Safety
+/// `obj` is NULL or a live object, borrowed for `'py`.
+unsafe fn tensor_arg<'py>(py: Python<'py>, obj: *mut c_void) -> Result<Bound<'py, PyTensor>> {
+    if obj.is_null() {
+        return Err(Binding::Malformed("the DLPack exchange API was handed a NULL object".into()).into());
+    }
+    // SAFETY: the caller passes a live object and holds the GIL.
+    let any = unsafe { Bound::from_borrowed_ptr(py, obj.cast()) };
+    Ok(any.cast_into::<PyTensor>().map_err(|e| {
+        let name = e.into_inner().get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        Binding::WrongType(format!("dlframe's exchange API exports dlframe.Tensor objects, not {name}"))
+    })?)
+}
+
+/// `managed_tensor_from_py_object_no_sync`: the tensor as an owned `DLManagedTensorVersioned`
+/// (without copying; `READ_ONLY` for Arrow memory, as `__dlpack__` sets it). No stream is
+/// synchronised: a consumer orders itself after [`current_work_stream`].
+unsafe extern "C" fn from_py_object(obj: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
+    guarded(|py| {
+        // SAFETY: the caller passes a live object (or NULL, refused there).
+        let t = unsafe { tensor_arg(py, obj) }?;
+        if out.is_null() {
+            return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
+        }
+        let exported = export_versioned(t.get().inner.clone());
+        // SAFETY: `out` is a writable pointer (checked non-NULL); the consumer now owns the
+        // tensor and calls its deleter once.
+        unsafe { *out = exported.into_raw() };
+        Ok(())
+    })
+}
+
+/// `dltensor_from_py_object_no_sync`: a non-owning view, valid while the object lives (the
+/// shape and strides point into the Tensor, which never changes). A view has no flags: it
+/// cannot say read-only.
+unsafe extern "C" fn view_of_py_object(obj: *mut c_void, out: *mut DLTensor) -> c_int {
+    guarded(|py| {
+        // SAFETY: the caller passes a live object (or NULL, refused there).
+        let t = unsafe { tensor_arg(py, obj) }?;
+        if out.is_null() {
+            return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
+        }
+        // SAFETY: `out` is a writable DLTensor (checked non-NULL); the view borrows the frozen
+        // Tensor, which lives as long as the object the consumer holds.
+        unsafe { *out = dlframe::dlpack::borrowed_view(&t.get().inner) };
+        Ok(())
+    })
+}
+
+/// `managed_tensor_to_py_object_no_sync`: a new `dlframe.Tensor` that owns the managed tensor
+/// (without copying). The tensor is taken in every case: on an error it has been released.
+unsafe extern "C" fn to_py_object(tensor: *mut DLManagedTensorVersioned, out: *mut *mut c_void) -> c_int {
+    guarded(|py| {
+        // SAFETY: the consumer hands over a live managed tensor (NULL is refused inside) and
+        // gives up its ownership.
+        let t = unsafe { ForeignTensor::from_versioned(tensor) }?.into_tensor();
+        if out.is_null() {
+            return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
+        }
+        let obj = Py::new(py, PyTensor::new(t))?;
+        // SAFETY: `out` is writable (checked non-NULL); the caller receives a new reference.
+        unsafe { *out = obj.into_ptr().cast() };
+        Ok(())
+    })
+}
+
+/// `managed_tensor_allocator`: a new zeroed, C-contiguous tensor shaped like `prototype` (its
+/// shape, dtype and device) on the CPU or a CUDA device (allocates). Errors go to `set_error`
+/// by exception name; no Python is called.
+unsafe extern "C" fn allocate(
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: Option<DLPackSetError>,
+) -> c_int {
+    let made = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller passes a readable prototype (NULL is refused inside).
+        unsafe { allocation(prototype) }
+    }));
+    let err = match made {
+        Ok(Ok(t)) if !out.is_null() => {
+            // SAFETY: `out` is writable (checked non-NULL); the caller owns the new tensor.
+            unsafe { *out = export_versioned(t).into_raw() };
+            return 0;
+        }
+        Ok(Ok(_)) => {
+            let e = dlframe::Error::InvalidArgument("the DLPack allocator was handed a NULL output".into());
+            (exception_name(&e), e.to_string())
+        }
+        Ok(Err(e)) => (exception_name(&e), e.to_string()),
+        Err(_) => panic_exception("its DLPack allocator"),
+    };
+    if let Some(set_error) = set_error {
+        let kind = CString::new(err.0).unwrap_or_default();
+        let msg = CString::new(err.1.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: the caller's callback, with its own context and two NUL-terminated strings
+        // that live across the call.
+        unsafe { set_error(error_ctx, kind.as_ptr(), msg.as_ptr()) };
+    }
+    -1
+}
+
+/// The tensor the allocator hands out for `prototype`.
+///
+/// # Safety
+/// `prototype` is NULL or a readable `DLTensor` whose `shape` holds `ndim` extents.
+unsafe fn allocation(prototype: *const DLTensor) -> dlframe::Result<Tensor> {
+    // SAFETY: the caller's contract.
+    let Some(p) = (unsafe { prototype.as_ref() }) else {
+        return Err(dlframe::Error::InvalidArgument(
+            "the DLPack allocator was handed a NULL prototype".into(),
+        ));
+    };
+    let shape = if p.ndim == 0 {
+        Vec::new()
+    } else if p.ndim < 0 || p.shape.is_null() {
+        return Err(dlframe::Error::InvalidArgument(format!(
+            "the DLPack allocator's prototype has ndim {} and shape {:p}",
+            p.ndim, p.shape
+        )));
+    } else {
+        // SAFETY: the prototype's shape holds ndim extents (the caller's contract).
+        unsafe { std::slice::from_raw_parts(p.shape, p.ndim as usize) }.to_vec()
+    };
+    let dtype = DType::from_dlpack(p.dtype)?;
+    let device = Device::from_dlpack(p.device)?;
+    let host = Tensor::zeros(dtype, shape)?;
+    match device {
+        Device::Cpu => Ok(host),
+        d => transfer::move_to(&host, d),
+    }
+}
+
+/// `current_work_stream`: the stream dlframe works on for a CUDA device (its own stream, which
+/// every device result is ordered on); NULL for host memory.
+unsafe extern "C" fn current_work_stream(device_type: c_int, device_id: i32, out: *mut *mut c_void) -> c_int {
+    guarded(|py| {
+        if out.is_null() {
+            return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
+        }
+        let device = Device::from_dlpack(dlframe::ffi::dlpack::DLDevice { device_type, device_id })?;
+        let stream =
+            if device.is_host_accessible() { 0 } else { py.detach(|| transfer::stream_handle(device))? };
+        // SAFETY: `out` is writable (checked non-NULL).
+        unsafe { *out = stream as *mut c_void };
+        Ok(())
+    })
+}
+
+/// What dlframe uses of another type's table, checked once.
+#[derive(Clone, Copy)]
+pub struct Table {
+    from_py: DLPackManagedTensorFromPyObjectNoSync,
+    stream: Option<DLPackCurrentWorkStream>,
+}
+
+/// Types seen, with their table or none: most programs exchange a handful of types.
+static TABLES: Mutex<Vec<(Py<PyType>, Option<Table>)>> = Mutex::new(Vec::new());
+/// The most types kept; past it the cache starts again.
+const MAX_TYPES: usize = 64;
+
+/// The exchange table of `x`'s type, if it publishes one that dlframe reads (looked up once per
+/// type): `__dlpack_c_exchange_api__` first, then DLPack 1.2's `__c_dlpack_exchange_api__`.
+/// A table of another major version, with no 1.x table behind it, is not used.
+///
+/// # Errors
+/// `ValueError` for a malformed table: not a capsule or int, a wrong capsule name, a NULL
+/// pointer, or a NULL export function.
+pub fn table_of(x: &Bound<'_, PyAny>) -> Result<Option<Table>> {
+    let ty = x.get_type();
+    let cached =
+        TABLES.lock().ok().and_then(|t| t.iter().find(|(k, _)| k.as_ptr() == ty.as_ptr()).map(|(_, v)| *v));
+    if let Some(table) = cached {
+        return Ok(table);
+    }
+    // Outside the lock: the lookup may run Python code (a metaclass) that imports again.
+    let table = lookup(&ty)?;
+    if let Ok(mut tables) = TABLES.lock() {
+        if tables.len() >= MAX_TYPES {
+            tables.clear();
+        }
+        tables.push((ty.unbind(), table));
+    }
+    Ok(table)
+}
+
+fn lookup(ty: &Bound<'_, PyType>) -> Result<Option<Table>> {
+    let py = ty.py();
+    let name = || ty.name().map(|n| n.to_string()).unwrap_or_default();
+    let malformed = |what: &str| -> Error {
+        Binding::Malformed(format!("{}'s DLPack exchange table is refused: {what}", name())).into()
+    };
+    let ptr = if let Some(attr) = ty.getattr_opt(intern!(py, "__dlpack_c_exchange_api__"))? {
+        let cap =
+            attr.cast::<PyCapsule>().map_err(|_| malformed("__dlpack_c_exchange_api__ is not a capsule"))?;
+        // SAFETY: `cap` is a live capsule; IsValid only compares names.
+        if unsafe { ffi::PyCapsule_IsValid(cap.as_ptr(), DLPACK_EXCHANGE_API.as_ptr()) } != 1 {
+            // SAFETY: as above; GetName returns the capsule's own name (or NULL).
+            let found = unsafe { ffi::PyCapsule_GetName(cap.as_ptr()) };
+            let found = if found.is_null() {
+                "no name".to_string()
+            } else {
+                // SAFETY: a capsule name is a NUL-terminated string that lives with the capsule.
+                format!("{:?}", unsafe { CStr::from_ptr(found) })
+            };
+            return Err(malformed(&format!("the capsule is named {found}, not \"dlpack_exchange_api\"")));
+        }
+        // SAFETY: the name matches.
+        (unsafe { ffi::PyCapsule_GetPointer(cap.as_ptr(), DLPACK_EXCHANGE_API.as_ptr()) }) as usize
+    } else if let Some(attr) = ty.getattr_opt(intern!(py, "__c_dlpack_exchange_api__"))? {
+        attr.extract::<usize>().map_err(|_| malformed("__c_dlpack_exchange_api__ is not an address"))?
+    } else {
+        return Ok(None);
+    };
+    if ptr == 0 {
+        return Err(malformed("the table pointer is NULL"));
+    }
+    // A newer table links to the older ones it still serves: take the first of our major.
+    let mut header = ptr as *const DLPackExchangeAPIHeader;
+    for _ in 0..16 {
+        if header.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: the type publishes a table (or a chain of tables) that lives for the process,
+        // as the exchange API requires; the header is read before anything else.
+        let h = unsafe { &*header };
+        if h.version.major == DLPACK_MAJOR_VERSION {
+            // SAFETY: a major-1 header starts a major-1 table.
+            let api = unsafe { &*(header as *const DLPackExchangeAPI) };
+            let from_py = api
+                .managed_tensor_from_py_object_no_sync
+                .ok_or_else(|| malformed("managed_tensor_from_py_object_no_sync is NULL"))?;
+            return Ok(Some(Table { from_py, stream: api.current_work_stream }));
+        }
+        header = h.prev_api;
+    }
+    Ok(None)
+}
+
+/// A tensor from `x` through its type's table, with no Python call (without copying). A CUDA
+/// tensor stays on its device, and dlframe's stream waits for the producer's current work
+/// stream, since the exchange does not synchronise.
+///
+/// # Errors
+/// The producer's exception; the importer's errors for a tensor dlframe does not read.
+pub fn import(x: &Bound<'_, PyAny>, table: Table) -> Result<Tensor> {
+    let py = x.py();
+    let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+    // SAFETY: the producer's function takes a live object of its type with the GIL held and,
+    // on success, writes a managed tensor that it hands to us.
+    if unsafe { (table.from_py)(x.as_ptr().cast(), &mut out) } != 0 {
+        return Err(Error::fetch(py));
+    }
+    // SAFETY: on success the tensor is ours; the importer releases it on any error.
+    let t = unsafe { ForeignTensor::from_versioned(out) }?.into_tensor();
+    if t.device().is_host_accessible() {
+        return Ok(t);
+    }
+    let d = t.device().to_dlpack();
+    let Some(stream_of) = table.stream else {
+        // No stream to follow: order after the legacy default stream, as for a bare capsule.
+        return Ok(py.detach(|| transfer::adopt_legacy(t))?);
+    };
+    let mut stream: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the producer's function, with the GIL held and a writable output.
+    if unsafe { stream_of(d.device_type, d.device_id, &mut stream) } != 0 {
+        return Err(Error::fetch(py));
+    }
+    let stream = stream as usize;
+    Ok(py.detach(|| transfer::adopt_after(t, stream))?)
+}

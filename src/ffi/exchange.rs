@@ -1,0 +1,93 @@
+//! `repr(C)` DLPack exchange API (`dlpack.h` 1.2 and 1.3, `DLPackExchangeAPI`), written out by
+//! hand with layout asserts.
+//!
+//! A producer type publishes one static table of C functions; a consumer calls them instead of
+//! `__dlpack__`, so no Python call, capsule or keyword parsing sits between the two. Python
+//! objects appear here as `*mut c_void` (`PyObject*`), since this layer knows nothing of Python.
+//! The functions are called with the GIL held and return 0 on success, or -1 with a Python
+//! exception set (the allocator reports through its `SetError` callback instead).
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::mem::{offset_of, size_of};
+
+use super::dlpack::{DLManagedTensorVersioned, DLPackVersion, DLTensor};
+
+/// The capsule name of `type.__dlpack_c_exchange_api__` (DLPack 1.3).
+pub const DLPACK_EXCHANGE_API: &CStr = c"dlpack_exchange_api";
+
+/// `DLPackExchangeAPIHeader`: the version of the table, and an older table a consumer of an
+/// older version may walk to.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLPackExchangeAPIHeader {
+    /// The DLPack version the table follows; a consumer must refuse an unknown major.
+    pub version: DLPackVersion,
+    /// The previous version's table, or NULL.
+    pub prev_api: *mut DLPackExchangeAPIHeader,
+}
+
+/// `SetError(error_ctx, kind, message)`: how the allocator reports a failure.
+pub type DLPackSetError =
+    unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char);
+
+/// `DLPackManagedTensorAllocator`: a new tensor shaped like `prototype` (its shape, dtype and
+/// device; strides and data ignored), owned by the caller.
+pub type DLPackManagedTensorAllocator = unsafe extern "C" fn(
+    prototype: *mut DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: Option<DLPackSetError>,
+) -> c_int;
+
+/// `DLPackManagedTensorFromPyObjectNoSync`: exports `py_object` as an owned managed tensor,
+/// without synchronising any stream.
+pub type DLPackManagedTensorFromPyObjectNoSync =
+    unsafe extern "C" fn(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int;
+
+/// `DLPackManagedTensorToPyObjectNoSync`: wraps a managed tensor (taking ownership of it) as a
+/// new reference to a Python object of the producer's type.
+pub type DLPackManagedTensorToPyObjectNoSync =
+    unsafe extern "C" fn(tensor: *mut DLManagedTensorVersioned, out_py_object: *mut *mut c_void) -> c_int;
+
+/// `DLPackDLTensorFromPyObjectNoSync`: fills a non-owning view of `py_object`, valid while the
+/// object lives.
+pub type DLPackDLTensorFromPyObjectNoSync =
+    unsafe extern "C" fn(py_object: *mut c_void, out: *mut DLTensor) -> c_int;
+
+/// `DLPackCurrentWorkStream`: the stream the producer works on for a device (NULL on the CPU).
+pub type DLPackCurrentWorkStream =
+    unsafe extern "C" fn(device_type: c_int, device_id: i32, out_current_stream: *mut *mut c_void) -> c_int;
+
+/// `DLPackExchangeAPI`: the header, then the five functions in this order.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLPackExchangeAPI {
+    /// Version and previous table.
+    pub header: DLPackExchangeAPIHeader,
+    /// Allocates a tensor.
+    pub managed_tensor_allocator: Option<DLPackManagedTensorAllocator>,
+    /// Exports an object as an owned managed tensor.
+    pub managed_tensor_from_py_object_no_sync: Option<DLPackManagedTensorFromPyObjectNoSync>,
+    /// Wraps a managed tensor as an object.
+    pub managed_tensor_to_py_object_no_sync: Option<DLPackManagedTensorToPyObjectNoSync>,
+    /// Fills a non-owning view of an object.
+    pub dltensor_from_py_object_no_sync: Option<DLPackDLTensorFromPyObjectNoSync>,
+    /// The producer's current stream on a device.
+    pub current_work_stream: Option<DLPackCurrentWorkStream>,
+}
+
+// SAFETY: the table is immutable after construction and its pointers are to functions and
+// static tables, which any thread may read.
+unsafe impl Sync for DLPackExchangeAPI {}
+
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(size_of::<DLPackExchangeAPIHeader>() == 16);
+    assert!(offset_of!(DLPackExchangeAPIHeader, prev_api) == 8);
+    assert!(size_of::<DLPackExchangeAPI>() == 56);
+    assert!(offset_of!(DLPackExchangeAPI, managed_tensor_allocator) == 16);
+    assert!(offset_of!(DLPackExchangeAPI, managed_tensor_from_py_object_no_sync) == 24);
+    assert!(offset_of!(DLPackExchangeAPI, managed_tensor_to_py_object_no_sync) == 32);
+    assert!(offset_of!(DLPackExchangeAPI, dltensor_from_py_object_no_sync) == 40);
+    assert!(offset_of!(DLPackExchangeAPI, current_work_stream) == 48);
+};
