@@ -226,7 +226,9 @@ fn concat_plain(chunks: &[ArrayRef], dtype: DType, out: &mut [u8]) -> Result<()>
     if !rest.is_empty() {
         return Err(Error::layout(format!("{} output bytes left after the chunks", rest.len())));
     }
-    pieces.into_par_iter().with_min_len(4).for_each(|(src, dst)| dst.copy_from_slice(src));
+    kernels::install(|| {
+        pieces.into_par_iter().with_min_len(4).for_each(|(src, dst)| dst.copy_from_slice(src))
+    });
     Ok(())
 }
 

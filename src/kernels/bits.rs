@@ -130,7 +130,9 @@ fn spread(b: u8) -> u64 {
 /// when `out` is large, else once on the calling thread.
 pub(crate) fn by_blocks<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
     if std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES {
-        out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(i, dst)| f(i * ROWS_PER_TASK, dst));
+        super::pool::install(|| {
+            out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(i, dst)| f(i * ROWS_PER_TASK, dst))
+        });
     } else {
         f(0, out);
     }
@@ -230,7 +232,11 @@ pub fn pack_bits(src: &[u8], out: &mut [u8]) {
     let out = &mut out[..need];
     if src.len() >= PARALLEL_THRESHOLD_BYTES {
         let per_task = ROWS_PER_TASK / 8;
-        out.par_chunks_mut(per_task).zip(src.par_chunks(ROWS_PER_TASK)).for_each(|(d, s)| pack_block(s, d));
+        super::pool::install(|| {
+            out.par_chunks_mut(per_task)
+                .zip(src.par_chunks(ROWS_PER_TASK))
+                .for_each(|(d, s)| pack_block(s, d))
+        });
     } else {
         pack_block(src, out);
     }

@@ -69,7 +69,7 @@ fn for_each_chunk<C: Sync, T: Send>(
         rest = tail;
     }
     if parallel {
-        pieces.into_par_iter().try_for_each(|(c, dst)| write(c, dst))
+        super::pool::install(|| pieces.into_par_iter().try_for_each(|(c, dst)| write(c, dst)))
     } else {
         pieces.into_iter().try_for_each(|(c, dst)| write(c, dst))
     }

@@ -57,7 +57,9 @@ pub unsafe fn gather_strided<T: Copy + Send + Sync>(
     };
     if std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES {
         let per_task = (ROWS_PER_TASK / len).max(1);
-        out.par_chunks_mut(per_task * len).enumerate().for_each(|(t, dst)| rows(t * per_task, dst));
+        super::pool::install(|| {
+            out.par_chunks_mut(per_task * len).enumerate().for_each(|(t, dst)| rows(t * per_task, dst))
+        });
     } else {
         rows(0, out);
     }

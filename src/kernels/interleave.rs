@@ -108,7 +108,7 @@ fn try_chunks<T: Send>(
     f: impl Fn(usize, &mut [T]) -> Result<()> + Sync + Send,
 ) -> Result<()> {
     if parallel {
-        out.par_chunks_mut(chunk).enumerate().try_for_each(|(i, dst)| f(i, dst))
+        super::pool::install(|| out.par_chunks_mut(chunk).enumerate().try_for_each(|(i, dst)| f(i, dst)))
     } else {
         out.chunks_mut(chunk).enumerate().try_for_each(|(i, dst)| f(i, dst))
     }

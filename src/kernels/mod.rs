@@ -17,8 +17,10 @@
 //! values are range-checked by [`fill_value`].
 //!
 //! Outputs of [`PARALLEL_THRESHOLD_BYTES`] or more are split into blocks of
-//! [`ROWS_PER_TASK`] rows over rayon's current pool; smaller ones run on the calling thread.
-//! To force one thread, call a kernel inside a one-thread pool's `install`.
+//! [`ROWS_PER_TASK`] rows over rayon's current pool, or, called from outside any pool, over
+//! dlframe's own pool of this process (`pool.rs`: forked children get a new one); smaller ones
+//! run on the calling thread. To force one thread, call a kernel inside a one-thread pool's
+//! `install`.
 //!
 //! Fresh outputs come from [`HostBuffer`]: 64-byte aligned, zeroed, huge pages for large ones.
 //! The only `unsafe` here is that allocation and the raw-pointer reads of
@@ -32,6 +34,7 @@ mod concat;
 mod fill;
 mod gather;
 mod interleave;
+mod pool;
 
 use std::ops::Range;
 
@@ -45,6 +48,7 @@ pub use concat::{concat_fill_into, concat_into};
 pub use fill::fill_nulls;
 pub use gather::{contiguous_copy, gather_strided};
 pub use interleave::interleave;
+pub(crate) use pool::install;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -1,0 +1,64 @@
+//! The threads of the parallel kernels: one rayon pool per process.
+//!
+//! A process made by `fork` (torch's DataLoader workers, multiprocessing on Linux) inherits the
+//! parent's memory but none of its threads, so rayon's global pool, once started in the parent,
+//! would take the child's jobs and never run them. Each process therefore gets its own pool on
+//! first use, and a child starts a new one; the parent's pool is left untouched in the child,
+//! since its threads are not there to stop.
+
+use std::sync::Mutex;
+
+use rayon::ThreadPool;
+
+/// The pool of the process that made it.
+static POOL: Mutex<Option<(u32, &'static ThreadPool)>> = Mutex::new(None);
+
+/// Runs `f` in this process's pool, so that the parallel iterators inside it use that pool's
+/// threads. A caller already inside a rayon pool (its own, or a one-thread pool that forces one
+/// thread) keeps it; `f` runs on the calling thread when no pool can be started.
+pub(crate) fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    match current() {
+        Some(pool) => pool.install(f),
+        None => f(),
+    }
+}
+
+fn current() -> Option<&'static ThreadPool> {
+    let pid = std::process::id();
+    let mut slot = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    match *slot {
+        Some((owner, pool)) if owner == pid => Some(pool),
+        _ => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .thread_name(|i| format!("dlframe-kernel-{i}"))
+                .build()
+                .ok()?;
+            // Lives for the process: the kernels hand it work until exit. A parent's pool,
+            // inherited by a forked child, is leaked there, as its threads do not exist.
+            let pool: &'static ThreadPool = Box::leak(Box::new(pool));
+            *slot = Some((pid, pool));
+            Some(pool)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn work_runs_on_the_process_pool_and_nests() {
+        use rayon::prelude::*;
+        let name = || std::thread::current().name().map(str::to_owned).unwrap_or_default();
+        let outer = super::install(name);
+        assert!(outer.starts_with("dlframe-kernel-"), "{outer}");
+        let sums: Vec<u64> =
+            super::install(|| (0..64u64).into_par_iter().map(|i| super::install(|| i * 2)).collect());
+        assert_eq!(sums.iter().sum::<u64>(), 64 * 63);
+        // Inside a caller's pool, the caller's pool runs it.
+        let own =
+            rayon::ThreadPoolBuilder::new().num_threads(1).thread_name(|_| "caller".into()).build().unwrap();
+        assert_eq!(own.install(|| super::install(name)), "caller");
+    }
+}
