@@ -13,7 +13,8 @@
 //! buffer then owns the producer's managed tensor and runs its deleter when it drops.
 //!
 //! Layers, bottom-up: [`ffi`] (raw DLPack structs) -> [`tensor`] -> [`dlpack`] / [`arrow`] /
-//! [`interface`].
+//! [`interface`] / [`kernels`] / `cuda` -> [`transfer`] (devices) -> [`table`] (a table's
+//! tensors) -> [`batches`] (exact-size batches of a stream).
 //!
 //! # Example: Arrow -> DLPack -> Arrow (without copying)
 //!
@@ -40,6 +41,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod arrow;
+pub mod batches;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
@@ -59,6 +61,7 @@ pub mod options;
 #[cfg(feature = "polars")]
 #[cfg_attr(docsrs, doc(cfg(feature = "polars")))]
 pub mod polars;
+pub mod table;
 pub mod tensor;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]

@@ -6,6 +6,9 @@
   interfaces.
 - ``from_dlpack(x, ...)`` takes any tensor (DLPack, array interface, buffer protocol) and
   returns a pyarrow array, sharing memory where possible.
+- ``batches(source, batch_size, ...)`` streams any Arrow stream (a DataFusion query, a pyarrow
+  dataset, a Polars LazyFrame) as tensors of exactly ``batch_size`` rows, converting the next
+  batch on a background thread.
 - ``dlframe.polars`` (imported with ``dlframe`` when Polars is installed) and
   ``dlframe.datafusion`` (imported on first use, so ``import dlframe`` never imports
   datafusion) hold the Polars and DataFusion integrations.
@@ -14,6 +17,7 @@
 from typing import Any
 
 from ._native import Tensor, __version__, cuda_device_count, from_dlpack, tensor, to_dlpack
+from ._stream import Batches, batches
 
 import importlib.util as _util
 
@@ -21,7 +25,7 @@ if _util.find_spec("polars") is not None:
     # df.to_dlpack(), series.to_dlpack(), lf.to_dlpack() and the `dlframe` namespaces.
     from . import polars as polars  # noqa: F401
 
-__all__ = ["Tensor", "cuda_device_count", "from_dlpack", "tensor", "to_dlpack", "__version__"]
+__all__ = ["Batches", "Tensor", "batches", "cuda_device_count", "from_dlpack", "tensor", "to_dlpack", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

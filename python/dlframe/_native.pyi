@@ -137,6 +137,27 @@ def from_dlpack(x: Any, *, copy: bool | None = None, device: str | None = None) 
     or for a dlframe Tensor one device-to-host transfer, makes the copy); otherwise BufferError.
     """
 
+class BatchStream:
+    def __init__(
+        self,
+        source: Any,
+        batch_size: int,
+        *,
+        iterate: bool = False,
+        nulls: str = "error",
+        fill_value: bool | int | float | None = None,
+        dtype: DTypeLike | None = None,
+        order: str = "C",
+        device: str | None = None,
+        columns: str = "stack",
+        drop_last: bool = False,
+        prefetch: int = 2,
+        shard: tuple[int, int] = (0, 1),
+    ) -> None: ...
+    def __iter__(self) -> BatchStream: ...
+    def __next__(self) -> Any: ...
+    def close(self) -> None: ...
+
 def cuda_device_count() -> int:
     """CUDA devices dlframe can use: 0 without a driver, a device, or CUDA support in the build."""
 

@@ -255,27 +255,14 @@ impl<'a, 'py> FromPyObject<'a, 'py> for OrderArg {
     }
 }
 
-/// `columns=`: how a table becomes tensors.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Columns {
-    /// One `(n, k)` matrix.
-    Stack,
-    /// A dict of column tensors.
-    Dict,
-}
+/// `columns=`: how a table becomes tensors (`"stack"` or `"dict"`).
+pub struct ColumnsArg(pub dlframe::table::Columns);
 
-impl<'a, 'py> FromPyObject<'a, 'py> for Columns {
+impl<'a, 'py> FromPyObject<'a, 'py> for ColumnsArg {
     type Error = Error;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
-        match &*obj.extract::<std::borrow::Cow<'_, str>>()? {
-            "stack" => Ok(Columns::Stack),
-            "dict" => Ok(Columns::Dict),
-            other => {
-                Err(dlframe::Error::InvalidArgument(format!("columns={other:?}: expected 'stack' or 'dict'"))
-                    .into())
-            }
-        }
+        Ok(ColumnsArg(dlframe::table::Columns::parse(&obj.extract::<std::borrow::Cow<'_, str>>()?)?))
     }
 }
 

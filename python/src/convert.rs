@@ -1,21 +1,20 @@
 //! `to_dlpack` (any Arrow producer -> Tensor) and `from_dlpack` (any tensor producer -> Arrow).
 
-use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef};
-use arrow_schema::{DataType, FieldRef};
+use arrow_schema::DataType;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3_arrow::input::AnyArray;
 
-use dlframe::arrow::{Converted, is_list_like, tensor_to_column_with, to_tensor};
+use dlframe::arrow::{Converted, tensor_to_column_with, to_tensor};
 use dlframe::dlpack::request::consumer_stream;
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy};
+use dlframe::table::{TableTensors, split_struct, table_on};
 use dlframe::{Device, Tensor, transfer};
 
 use crate::args::{
-    Columns, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, null_policy,
+    ColumnsArg, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, null_policy,
 };
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
@@ -27,7 +26,12 @@ use crate::to_python::to_pyarrow;
 /// The Python result of a conversion: the values, or `(values, mask)` under `nulls="mask"`
 /// (an all-true mask, on the values' device, when there were no nulls). With a consumer
 /// `stream` (device results only), that stream is made to wait for the work that made them.
-fn wrap(py: Python<'_>, c: Converted, nulls: NullPolicy, stream: Option<usize>) -> Result<Py<PyAny>> {
+pub(crate) fn wrap(
+    py: Python<'_>,
+    c: Converted,
+    nulls: NullPolicy,
+    stream: Option<usize>,
+) -> Result<Py<PyAny>> {
     let Converted { values, mask } = c;
     let mask = match (nulls, mask) {
         (NullPolicy::Mask, None) => Some(py.detach(|| all_valid(&values))?),
@@ -48,34 +52,29 @@ fn wrap(py: Python<'_>, c: Converted, nulls: NullPolicy, stream: Option<usize>) 
     Ok(PyTuple::new(py, [values.into_any(), mask.into_any()])?.into_any().unbind())
 }
 
+/// A table's tensors for Python: [`wrap`] of the one tensor, or a dict of them by name.
+pub(crate) fn wrap_table(
+    py: Python<'_>,
+    t: TableTensors,
+    nulls: NullPolicy,
+    stream: Option<usize>,
+) -> Result<Py<PyAny>> {
+    match t {
+        TableTensors::One(c) => wrap(py, c, nulls, stream),
+        TableTensors::Dict(cols) => {
+            let out = PyDict::new(py);
+            for (name, c) in cols {
+                out.set_item(name, wrap(py, c, nulls, stream)?)?;
+            }
+            Ok(out.into_any().unbind())
+        }
+    }
+}
+
 /// A mask of `true`s shaped like `values`, on its device (copies, to a device).
 fn all_valid(values: &Tensor) -> dlframe::Result<Tensor> {
     let host = Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?.with_copied(true);
     transfer::move_to(&host, values.device())
-}
-
-/// Splits a struct column (a record batch or table) into its fields and per-field chunks.
-/// A table's fields and, per field, its chunks.
-type TableColumns = (Vec<FieldRef>, Vec<Vec<ArrayRef>>);
-
-fn table_columns(field: &FieldRef, chunks: &[ArrayRef]) -> Result<Option<TableColumns>> {
-    let DataType::Struct(fields) = field.data_type() else { return Ok(None) };
-    let mut columns = vec![Vec::with_capacity(chunks.len()); fields.len()];
-    for chunk in chunks {
-        let s = chunk.as_struct();
-        if s.null_count() > 0 {
-            return Err(Binding::Refused(format!(
-                "struct column {:?} has {} null rows; fill or drop them first",
-                field.name(),
-                s.null_count()
-            ))
-            .into());
-        }
-        for (col, child) in columns.iter_mut().zip(s.columns()) {
-            col.push(child.clone());
-        }
-    }
-    Ok(Some((fields.iter().cloned().collect(), columns)))
 }
 
 /// Any Arrow producer (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow: anything with
@@ -99,7 +98,7 @@ fn table_columns(field: &FieldRef, chunks: &[ArrayRef]) -> Result<Option<TableCo
 /// - `device`: `"cpu"` (default), `"cuda"` or `"cuda:N"`; `stream` (DLPack numbering, or a
 ///   torch/cupy stream) is then made to wait for the conversion.
 #[pyfunction]
-#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=Columns::Stack, stream=None))]
+#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), stream=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,
@@ -110,7 +109,7 @@ pub fn to_dlpack<'py>(
     dtype: Option<DTypeArg>,
     order: OrderArg,
     device: Option<TargetDevice>,
-    columns: Columns,
+    columns: ColumnsArg,
     stream: Option<ConsumerStream>,
 ) -> Result<Py<PyAny>> {
     let target = device.map_or(Device::Cpu, |d| d.0);
@@ -140,34 +139,9 @@ pub fn to_dlpack<'py>(
     }
     .map_err(|e| input_error(obj, e))?;
     let (chunks, field) = chunked.into_inner();
-    if let Some((fields, cols)) = table_columns(&field, &chunks)? {
-        return match columns {
-            // One list or tensor column (a `SELECT to_tensor(...)` result) is that column's
-            // tensor, `(n, *cell_shape)`: there is nothing to stack.
-            Columns::Stack if fields.len() == 1 && is_list_like(fields[0].data_type()) => {
-                let c = py.detach(|| transfer::column_on(&fields[0], &cols[0], &opts, target))?;
-                wrap(py, c, nulls, stream)
-            }
-            Columns::Stack => {
-                let c = py.detach(|| transfer::matrix_on(&fields, &cols, &opts, target))?;
-                wrap(py, c, nulls, stream)
-            }
-            Columns::Dict => {
-                if let Some(name) = first_duplicate(fields.iter().map(|f| f.name().as_str())) {
-                    return Err(dlframe::Error::InvalidArgument(format!(
-                        "column '{name}' appears twice, so columns=\"dict\" would keep only one of them; \
-                         rename one, or use columns=\"stack\""
-                    ))
-                    .into());
-                }
-                let out = PyDict::new(py);
-                for (f, chunks) in fields.iter().zip(&cols) {
-                    let c = py.detach(|| transfer::column_on(f, chunks, &opts, target))?;
-                    out.set_item(f.name(), wrap(py, c, nulls, stream)?)?;
-                }
-                Ok(out.into_any().unbind())
-            }
-        };
+    if let Some((fields, cols)) = split_struct(&field, &chunks)? {
+        let t = py.detach(|| table_on(&fields, &cols, columns.0, &opts, target))?;
+        return wrap_table(py, t, nulls, stream);
     }
     let c = py.detach(|| transfer::column_on(&field, &chunks, &opts, target))?;
     wrap(py, c, nulls, stream)
@@ -176,7 +150,7 @@ pub fn to_dlpack<'py>(
 /// An Arrow producer's data, through the PyCapsule interface. The protocol methods are looked up
 /// on the type: an instance lookup of a missing method falls back to `__getattr__`, which costs a
 /// polars Series about 7 us (it searches its expression namespace) before we try the stream.
-fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
+pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
     let py = obj.py();
     let ty = obj.get_type();
     if ty.hasattr(intern!(py, "__arrow_c_array__"))? {
@@ -187,12 +161,6 @@ fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
         // Buffers and other objects pyo3-arrow accepts without the protocol methods.
         obj.extract()
     }
-}
-
-/// The first name that appears twice.
-fn first_duplicate<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let mut seen = std::collections::HashSet::new();
-    names.into_iter().find(|n| !seen.insert(*n))
 }
 
 /// True for a Polars LazyFrame, which has no Arrow interface of its own until it is collected.
@@ -211,7 +179,7 @@ fn collect_lazy<'py>(lf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 
 /// Why an object's Arrow data could not be read: the wrong kind of object, or (for a producer
 /// that has the interface) what the producer or the import refused.
-fn input_error(obj: &Bound<'_, PyAny>, e: Error) -> Error {
+pub(crate) fn input_error(obj: &Bound<'_, PyAny>, e: Error) -> Error {
     let py = obj.py();
     let ty = obj.get_type();
     let name = ty.name().map(|n| n.to_string()).unwrap_or_default();

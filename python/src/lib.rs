@@ -4,6 +4,7 @@
 //! exceptions in `error.rs`, and nothing here converts data on its own.
 
 mod args;
+mod batches;
 mod capsule;
 mod convert;
 mod error;
@@ -56,6 +57,7 @@ fn cuda_device_count() -> usize {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
+    m.add_class::<batches::PyBatchStream>()?;
     m.add_function(wrap_pyfunction!(convert::to_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;

@@ -341,6 +341,25 @@ impl PyTensor {
         Ok(np.call_method(pyo3::intern!(py, "array"), (slf,), Some(&kwargs))?)
     }
 
+    /// Pickling (torch's DataLoader workers send their batches this way): the values as a numpy
+    /// array (one copy, into the pickle), and `dlframe.tensor` over the unpickled array. A
+    /// device tensor is refused (TypeError): move it to the host first.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Result<(Bound<'py, PyAny>, (Bound<'py, PyAny>,))> {
+        let py = slf.py();
+        let device = slf.get().inner.device();
+        if !device.is_host_accessible() {
+            return Err(Binding::WrongType(format!(
+                "a dlframe.Tensor on {device} cannot be pickled; copy it to the host first \
+                 (tensor.to_numpy(copy=True)), or keep DataLoader batches on the CPU and move them \
+                 in the main process"
+            ))
+            .into());
+        }
+        let rebuild =
+            py.import(pyo3::intern!(py, "dlframe._native"))?.getattr(pyo3::intern!(py, "tensor"))?;
+        Ok((rebuild, (Self::to_numpy(slf, None)?,)))
+    }
+
     /// The tensor as a polars Series: `dlframe.polars.from_dlpack` (N-d tensors become
     /// `Array` columns in logical order, copying only transposed or strided tensors).
     #[pyo3(signature = (*, copy=None))]

@@ -21,6 +21,9 @@
 //! column into one [`Tensor`] (zero-copy for one batch, one pass into one buffer otherwise), and
 //! [`register_tensors`] serves tensors as a table without copying them.
 //!
+//! [`tensor_batches`] streams a query's result as tensors of an exact number of rows, for
+//! results larger than memory.
+//!
 //! Errors from dlframe become DataFusion errors in one place, [`to_df_err`].
 //!
 //! Feature `sql` (default): [`sql_to_tensor`], which plans SQL text with DataFusion's parser.
@@ -65,6 +68,7 @@ macro_rules! scalar_udf {
 pub(crate) use scalar_udf;
 
 mod args;
+mod batches;
 mod inspect;
 mod table;
 mod tensor_type;
@@ -77,6 +81,7 @@ use datafusion::execution::FunctionRegistry;
 use datafusion::logical_expr::ScalarUDF;
 use datafusion::prelude::SessionContext;
 
+pub use batches::tensor_batches;
 pub use inspect::{TensorDtypeFunc, TensorElementFunc, TensorNdimFunc, TensorReshapeFunc, TensorShapeFunc};
 #[cfg(feature = "sql")]
 pub use table::sql_to_tensor;

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Streams a DataFusion result larger than memory through dlframe.batches and reports how
+much the process's peak RSS grew, against the result's size.
+
+The result is generated on the fly (generate_series; never on disk, never collected): 8 float32
+columns, 32 bytes a row. The default is about 4 GB (125M rows); `--rows` makes it smaller
+(the test suite runs 6M rows). Every batch is checked: its row count, and the column sums
+against the closed form of the series. `--max-growth F` fails (exit 1) when the peak RSS grew
+by more than F times the result size.
+
+    .venv/bin/python scripts/stream_memory.py [--rows N] [--batch-size B] [--max-growth 0.1]
+"""
+
+import argparse
+import resource
+import sys
+import time
+
+import numpy as np
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=125_000_000)
+    ap.add_argument("--batch-size", type=int, default=65_536)
+    ap.add_argument("--max-growth", type=float, default=0.1)
+    args = ap.parse_args()
+
+    import datafusion
+
+    import dlframe
+
+    ctx = datafusion.SessionContext()
+    cols = ", ".join(f"CAST(value % 1000 AS FLOAT) * {j + 1} AS c{j}" for j in range(8))
+    df = ctx.sql(f"SELECT {cols} FROM generate_series(0, {args.rows - 1})")
+    # Warm up the engine and the extension once, so that their one-time allocations are not
+    # counted as growth.
+    for _ in dlframe.batches(ctx.sql(f"SELECT {cols} FROM generate_series(0, 99999)"), args.batch_size):
+        pass
+    base = peak_rss_bytes()
+    start = time.perf_counter()
+    rows = 0
+    sums = np.zeros(8)
+    for b in dlframe.batches(df, args.batch_size):
+        a = np.from_dlpack(b)
+        assert a.shape[1] == 8 and (a.shape[0] == args.batch_size or rows + a.shape[0] == args.rows), a.shape
+        sums += a.sum(axis=0, dtype=np.float64)
+        rows += a.shape[0]
+    seconds = time.perf_counter() - start
+    grown = max(peak_rss_bytes() - base, 0)
+    size = args.rows * 32
+
+    full, rest = divmod(args.rows, 1000)
+    series = full * (999 * 1000 // 2) + rest * (rest - 1) // 2  # sum of value % 1000
+    want = np.array([series * (j + 1) for j in range(8)], dtype=np.float64)
+    ok_values = rows == args.rows and np.allclose(sums, want, rtol=1e-9)
+    ratio = grown / size
+    print(
+        f"result {size / 1e9:.2f} GB ({rows:,} rows x 8 float32) in {seconds:.1f} s; "
+        f"peak RSS grew {grown / 1e6:.1f} MB = {ratio:.2%} of the result "
+        f"(limit {args.max_growth:.0%}); values {'match' if ok_values else 'DIFFER'}"
+    )
+    return 0 if ok_values and ratio <= args.max_growth else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
