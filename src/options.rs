@@ -162,6 +162,49 @@ impl From<Option<bool>> for CopyPolicy {
     }
 }
 
+/// What a List or LargeList column whose rows have different lengths becomes
+/// (docs/design.md, "Ragged lists"). FixedSizeList columns and plain columns are never ragged.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Ragged {
+    /// Only lists whose rows all have one length, as an `(n, len, ...)` tensor; others are
+    /// refused, naming the first row that differs (the default).
+    #[default]
+    Error,
+    /// An `(n, max_len, ...)` tensor padded with `pad`, plus an int64 lengths tensor `(n,)`.
+    /// `max_len` truncates longer rows; without it the longest row sets the width. Always a copy.
+    Pad {
+        /// The value of the slots past a row's end.
+        pad: Scalar,
+        /// The width; None for the longest row.
+        max_len: Option<usize>,
+    },
+    /// The values of all rows end to end, `(total, ...)`, plus int64 offsets `(n + 1,)`, as
+    /// `torch.nested.nested_tensor_from_jagged` takes them. Zero-copy where the values and
+    /// offsets allow.
+    Jagged,
+}
+
+impl Ragged {
+    /// The mode a `ragged=` name selects, for every boundary: `"error"` (the default), `"pad"`
+    /// (with `pad_value`, default 0, and an optional `max_len`) or `"jagged"`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown name, or `pad_value`/`max_len` without `"pad"`.
+    pub fn parse(name: &str, pad: Option<Scalar>, max_len: Option<usize>) -> Result<Self> {
+        match (name, pad.is_some() || max_len.is_some()) {
+            ("pad", _) => Ok(Ragged::Pad { pad: pad.unwrap_or(Scalar::Int(0)), max_len }),
+            ("error" | "jagged", true) => Err(Error::InvalidArgument(format!(
+                "pad_value= and max_len= apply to ragged='pad', not ragged={name:?}"
+            ))),
+            ("error", false) => Ok(Ragged::Error),
+            ("jagged", false) => Ok(Ragged::Jagged),
+            (other, _) => {
+                Err(Error::InvalidArgument(format!("ragged={other:?}: expected 'error', 'pad' or 'jagged'")))
+            }
+        }
+    }
+}
+
 /// Options of the Arrow -> tensor conversions.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ExportOptions {
@@ -173,4 +216,6 @@ pub struct ExportOptions {
     pub dtype: Option<DType>,
     /// Memory order of a multi-column matrix.
     pub order: Order,
+    /// What a List column with rows of different lengths becomes.
+    pub ragged: Ragged,
 }

@@ -45,6 +45,8 @@ impl Columns {
 
 /// What a table became: one tensor (with its mask), or one per column in the table's order.
 #[derive(Debug, Clone)]
+// One value per table or batch, moved once: boxing the one tensor would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum TableTensors {
     /// [`Columns::Stack`]'s one tensor.
     One(Converted),

@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
 
-use crate::arrow::{Converted, columns_to_tensor, to_tensor};
+use crate::arrow::{Converted, columns_to_tensor, is_ragged, to_tensor};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -185,7 +185,8 @@ pub fn copy_on_device(t: &Tensor) -> Result<Tensor> {
 }
 
 /// One Arrow column as a tensor on `device`: [`crate::arrow::to_tensor`] on the CPU, one
-/// transfer and one kernel on a CUDA device (which copies).
+/// transfer and one kernel on a CUDA device (which copies). A ragged list column
+/// ([`crate::arrow::is_ragged`]) is made on the host and each of its tensors moved (copies).
 ///
 /// # Errors
 /// The conversion's errors first, then [`Error::DeviceUnavailable`] or
@@ -198,6 +199,15 @@ pub fn column_on(
 ) -> Result<Converted> {
     match device {
         Device::Cpu => to_tensor(field, chunks, opts),
+        Device::Cuda(_) if is_ragged(field, opts) => {
+            let host = to_tensor(field, chunks, opts)?;
+            let on = |t: Option<Tensor>| t.map(|t| move_to(&t, device)).transpose();
+            Ok(Converted {
+                values: move_to(&host.values, device)?,
+                mask: on(host.mask)?,
+                index: on(host.index)?,
+            })
+        }
         Device::Cuda(_) => {
             let ordinal = cuda_ordinal(device)?;
             reached(ordinal, cuda::to_device(field, chunks, opts, ordinal))

@@ -72,6 +72,7 @@ def to_dlpack(
     device: str | None = None,  # "cpu", "cuda" or "cuda:N"
     columns: Literal["stack"] = "stack",
     stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
+    ragged: Literal["error"] = "error",
 ) -> Tensor: ...
 @overload
 def to_dlpack(
@@ -85,6 +86,7 @@ def to_dlpack(
     device: str | None = None,  # "cpu", "cuda" or "cuda:N"
     columns: Literal["stack"] = "stack",
     stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
+    ragged: Literal["error"] = "error",
 ) -> tuple[Tensor, Tensor]: ...
 @overload
 def to_dlpack(
@@ -98,7 +100,24 @@ def to_dlpack(
     device: str | None = None,  # "cpu", "cuda" or "cuda:N"
     columns: Literal["dict"],
     stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
+    ragged: Literal["error"] = "error",
 ) -> dict[str, Any]: ...
+@overload
+def to_dlpack(
+    obj: Any,
+    *,
+    nulls: _Nulls = "error",
+    fill_value: bool | int | float | None = None,
+    copy: bool | None = None,
+    dtype: DTypeLike | None = None,
+    order: Literal["C", "F"] = "C",
+    device: str | None = None,  # "cpu", "cuda" or "cuda:N"
+    columns: Literal["stack"] = "stack",
+    stream: Any | None = None,
+    ragged: Literal["pad", "jagged"],  # (values, lengths) / (values, offsets); the mask second under nulls="mask"
+    pad_value: bool | int | float | None = None,
+    max_len: int | None = None,
+) -> tuple[Tensor, ...]: ...
 @overload
 def to_dlpack(
     obj: Any,
@@ -111,7 +130,10 @@ def to_dlpack(
     device: str | None = None,  # "cpu", "cuda" or "cuda:N"
     columns: str = "stack",
     stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
-) -> Tensor | tuple[Tensor, Tensor] | dict[str, Any]:
+    ragged: str = "error",
+    pad_value: bool | int | float | None = None,
+    max_len: int | None = None,
+) -> Tensor | tuple[Tensor, ...] | dict[str, Any]:
     """Any Arrow producer as a tensor.
 
     A column (chunked or not) becomes one tensor: zero-copy for one chunk of numeric data
@@ -119,7 +141,11 @@ def to_dlpack(
     matrix (``columns="stack"``, one fused interleave + cast pass) or a dict of column tensors
     (``columns="dict"``); a table whose only column is a list or tensor column (such as a
     ``SELECT to_tensor(...)`` result) becomes that column's ``(n, *cell_shape)`` tensor.
-    ``nulls="mask"`` returns ``(values, mask)`` pairs. ``copy=False``
+    ``nulls="mask"`` returns ``(values, mask)`` pairs. A List column whose rows have different
+    lengths needs ``ragged="pad"`` (``(values, lengths)``: ``(n, width)`` padded with
+    ``pad_value``, ``width`` = ``max_len`` or the longest row) or ``ragged="jagged"``
+    (``(values, offsets)``, for ``torch.nested.nested_tensor_from_jagged``); the mask, if asked
+    for, comes second. ``copy=False``
     raises BufferError when a copy would be needed; ``copy=True`` always copies.
     With ``device="cuda:N"``, ``stream`` (DLPack numbering: 1 legacy default, 2 per-thread,
     a handle, -1 none; or a torch/cupy stream) is made to wait for the conversion, so the
@@ -153,6 +179,9 @@ class BatchStream:
         drop_last: bool = False,
         prefetch: int = 2,
         shard: tuple[int, int] = (0, 1),
+        ragged: str = "error",
+        pad_value: bool | int | float | None = None,
+        max_len: int | None = None,
     ) -> None: ...
     def __iter__(self) -> BatchStream: ...
     def __next__(self) -> Any: ...

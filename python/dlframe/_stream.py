@@ -93,6 +93,9 @@ def batches(
     device: str | None = None,
     drop_last: bool = False,
     prefetch: int = 2,
+    ragged: str = "error",
+    pad_value: bool | int | float | None = None,
+    max_len: int | None = None,
 ) -> Batches:
     """Exact-size tensor batches of any Arrow stream, for results larger than memory.
 
@@ -105,8 +108,10 @@ def batches(
     Each batch has exactly ``batch_size`` rows, the last one fewer unless ``drop_last``. A
     table's batch is an ``(n, k)`` matrix (``columns="stack"``) or a dict of column tensors
     (``columns="dict"``); a single column's is its own tensor. ``nulls``, ``fill_value``,
-    ``dtype``, ``order`` and ``device`` are :func:`dlframe.to_dlpack`'s, and ``nulls="mask"``
-    gives ``(values, mask)`` pairs.
+    ``dtype``, ``order``, ``device``, ``ragged``, ``pad_value`` and ``max_len`` are
+    :func:`dlframe.to_dlpack`'s: ``nulls="mask"`` gives ``(values, mask)`` pairs, and a List
+    column under ``ragged="pad"`` gives ``(values, lengths)`` (each batch as wide as its longest
+    row, or ``max_len``) and under ``ragged="jagged"`` gives ``(values, offsets)``.
 
     Input batches of any sizes are cut and joined in the one fused pass that casts, interleaves
     and fills (a copy); a batch inside one input batch of a column without nulls shares its
@@ -121,6 +126,7 @@ def batches(
     """
     options = {"columns": columns, "nulls": nulls, "fill_value": fill_value, "dtype": dtype}
     options.update(order=order, device=None if device is None else str(device), drop_last=drop_last)
+    options.update(ragged=ragged, pad_value=pad_value, max_len=max_len)
     return Batches(source, batch_size, prefetch, options)
 
 

@@ -14,7 +14,8 @@ directly where Polars does not define it (it never replaces a method Polars has)
 - ``to_tensor(*exprs)`` is a Polars expression (a plugin compiled into ``dlframe._native``) that
   stacks columns into one ``Array`` column, with the cast and null fill in one pass; it works in
   ``select``, ``with_columns``, ``group_by`` and lazy/streaming queries, and its result leaves
-  through ``to_dlpack`` without a copy.
+  through ``to_dlpack`` without a copy. ``to_tensor_padded(list_expr, max_len, pad)`` pads
+  lists of different lengths into an ``Array`` column.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import polars as pl
 
 from . import _native
 
-__all__ = ["from_dlpack", "to_dlpack", "to_tensor"]
+__all__ = ["from_dlpack", "to_dlpack", "to_tensor", "to_tensor_padded"]
 
 
 def to_dlpack(
@@ -42,6 +43,9 @@ def to_dlpack(
     columns: str = "stack",
     stream: Any = None,
     engine: str = "auto",
+    ragged: str = "error",
+    pad_value: bool | int | float | None = None,
+    max_len: int | None = None,
 ) -> Any:
     """A Polars DataFrame, Series or LazyFrame as a tensor; the options are
     ``dlframe.to_dlpack``'s, and ``engine`` is passed to ``LazyFrame.collect``.
@@ -51,6 +55,7 @@ def to_dlpack(
     """
     options = {"nulls": nulls, "fill_value": fill_value, "copy": copy, "dtype": dtype, "order": order}
     options.update(device=device, columns=columns, stream=stream)
+    options.update(ragged=ragged, pad_value=pad_value, max_len=max_len)
     plain = nulls == "error" and fill_value is None and copy is None and dtype is None and device is None
     if plain and type(obj) is pl.Series:
         view = _numeric_view(obj)
@@ -151,6 +156,37 @@ def to_tensor(
         # Selectors (cs.numeric(), pl.exclude("y"), pl.all()) are inputs of one call, not one
         # call per column.
         input_wildcard_expansion=True,
+    )
+
+
+def to_tensor_padded(
+    expr: pl.Expr | str,
+    max_len: int,
+    pad: bool | int | float = 0,
+    *,
+    dtype: Any = None,
+) -> pl.Expr:
+    """An expression padding a List column whose rows have different lengths into
+    ``Array(T, max_len)``: longer rows are truncated, shorter ones padded with ``pad``, which
+    also stands for a null row and a null element (one pass after reading; copies).
+
+    The lengths, clipped to ``max_len``, are ``pl.col(...).list.len().clip(upper_bound=max_len)``.
+    ``dtype`` takes what :func:`to_tensor` takes. For the lengths and the mask as tensors, or
+    for jagged (values, offsets) tensors, use ``dlframe.to_dlpack(series, ragged=...)``.
+    """
+    from polars.plugins import register_plugin_function
+
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
+        raise TypeError(f"max_len must be an int >= 0, not {max_len!r}")
+    if not isinstance(pad, (bool, int, float)):
+        raise TypeError(f"pad must be a bool, int or float, not {type(pad).__name__}")
+    kwargs = {"max_len": max_len, "pad": pad, "dtype": _native._dtype_name(dtype)}
+    return register_plugin_function(
+        plugin_path=Path(_native.__file__),
+        function_name="to_tensor_padded",
+        args=[expr],
+        kwargs=kwargs,
+        is_elementwise=True,
     )
 
 

@@ -15,7 +15,7 @@ use pyo3_arrow::PyDataType;
 
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::options::Order;
-use dlframe::options::{NullPolicy, Scalar};
+use dlframe::options::{NullPolicy, Ragged, Scalar};
 use dlframe::{DType, Device};
 
 use crate::error::{Binding, Error, Result};
@@ -232,7 +232,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for FillValue {
             return Ok(FillValue(Scalar::Float(f)));
         }
         Err(Binding::WrongType(format!(
-            "fill_value must be a bool, int or float, not {}",
+            "fill_value and pad_value must be a bool, int or float, not {}",
             v.get_type().name()?
         ))
         .into())
@@ -242,6 +242,11 @@ impl<'a, 'py> FromPyObject<'a, 'py> for FillValue {
 /// `nulls=` with its `fill_value=`, through the core's one parser.
 pub fn null_policy(nulls: &str, fill: Option<FillValue>) -> Result<NullPolicy> {
     Ok(NullPolicy::parse(nulls, fill.map(|f| f.0))?)
+}
+
+/// `ragged=` with its `pad_value=` and `max_len=`, through the core's one parser.
+pub fn ragged(name: &str, pad: Option<FillValue>, max_len: Option<usize>) -> Result<Ragged> {
+    Ok(Ragged::parse(name, pad.map(|p| p.0), max_len)?)
 }
 
 /// `order=`: `"C"` or `"F"`, through the core's one parser.

@@ -23,7 +23,7 @@ use dlframe::batches::{BatchOptions, Batcher};
 use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, split_struct};
 
-use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, null_policy};
+use crate::args::{self, ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, null_policy};
 use crate::convert::{arrow_input, input_error, wrap_table};
 use crate::error::{Error, Result};
 
@@ -145,7 +145,7 @@ impl PyBatchStream {
     /// Starts reading `source` (an Arrow producer, or with `iterate=True` a Python iterator of
     /// them) on a background thread; `shard=(i, n)` makes only every n-th batch from batch i.
     #[new]
-    #[pyo3(signature = (source, batch_size, *, iterate=false, nulls="error", fill_value=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), drop_last=false, prefetch=2, shard=(0, 1)))]
+    #[pyo3(signature = (source, batch_size, *, iterate=false, nulls="error", fill_value=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), drop_last=false, prefetch=2, shard=(0, 1), ragged="error", pad_value=None, max_len=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         source: &Bound<'_, PyAny>,
@@ -160,10 +160,18 @@ impl PyBatchStream {
         drop_last: bool,
         prefetch: usize,
         shard: (usize, usize),
+        ragged: &str,
+        pad_value: Option<FillValue>,
+        max_len: Option<usize>,
     ) -> Result<Self> {
         let nulls = null_policy(nulls, fill_value)?;
-        let export =
-            ExportOptions { nulls, copy: CopyPolicy::IfNeeded, dtype: dtype.map(|d| d.0), order: order.0 };
+        let export = ExportOptions {
+            nulls,
+            copy: CopyPolicy::IfNeeded,
+            dtype: dtype.map(|d| d.0),
+            order: order.0,
+            ragged: args::ragged(ragged, pad_value, max_len)?,
+        };
         let options = BatchOptions {
             drop_last,
             columns: columns.0,

@@ -14,7 +14,7 @@ use dlframe::table::{TableTensors, split_struct, table_on};
 use dlframe::{Device, Tensor, transfer};
 
 use crate::args::{
-    ColumnsArg, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, null_policy,
+    self, ColumnsArg, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, null_policy,
 };
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
@@ -24,7 +24,8 @@ use crate::tensor::PyTensor;
 use crate::to_python::to_pyarrow;
 
 /// The Python result of a conversion: the values, or `(values, mask)` under `nulls="mask"`
-/// (an all-true mask, on the values' device, when there were no nulls). With a consumer
+/// (an all-true mask, on the values' device, when there were no nulls); a ragged column adds
+/// its lengths or offsets last: `(values, index)` or `(values, mask, index)`. With a consumer
 /// `stream` (device results only), that stream is made to wait for the work that made them.
 pub(crate) fn wrap(
     py: Python<'_>,
@@ -32,24 +33,28 @@ pub(crate) fn wrap(
     nulls: NullPolicy,
     stream: Option<usize>,
 ) -> Result<Py<PyAny>> {
-    let Converted { values, mask } = c;
+    let Converted { values, mask, index } = c;
     let mask = match (nulls, mask) {
         (NullPolicy::Mask, None) => Some(py.detach(|| all_valid(&values))?),
         (_, m) => m,
     };
     if let Some(h) = stream {
-        for t in std::iter::once(&values).chain(&mask) {
+        for t in std::iter::once(&values).chain(&mask).chain(&index) {
             if let Some(sync) = t.sync() {
                 py.detach(|| sync.wait_on(h))?;
             }
         }
     }
-    let values = Py::new(py, PyTensor::new(values))?;
-    let Some(mask) = mask.filter(|_| nulls == NullPolicy::Mask) else {
-        return Ok(values.into_any());
-    };
-    let mask = Py::new(py, PyTensor::new(mask))?;
-    Ok(PyTuple::new(py, [values.into_any(), mask.into_any()])?.into_any().unbind())
+    let mask = mask.filter(|_| nulls == NullPolicy::Mask);
+    if mask.is_none() && index.is_none() {
+        return Ok(Py::new(py, PyTensor::new(values))?.into_any());
+    }
+    let parts = std::iter::once(values)
+        .chain(mask)
+        .chain(index)
+        .map(|t| Ok(Py::new(py, PyTensor::new(t))?.into_any()))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(PyTuple::new(py, parts)?.into_any().unbind())
 }
 
 /// A table's tensors for Python: [`wrap`] of the one tensor, or a dict of them by name.
@@ -95,10 +100,16 @@ fn all_valid(values: &Tensor) -> dlframe::Result<Tensor> {
 ///   (`"float32"`), a numpy dtype or code (`np.float32`, `"f4"`), a pyarrow, Polars or torch
 ///   dtype.
 /// - `order`: `"C"` or `"F"`, the memory order of a matrix.
+/// - `ragged`: what a List column whose rows have different lengths becomes: `"error"`
+///   (default), `"pad"` (`(values, lengths)`: `(n, width)` padded with `pad_value`, width
+///   `max_len` or the longest row, always a copy) or `"jagged"` (`(values, offsets)` as
+///   `torch.nested.nested_tensor_from_jagged` takes them, zero-copy where Arrow's buffers
+///   allow). Null rows become empty rows unless `nulls="error"`; under `nulls="mask"` the
+///   mask comes second.
 /// - `device`: `"cpu"` (default), `"cuda"` or `"cuda:N"`; `stream` (DLPack numbering, or a
 ///   torch/cupy stream) is then made to wait for the conversion.
 #[pyfunction]
-#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), stream=None))]
+#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), stream=None, ragged="error", pad_value=None, max_len=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,
@@ -111,6 +122,9 @@ pub fn to_dlpack<'py>(
     device: Option<TargetDevice>,
     columns: ColumnsArg,
     stream: Option<ConsumerStream>,
+    ragged: &str,
+    pad_value: Option<FillValue>,
+    max_len: Option<usize>,
 ) -> Result<Py<PyAny>> {
     let target = device.map_or(Device::Cpu, |d| d.0);
     let stream = match (stream, target) {
@@ -124,8 +138,13 @@ pub fn to_dlpack<'py>(
         }
     };
     let nulls = null_policy(nulls, fill_value)?;
-    let opts =
-        ExportOptions { nulls, copy: CopyPolicy::from(copy), dtype: dtype.map(|d| d.0), order: order.0 };
+    let opts = ExportOptions {
+        nulls,
+        copy: CopyPolicy::from(copy),
+        dtype: dtype.map(|d| d.0),
+        order: order.0,
+        ragged: args::ragged(ragged, pad_value, max_len)?,
+    };
     let collected;
     let obj = if is_lazy_frame(obj)? {
         collected = collect_lazy(obj)?;

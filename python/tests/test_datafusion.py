@@ -39,7 +39,7 @@ def ctx():
 def test_every_udf_registers_through_ffi(ctx):
     names = {u.name for u in dlframe._native.datafusion_udfs()}
     assert names == {
-        "to_tensor", "to_tensor_fill", "to_tensor_as", "tensor_shape",
+        "to_tensor", "to_tensor_fill", "to_tensor_as", "to_tensor_padded", "tensor_shape",
         "tensor_ndim", "tensor_dtype", "tensor_reshape", "tensor_element",
     }
     assert dldf.built_against().split(".")[0] == datafusion.__version__.split(".")[0]

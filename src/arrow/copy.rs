@@ -9,6 +9,7 @@ use arrow_array::{Array, ArrayRef};
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, FieldRef};
 
+use super::ragged::{is_ragged, ragged_to_tensor};
 use super::read::{bool_bytes, column_ref, for_segments, leaf_of, validity_bytes, validity_of};
 use super::spec::{ColumnSpec, MatrixSpec};
 use super::to_tensor::from_leaf;
@@ -18,13 +19,16 @@ use crate::kernels::{self, BitSlice, Column, ColumnRef};
 use crate::options::{CopyPolicy, ExportOptions, Order, Scalar};
 use crate::tensor::Tensor;
 
-/// A tensor and, under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask), its validity (bool, same shape, true = valid).
+/// A tensor and, under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask), its validity
+/// (bool, same shape, true = valid); for a ragged list column also its lengths or offsets.
 #[derive(Debug, Clone)]
 pub struct Converted {
     /// The values.
     pub values: Tensor,
     /// The validity mask, when asked for.
     pub mask: Option<Tensor>,
+    /// A ragged column's int64 lengths (`ragged="pad"`) or offsets (`ragged="jagged"`).
+    pub index: Option<Tensor>,
 }
 
 /// One column, in one or more chunks, as one tensor: zero-copy for one chunk without nulls
@@ -40,6 +44,9 @@ pub struct Converted {
 /// under [`CopyPolicy::Never`] when a copy is needed, [`Error::ValueOutOfRange`] for a value
 /// that does not fit a lossy cast.
 pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
+    if is_ragged(field, opts) {
+        return ragged_to_tensor(field, chunks, opts);
+    }
     let spec = ColumnSpec::new(field, chunks, opts)?;
     let values = match &spec.copy_reason {
         None => shared(&spec)?,
@@ -49,7 +56,7 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
         Some(_) => copy_column(&spec)?,
     };
     let mask = spec.mask.then(|| validity_mask(&spec)).transpose()?;
-    Ok(Converted { values, mask })
+    Ok(Converted { values, mask, index: None })
 }
 
 /// The one chunk of a column that needs no copy, as a tensor over its leaf values (the slots of
@@ -112,7 +119,7 @@ pub fn columns_to_tensor(
     } else {
         None
     };
-    Ok(Converted { values, mask })
+    Ok(Converted { values, mask, index: None })
 }
 
 /// Leaf validity of each chunk, with list-level nulls expanded over their cells, unpacked to

@@ -6,6 +6,7 @@
 //! | date32, time32 / date64, time64, timestamp, duration | 1-D int32 / int64, Arrow type kept | zero-copy |
 //! | FixedSizeList (nested too) | `(n, d1, d2, ...)` C order | zero-copy |
 //! | List / LargeList with equal lengths | `(n, d)` | zero-copy; ragged rows are an error naming the row |
+//! | List / LargeList under `ragged="pad"` / `"jagged"` | `(n, width)` + lengths / `(total,)` + offsets | `ragged.rs` |
 //! | `arrow.fixed_shape_tensor` (with `permutation`) | `(n, *logical_shape)`, permuted strides | zero-copy |
 //!
 //! The way back wraps CPU, aligned, contiguous (or permuted-contiguous) memory in an Arrow
@@ -27,6 +28,7 @@ pub mod extension;
 mod from_tensor;
 mod layout;
 mod lists;
+mod ragged;
 pub(crate) mod read;
 pub(crate) mod spec;
 mod to_tensor;
@@ -37,4 +39,5 @@ pub use extension::{FIXED_SHAPE_TENSOR, TensorMetadata};
 pub use from_tensor::{tensor_to_array, tensor_to_column};
 pub use layout::CellLayout;
 pub use lists::{is_list_like, lists_as_fixed};
+pub use ragged::{is_ragged, ragged_to_tensor};
 pub use to_tensor::{array_to_tensor, column_to_tensor};

@@ -70,7 +70,7 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
     let mask = mask
         .map(|m| owned_tensor(g, m, plan.shape.clone(), plan.strides.clone(), DType::Bool, None))
         .transpose()?;
-    Ok(Converted { values, mask })
+    Ok(Converted { values, mask, index: None })
 }
 
 /// A C-contiguous host tensor copied to `g`'s device in one host-to-device transfer on the

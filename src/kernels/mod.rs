@@ -10,6 +10,7 @@
 //! | [`concat_into`], [`concat_fill_into`] | chunks (with validity) | one preallocated buffer |
 //! | [`gather_strided`], [`contiguous_copy`] | a strided view (negative, zero strides) | C order |
 //! | [`interleave`] | `k` columns of any numeric types (with validity) | an `(n, k)` matrix, C or F order, cast |
+//! | [`pad_rows`] | ragged rows end to end | an `(n, width)` matrix, padded |
 //!
 //! Arrow bitmaps are LSB-first, may start at any bit offset (sliced arrays), and 1 means
 //! valid/true ([`BitSlice`]). Casts follow numpy: [`common_dtype`] is `np.result_type`,
@@ -34,6 +35,7 @@ mod concat;
 mod fill;
 mod gather;
 mod interleave;
+mod pad;
 mod pool;
 
 use std::ops::Range;
@@ -48,6 +50,7 @@ pub use concat::{concat_fill_into, concat_into};
 pub use fill::fill_nulls;
 pub use gather::{contiguous_copy, gather_strided};
 pub use interleave::interleave;
+pub use pad::pad_rows;
 pub(crate) use pool::install;
 
 use crate::dtype::DType;

@@ -8,6 +8,7 @@
 //! | `to_tensor_as('float32', x1, ..., xk)` | the same, of the named dtype (checked casts) | one fused pass |
 //! | `to_tensor(fsl_col)` | a tensor of the list's shape (nested lists give N-d cells) | zero-copy without nulls |
 //! | `to_tensor(list_col, d1, ...)` | equal-length List/LargeList as tensors of shape `[d1, ...]` | zero-copy without nulls; ragged rows are an error naming the row |
+//! | `to_tensor_padded(list_col, max_len, pad)` | ragged List/LargeList rows as `[max_len]` tensors, truncated or padded with `pad` (also for null rows and elements) | one pass |
 //! | `tensor_shape(t)`, `tensor_ndim(t)`, `tensor_dtype(t)` | the cell shape, rank and dtype | metadata only |
 //! | `tensor_reshape(t, d1, ...)` | the same values under another cell shape (`-1` infers one dimension) | zero-copy |
 //! | `tensor_element(t, i1, ...)` | one element of each cell (negative indices count from the end) | one gather |
@@ -70,6 +71,7 @@ pub(crate) use scalar_udf;
 mod args;
 mod batches;
 mod inspect;
+mod padded;
 mod table;
 mod tensor_type;
 mod to_tensor;
@@ -83,6 +85,7 @@ use datafusion::prelude::SessionContext;
 
 pub use batches::tensor_batches;
 pub use inspect::{TensorDtypeFunc, TensorElementFunc, TensorNdimFunc, TensorReshapeFunc, TensorShapeFunc};
+pub use padded::ToTensorPaddedFunc;
 #[cfg(feature = "sql")]
 pub use table::sql_to_tensor;
 pub use table::{collect_in_order, collect_result, collect_tensor, register_tensors, tensors_to_table};
@@ -97,6 +100,7 @@ pub fn functions() -> Vec<Arc<ScalarUDF>> {
         Arc::new(ScalarUDF::from(ToTensorFunc::new())),
         Arc::new(ScalarUDF::from(ToTensorFillFunc::new())),
         Arc::new(ScalarUDF::from(ToTensorAsFunc::new())),
+        Arc::new(ScalarUDF::from(ToTensorPaddedFunc::new())),
         Arc::new(ScalarUDF::from(TensorShapeFunc::new())),
         Arc::new(ScalarUDF::from(TensorNdimFunc::new())),
         Arc::new(ScalarUDF::from(TensorDtypeFunc::new())),

@@ -165,7 +165,13 @@ fn invoke(func: &str, options: Options, args: ScalarFunctionArgs) -> Result<Colu
         _ => NullPolicy::Error,
     };
     let out = tensor_type(&args.return_field).map_err(to_df_err)?;
-    let opts = ExportOptions { nulls, copy: CopyPolicy::IfNeeded, dtype: Some(out.dtype), order: Order::C };
+    let opts = ExportOptions {
+        nulls,
+        copy: CopyPolicy::IfNeeded,
+        dtype: Some(out.dtype),
+        order: Order::C,
+        ..Default::default()
+    };
     let n = args.number_rows;
     let data_fields = &args.arg_fields[skip..];
     let first = args.args[skip].clone().into_array(n)?;
@@ -200,7 +206,8 @@ fn check_row_lengths(func: &str, field: &Field, array: &dyn Array, out: &CellLay
     for (row, len) in lengths.enumerate() {
         if len != out.cell && array.is_valid(row) {
             return datafusion::common::exec_err!(
-                "{func}: row {row} of list column '{}' has {len} elements, but the shape {:?} needs {}",
+                "{func}: row {row} of list column '{}' has {len} elements, but the shape {:?} needs {}; \
+                 for rows of different lengths use to_tensor_padded({0}, max_len, pad)",
                 field.name(),
                 out.physical().shape,
                 out.cell
@@ -212,7 +219,7 @@ fn check_row_lengths(func: &str, field: &Field, array: &dyn Array, out: &CellLay
 
 /// Wraps a C-contiguous `(n, ...)` tensor as the flat FixedSizeList storage of `out` (without
 /// copying, except that bool values are bit-packed).
-fn fixed_list(tensor: &Tensor, out: &CellLayout, n: usize) -> Result<ArrayRef> {
+pub(crate) fn fixed_list(tensor: &Tensor, out: &CellLayout, n: usize) -> Result<ArrayRef> {
     let flat = tensor.reshape(vec![(n * out.cell) as i64]).map_err(to_df_err)?;
     let (_, values) =
         dlframe::arrow::tensor_to_column_with(&flat, "", CopyPolicy::IfNeeded).map_err(to_df_err)?;

@@ -445,3 +445,48 @@ async fn bfloat16_tensors_cast_stack_fill_and_read_lance_columns() {
     let e = error(&ctx, "SELECT to_tensor_as('bfloat16', big) FROM t").await;
     assert!(e.contains("does not fit bfloat16"), "{e}");
 }
+
+#[tokio::test]
+async fn ragged_lists_pad_and_truncate_in_sql() {
+    let large = LargeListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+        Some(vec![Some(1), Some(2), Some(3)]),
+        None,
+        Some(vec![]),
+        Some(vec![Some(4), None]),
+    ]);
+    let ctx = ctx_with(vec![batch(vec![
+        (
+            "r",
+            list_array(vec![
+                Some(vec![Some(1.0), Some(2.0), Some(3.0)]),
+                None,
+                Some(vec![]),
+                Some(vec![Some(4.0), None]),
+            ]),
+        ),
+        ("big", Arc::new(large)),
+    ])]);
+    let t = tensor(&ctx, "SELECT to_tensor_padded(r, 4, -1) FROM t").await;
+    assert_eq!(t.shape(), &[4, 4]);
+    assert_eq!(t.dtype(), DType::Float32);
+    #[rustfmt::skip]
+    assert_eq!(f64s(&t), vec![
+        1.0, 2.0, 3.0, -1.0,
+        -1.0, -1.0, -1.0, -1.0,
+        -1.0, -1.0, -1.0, -1.0,
+        4.0, -1.0, -1.0, -1.0,
+    ]);
+    let t = tensor(&ctx, "SELECT to_tensor_padded(big, 2, 0) FROM t").await;
+    assert_eq!((t.dtype(), f64s(&t)), (DType::Int64, vec![1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 4.0, 0.0]));
+    let (schema, _) = query(&ctx, "SELECT to_tensor_padded(r, 3, 0) AS x FROM t").await.unwrap();
+    let meta = TensorMetadata::from_field(schema.field(0)).unwrap().unwrap();
+    assert_eq!(meta.shape, vec![3]);
+    let e = error(&ctx, "SELECT to_tensor_padded(r, -1, 0) FROM t").await;
+    assert!(e.contains("max_len must be >= 0"), "{e}");
+    let e = error(&ctx, "SELECT to_tensor_padded(big, 2, 1.5) FROM t").await;
+    assert!(e.contains("1.5") && e.contains("int64"), "{e}");
+    let e = error(&ctx, "SELECT to_tensor_padded(r, 2) FROM t").await;
+    assert!(e.contains("to_tensor_padded"), "{e}");
+    let e = error(&ctx, "SELECT to_tensor(r, 3) FROM t").await;
+    assert!(e.contains("use to_tensor_padded(r, max_len, pad)"), "{e}");
+}

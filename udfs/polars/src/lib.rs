@@ -2,7 +2,8 @@
 //!
 //! `to_tensor(*exprs)` stacks k columns into one `Array(T, k)` column, with the cast to one
 //! dtype and the null fill done in one pass over the inputs; `to_tensor(list_expr, width=d)`
-//! turns equal-length lists into an `Array(T, d)` column. The result shares the kernel's output
+//! turns equal-length lists into an `Array(T, d)` column; `to_tensor_padded(list_expr, max_len)`
+//! pads or truncates lists of any lengths into an `Array(T, max_len)` column. The result shares the kernel's output
 //! buffer (no further copy), so it leaves Polars through DLPack zero-copy as an `(n, k)` tensor.
 //!
 //! The expressions are elementwise: Polars may call them on any slice of rows, in lazy and
@@ -12,7 +13,7 @@
 //! Errors become Polars errors in [`polars_error`], the one place this boundary maps them.
 
 use dlframe::arrow::CellLayout;
-use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar};
+use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Ragged, Scalar};
 use dlframe::polars::{
     cell_layout, polars_dtype, polars_dtype_of, series_to_matrix, series_to_tensor, tensor_to_series,
 };
@@ -55,11 +56,7 @@ impl ToTensorKwargs {
     }
 
     fn options(&self) -> PolarsResult<ExportOptions> {
-        let fill = self.fill_value.map(|f| match f {
-            Fill::Bool(b) => Scalar::Bool(b),
-            Fill::Int(i) => Scalar::Int(i),
-            Fill::Float(x) => Scalar::Float(x),
-        });
+        let fill = self.fill_value.map(Fill::scalar);
         let name = self.nulls.as_deref().unwrap_or("error");
         let nulls = match NullPolicy::parse(name, fill) {
             Ok(NullPolicy::Mask) => polars_bail!(
@@ -72,7 +69,13 @@ impl ToTensorKwargs {
             ),
             Err(e) => return Err(polars_error(e)),
         };
-        Ok(ExportOptions { nulls, copy: CopyPolicy::IfNeeded, dtype: self.target()?, order: Order::C })
+        Ok(ExportOptions {
+            nulls,
+            copy: CopyPolicy::IfNeeded,
+            dtype: self.target()?,
+            order: Order::C,
+            ..Default::default()
+        })
     }
 }
 
@@ -208,6 +211,86 @@ pub fn to_tensor_impl(inputs: &[Series], kwargs: &ToTensorKwargs) -> PolarsResul
     Ok(out)
 }
 
+/// The keyword arguments of `to_tensor_padded`, as the Python wrapper pickles them.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PaddedKwargs {
+    /// The width of every row: longer rows are truncated, shorter ones padded.
+    pub max_len: usize,
+    /// The value of every missing slot (past a row's end, a null row, a null element); 0 when
+    /// not given.
+    #[serde(default)]
+    pub pad: Option<Fill>,
+    /// Target dtype name; `None` keeps the list's.
+    #[serde(default)]
+    pub dtype: Option<String>,
+}
+
+impl PaddedKwargs {
+    fn pad(&self) -> Scalar {
+        self.pad.map_or(Scalar::Int(0), Fill::scalar)
+    }
+}
+
+impl Fill {
+    fn scalar(self) -> Scalar {
+        match self {
+            Fill::Bool(b) => Scalar::Bool(b),
+            Fill::Int(i) => Scalar::Int(i),
+            Fill::Float(x) => Scalar::Float(x),
+        }
+    }
+}
+
+fn padded_dtype(input: &DataType, kwargs: &PaddedKwargs) -> PolarsResult<DataType> {
+    let DataType::List(inner) = input else {
+        polars_bail!(InvalidOperation: "to_tensor_padded takes a List column, not {input}");
+    };
+    let layout = layout_of(inner, None)?;
+    polars_ensure!(
+        layout.is_scalar(),
+        InvalidOperation: "to_tensor_padded pads lists of numbers, not lists of {inner}"
+    );
+    let leaf = match kwargs.dtype.as_deref() {
+        Some(name) => polars_type(DType::from_name(name).map_err(polars_error)?)?,
+        None => inner.as_ref().clone(),
+    };
+    Ok(DataType::Array(Box::new(leaf), kwargs.max_len))
+}
+
+fn to_tensor_padded_field(inputs: &[Field], kwargs: PaddedKwargs) -> PolarsResult<Field> {
+    polars_ensure!(inputs.len() == 1, InvalidOperation: "to_tensor_padded takes one List column");
+    Ok(Field::new(inputs[0].name().clone(), padded_dtype(inputs[0].dtype(), &kwargs)?))
+}
+
+/// The work of the `to_tensor_padded` expression: a List column whose rows have different
+/// lengths as `Array(T, max_len)`, each row truncated or padded with `pad`, which also stands
+/// for null rows and null elements (the core's `ragged="pad"`; copies once after reading).
+///
+/// # Errors
+/// Polars errors for a column that is not a List of numbers, and a pad value that does not fit.
+pub fn to_tensor_padded_impl(input: &Series, kwargs: &PaddedKwargs) -> PolarsResult<Series> {
+    let out_dtype = padded_dtype(input.dtype(), kwargs)?;
+    if input.is_empty() {
+        return Ok(Series::new_empty(input.name().clone(), &out_dtype));
+    }
+    let pad = kwargs.pad();
+    let opts = ExportOptions {
+        nulls: NullPolicy::Fill(pad),
+        dtype: kwargs.dtype.as_deref().map(DType::from_name).transpose().map_err(polars_error)?,
+        ragged: Ragged::Pad { pad, max_len: Some(kwargs.max_len) },
+        ..Default::default()
+    };
+    let converted = series_to_tensor(input, &opts).map_err(polars_error)?;
+    let out = tensor_to_series(&converted.values, input.name().as_str(), CopyPolicy::IfNeeded)
+        .map_err(polars_error)?;
+    polars_ensure!(
+        out.dtype() == &out_dtype,
+        ComputeError: "to_tensor_padded made a column of type {} where {out_dtype} was declared",
+        out.dtype()
+    );
+    Ok(out)
+}
+
 /// The plugin entry points Polars looks up by name (`_polars_plugin_to_tensor` and
 /// `_polars_plugin_field_to_tensor`); the macro's generated items carry no docs of their own.
 #[allow(missing_docs)]
@@ -219,5 +302,10 @@ mod plugin {
     #[polars_expr(output_type_func_with_kwargs = to_tensor_field)]
     fn to_tensor(inputs: &[Series], kwargs: ToTensorKwargs) -> PolarsResult<Series> {
         to_tensor_impl(inputs, &kwargs)
+    }
+
+    #[polars_expr(output_type_func_with_kwargs = to_tensor_padded_field)]
+    fn to_tensor_padded(inputs: &[Series], kwargs: PaddedKwargs) -> PolarsResult<Series> {
+        to_tensor_padded_impl(&inputs[0], &kwargs)
     }
 }
