@@ -15,8 +15,7 @@ use criterion::{
 };
 use dlframe::arrow::{columns_to_tensor, to_tensor};
 use dlframe::kernels::{BitSlice, Column, HostBuffer, concat_into, fill_nulls, interleave, unpack_bits};
-use dlframe::options::ExportOptions;
-use dlframe::options::Order;
+use dlframe::options::{ExportOptions, Order, Ragged, Scalar};
 
 /// A deterministic LCG (Knuth's MMIX constants).
 struct Lcg(u64);
@@ -171,6 +170,41 @@ fn bench(c: &mut Criterion) {
     g.bench_function("memcpy", |b| b.iter(|| memcpy(&values, &mut out)));
     g.bench_function("kernel", |b| {
         pool.install(|| b.iter(|| interleave(&wide_cols, Order::C, None, &mut out).expect("cast")))
+    });
+    g.finish();
+
+    // Ragged lists: 1M rows of 0..=63 f32 (about 31.5M values), padded to (1M, 64) or read
+    // jagged (a LargeList, zero-copy). The yardstick is a memcpy of the padded bytes.
+    let mut rng = Lcg(11);
+    let lengths: Vec<usize> = (0..1_000_000).map(|_| (rng.next() % 64) as usize).collect();
+    let total: usize = lengths.iter().sum();
+    let offsets = arrow_buffer::OffsetBuffer::<i64>::from_lengths(lengths.iter().copied());
+    let item = Arc::new(Field::new("item", DataType::Float32, false));
+    let list: ArrayRef = Arc::new(arrow_array::LargeListArray::new(
+        item.clone(),
+        offsets,
+        Arc::new(Float32Array::from(floats(total, 12))),
+        None,
+    ));
+    let list_field: FieldRef = Arc::new(Field::new("tokens", DataType::LargeList(item), false));
+    let padded_bytes = lengths.len() * 64 * 4;
+    let flat = floats(padded_bytes / 4, 13);
+    let mut padded_out = vec![0f32; padded_bytes / 4];
+    let pad = ExportOptions { ragged: Ragged::Pad { pad: Scalar::Int(0), max_len: None }, ..opts };
+    let jagged = ExportOptions { ragged: Ragged::Jagged, ..opts };
+    let mut g = group(c, "ragged_pad_1M_rows_f32", padded_bytes);
+    g.bench_function("memcpy", |b| b.iter(|| memcpy(&flat, &mut padded_out)));
+    g.bench_function("memcpy_fresh", |b| b.iter(|| fresh_copy(&flat)));
+    g.bench_function("kernel", |b| {
+        pool.install(|| {
+            b.iter(|| black_box(to_tensor(&list_field, std::slice::from_ref(&list), &pad).expect("pad")))
+        })
+    });
+    g.bench_function("kernel_parallel", |b| {
+        b.iter(|| black_box(to_tensor(&list_field, std::slice::from_ref(&list), &pad).expect("pad")))
+    });
+    g.bench_function("jagged_zero_copy", |b| {
+        b.iter(|| black_box(to_tensor(&list_field, std::slice::from_ref(&list), &jagged).expect("jagged")))
     });
     g.finish();
 }

@@ -31,7 +31,7 @@ usage: dlframe [--table NAME=PATH]... [--column NAME] [--out PATH] [--key NAME] 
        dlframe --help | --version
 
 Runs SQL with dlframe's tensor functions (to_tensor, to_tensor_fill, to_tensor_as,
-tensor_shape, tensor_ndim, tensor_dtype, tensor_reshape, tensor_element) and collects the
+to_tensor_padded, tensor_shape, tensor_ndim, tensor_dtype, tensor_reshape, tensor_element) and collects the
 result into one tensor, printing its shape, dtype and first rows. Without ORDER BY, rows keep
 the order of the files (files by path).
 

@@ -228,7 +228,11 @@ def test_the_plugins_null_error_offers_only_what_the_plugin_accepts():
 
 def test_runtime_objects_have_real_docs_and_signatures():
     for f, params in [
-        (dlframe.to_dlpack, ["obj", "nulls", "fill_value", "copy", "dtype", "order", "device", "columns", "stream"]),
+        (
+            dlframe.to_dlpack,
+            ["obj", "nulls", "fill_value", "copy", "dtype", "order", "device", "columns", "stream"]
+            + ["ragged", "pad_value", "max_len"],
+        ),
         (dlframe.from_dlpack, ["x", "copy", "device"]),
         (dlframe.tensor, ["x"]),
         (dlframe.Tensor.to_numpy, ["self", "copy"]),
@@ -238,6 +242,7 @@ def test_runtime_objects_have_real_docs_and_signatures():
     assert "nulls" in dlframe.to_dlpack.__doc__ and "dtype" in dlframe.to_dlpack.__doc__
     df = pl.DataFrame({"a": [1.0]})
     polars_params = ["nulls", "fill_value", "copy", "dtype", "order", "device", "columns", "stream", "engine"]
+    polars_params += ["ragged", "pad_value", "max_len"]
     for method in (df.to_dlpack, df["a"].to_dlpack, df.lazy().to_dlpack, df.dlframe.to_dlpack):
         sig = inspect.signature(method)
         assert list(sig.parameters) == polars_params, (method, sig)

@@ -155,6 +155,6 @@ mod tests {
                 assert!(seen.insert(name.to_string()), "{name} registered twice");
             }
         }
-        assert_eq!(seen.len(), 8);
+        assert_eq!(seen.len(), 9);
     }
 }
