@@ -8,7 +8,13 @@ columns, 32 bytes a row. The default is about 4 GB (125M rows); `--rows` makes i
 against the closed form of the series. `--max-growth F` fails (exit 1) when the peak RSS grew
 by more than F times the result size.
 
+`--partitions N` sets DataFusion's target_partitions (default: its own, the number of cores).
+`--source-only` reads the same stream through pyarrow's RecordBatchReader without dlframe
+(each batch stacked with numpy), to tell the source's own growth from dlframe's: with more than
+one partition, DataFusion repartitions generate_series and its process grows by itself.
+
     .venv/bin/python scripts/stream_memory.py [--rows N] [--batch-size B] [--max-growth 0.1]
+        [--partitions N] [--source-only]
 """
 
 import argparse
@@ -28,26 +34,40 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=125_000_000)
     ap.add_argument("--batch-size", type=int, default=65_536)
     ap.add_argument("--max-growth", type=float, default=0.1)
+    ap.add_argument("--partitions", type=int, default=None)
+    ap.add_argument("--source-only", action="store_true")
     args = ap.parse_args()
 
     import datafusion
 
     import dlframe
 
-    ctx = datafusion.SessionContext()
+    config = datafusion.SessionConfig()
+    if args.partitions is not None:
+        config = config.with_target_partitions(args.partitions)
+    ctx = datafusion.SessionContext(config)
+
+    def stream(df):
+        if not args.source_only:
+            return dlframe.batches(df, args.batch_size)
+        import pyarrow as pa
+
+        return (np.column_stack([c.to_numpy() for c in b.columns]) for b in pa.RecordBatchReader.from_stream(df))
+
     cols = ", ".join(f"CAST(value % 1000 AS FLOAT) * {j + 1} AS c{j}" for j in range(8))
     df = ctx.sql(f"SELECT {cols} FROM generate_series(0, {args.rows - 1})")
     # Warm up the engine and the extension once, so that their one-time allocations are not
     # counted as growth.
-    for _ in dlframe.batches(ctx.sql(f"SELECT {cols} FROM generate_series(0, 99999)"), args.batch_size):
+    for _ in stream(ctx.sql(f"SELECT {cols} FROM generate_series(0, 99999)")):
         pass
     base = peak_rss_bytes()
     start = time.perf_counter()
     rows = 0
     sums = np.zeros(8)
-    for b in dlframe.batches(df, args.batch_size):
+    for b in stream(df):
         a = np.from_dlpack(b)
-        assert a.shape[1] == 8 and (a.shape[0] == args.batch_size or rows + a.shape[0] == args.rows), a.shape
+        exact = args.source_only or a.shape[0] == args.batch_size or rows + a.shape[0] == args.rows
+        assert a.shape[1] == 8 and exact, a.shape
         sums += a.sum(axis=0, dtype=np.float64)
         rows += a.shape[0]
     seconds = time.perf_counter() - start
@@ -60,6 +80,8 @@ def main() -> int:
     ok_values = rows == args.rows and np.allclose(sums, want, rtol=1e-9)
     ratio = grown / size
     print(
+        f"{'source only (pyarrow reader, no dlframe)' if args.source_only else 'dlframe.batches'}, "
+        f"target_partitions={args.partitions or 'default'}: "
         f"result {size / 1e9:.2f} GB ({rows:,} rows x 8 float32) in {seconds:.1f} s; "
         f"peak RSS grew {grown / 1e6:.1f} MB = {ratio:.2%} of the result "
         f"(limit {args.max_growth:.0%}); values {'match' if ok_values else 'DIFFER'}"
