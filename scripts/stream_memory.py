@@ -4,7 +4,7 @@ much the process's peak RSS grew, against the result's size.
 
 The result is generated on the fly (generate_series; never on disk, never collected): 8 float32
 columns, 32 bytes a row. The default is about 4 GB (125M rows); `--rows` makes it smaller
-(the test suite runs 6M rows). Every batch is checked: its row count, and the column sums
+(the test suite runs 12M rows, on one partition). Every batch is checked: its row count, and the column sums
 against the closed form of the series. `--max-growth F` fails (exit 1) when the peak RSS grew
 by more than F times the result size.
 

@@ -268,7 +268,7 @@ def test_dataloader_with_two_workers_yields_every_batch_once_in_order():
 
 
 def test_a_query_larger_than_its_batches_streams_in_bounded_memory():
-    # The 4 GB run of scripts/stream_memory.py, made smaller (192 MB) for the test suite: the
+    # The 4 GB run of scripts/stream_memory.py, made smaller (384 MB) for the test suite: the
     # process's peak RSS may grow by at most 10% of the result. One DataFusion partition: with
     # more, DataFusion repartitions generate_series and buffers ahead by itself, by an amount
     # that depends on timing (12-19% here, the same when pyarrow reads the stream without
@@ -279,7 +279,7 @@ def test_a_query_larger_than_its_batches_streams_in_bounded_memory():
 
     script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "stream_memory.py")
     out = subprocess.run(
-        [sys.executable, script, "--rows", "6000000", "--max-growth", "0.1", "--partitions", "1"],
+        [sys.executable, script, "--rows", "12000000", "--max-growth", "0.1", "--partitions", "1"],
         capture_output=True,
         text=True,
         timeout=600,
