@@ -50,7 +50,7 @@ pub fn ragged_to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOpti
         Ragged::Pad { max_len, .. } => max_len,
         _ => None,
     };
-    let rows = Rows::read(chunks, cap)?;
+    let mut rows = Rows::read(chunks, cap)?;
     if rows.null_rows > 0 && opts.nulls == NullPolicy::Error {
         return Err(Error::Nulls {
             column: format!("'{}' (null list rows)", field.name()),
@@ -62,8 +62,10 @@ pub fn ragged_to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOpti
         Field::new(field.name(), child.data_type().clone(), child.is_nullable())
             .with_metadata(child.metadata().clone()),
     );
-    let pieces =
-        if rows.pieces.is_empty() { vec![new_empty_array(child.data_type())] } else { rows.pieces.clone() };
+    let pieces = match std::mem::take(&mut rows.pieces) {
+        p if p.is_empty() => vec![new_empty_array(child.data_type())],
+        p => p,
+    };
     match opts.ragged {
         Ragged::Pad { pad, max_len } => {
             if opts.copy == CopyPolicy::Never {
