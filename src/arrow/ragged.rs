@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait, new_empty_array};
+use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, FieldRef};
 
 use super::copy::{Converted, to_tensor};
@@ -89,7 +90,7 @@ pub fn ragged_to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOpti
                                 .into(),
                     });
                 }
-                _ => Tensor::from_vec(rows.offsets(), vec![rows.lengths.len() as i64 + 1])?.with_copied(true),
+                _ => rows.offsets()?,
             };
             Ok(Converted { index: Some(offsets), ..flat })
         }
@@ -157,16 +158,12 @@ impl Rows {
         }
     }
 
-    /// Offsets from the kept lengths (copies `n + 1` integers).
-    fn offsets(&self) -> Vec<i64> {
-        let mut out = Vec::with_capacity(self.lengths.len() + 1);
-        let mut at = 0i64;
-        out.push(0);
-        for &l in &self.lengths {
-            at += l as i64;
-            out.push(at);
-        }
-        out
+    /// The int64 offsets tensor of the kept lengths (copies `n + 1` integers).
+    fn offsets(&self) -> Result<Tensor> {
+        let offsets = OffsetBuffer::<i64>::from_lengths(self.lengths.iter().copied());
+        let n = self.lengths.len() as i64 + 1;
+        Ok(Tensor::from_buffer(offsets.into_inner().into_inner(), 0, vec![n], None, DType::Int64)?
+            .with_copied(true))
     }
 
     /// The column's own offsets as the int64 offsets tensor, without copying: for one
@@ -189,7 +186,6 @@ fn pad_all(flat: Converted, lengths: &[usize], width: usize, pad: Scalar, mask: 
     let values = host_contiguous(flat.values)?;
     let cell_shape = values.shape()[1..].to_vec();
     let cell_elems: usize = cell_shape.iter().map(|&d| d as usize).product();
-    let itemsize = values.dtype().itemsize();
     let one = pad_item(values.dtype(), pad)?;
     let padded = |src: &Tensor, item: &[u8]| -> Result<Tensor> {
         let mut shape = vec![lengths.len() as i64, width as i64];
@@ -199,7 +195,6 @@ fn pad_all(flat: Converted, lengths: &[usize], width: usize, pad: Scalar, mask: 
         kernels::pad_rows(src.as_bytes()?, lengths, cell.len(), width, &cell, out.as_mut_slice())?;
         Ok(Tensor::from_buffer(out.into_buffer(), 0, shape, None, src.dtype())?.with_copied(true))
     };
-    debug_assert_eq!(one.len(), itemsize);
     let out_values = padded(&values, &one)?.with_logical(None);
     let out_mask = if mask {
         let valid = match flat.mask {

@@ -52,7 +52,7 @@ pub enum Fill {
 
 impl ToTensorKwargs {
     fn target(&self) -> PolarsResult<Option<DType>> {
-        self.dtype.as_deref().map(DType::from_name).transpose().map_err(polars_error)
+        target(self.dtype.as_deref())
     }
 
     fn options(&self) -> PolarsResult<ExportOptions> {
@@ -225,6 +225,11 @@ pub struct PaddedKwargs {
     pub dtype: Option<String>,
 }
 
+/// The dtype a `dtype=` name (normalised by the Python wrapper) selects; `None` keeps the input's.
+fn target(name: Option<&str>) -> PolarsResult<Option<DType>> {
+    name.map(DType::from_name).transpose().map_err(polars_error)
+}
+
 impl PaddedKwargs {
     fn pad(&self) -> Scalar {
         self.pad.map_or(Scalar::Int(0), Fill::scalar)
@@ -250,8 +255,8 @@ fn padded_dtype(input: &DataType, kwargs: &PaddedKwargs) -> PolarsResult<DataTyp
         layout.is_scalar(),
         InvalidOperation: "to_tensor_padded pads lists of numbers, not lists of {inner}"
     );
-    let leaf = match kwargs.dtype.as_deref() {
-        Some(name) => polars_type(DType::from_name(name).map_err(polars_error)?)?,
+    let leaf = match target(kwargs.dtype.as_deref())? {
+        Some(d) => polars_type(d)?,
         None => inner.as_ref().clone(),
     };
     Ok(DataType::Array(Box::new(leaf), kwargs.max_len))
@@ -276,7 +281,7 @@ pub fn to_tensor_padded_impl(input: &Series, kwargs: &PaddedKwargs) -> PolarsRes
     let pad = kwargs.pad();
     let opts = ExportOptions {
         nulls: NullPolicy::Fill(pad),
-        dtype: kwargs.dtype.as_deref().map(DType::from_name).transpose().map_err(polars_error)?,
+        dtype: target(kwargs.dtype.as_deref())?,
         ragged: Ragged::Pad { pad, max_len: Some(kwargs.max_len) },
         ..Default::default()
     };
