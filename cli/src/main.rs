@@ -5,9 +5,11 @@
 //! Rows keep the files' order unless the query sorts them (see `collect_in_order`). The result
 //! becomes a tensor by the rule Python's `dlframe.to_dlpack` uses (see `collect_result`), or,
 //! with `--column`, one column alone. The output file is written before anything is printed,
-//! and a closed stdout (`| head`) ends the printing quietly.
+//! and a closed stdout (`| head`) ends the printing quietly. `dlframe serve` (the `serve` module)
+//! serves the same functions and tables over Arrow Flight SQL instead.
 
 mod register;
+mod serve;
 mod write;
 
 use std::io::Write;
@@ -23,11 +25,12 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::SessionContext;
 use dlframe_datafusion::{collect_in_order, collect_result, collect_tensor};
 
-use register::register_file;
+use register::{parse_table, register_file};
 use write::{write_npy, write_safetensors};
 
 const USAGE: &str = "\
 usage: dlframe [--table NAME=PATH]... [--column NAME] [--out PATH] [--key NAME] [--rows N] [SQL]
+       dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]   (dlframe serve --help)
        dlframe --help | --version
 
 Runs SQL with dlframe's tensor functions (to_tensor, to_tensor_fill, to_tensor_as,
@@ -98,12 +101,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> std::result::Result<Comma
         match a.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "-V" | "--version" => return Ok(Command::Version),
-            "--table" => {
-                let v = value("--table")?;
-                let (name, path) =
-                    v.split_once('=').ok_or_else(|| format!("--table {v}: expected NAME=PATH"))?;
-                args.tables.push((name.to_string(), PathBuf::from(path)));
-            }
+            "--table" => args.tables.push(parse_table(&value("--table")?)?),
             "--column" => args.column = Some(value("--column")?),
             "--out" => {
                 let path = PathBuf::from(value("--out")?);
@@ -248,7 +246,12 @@ fn complain(text: &str) {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
+    let mut argv = std::env::args().skip(1).peekable();
+    if argv.peek().map(String::as_str) == Some("serve") {
+        argv.next();
+        return serve::main(argv);
+    }
+    let args = match parse_args(argv) {
         Ok(Command::Run(a)) => a,
         Ok(Command::Help) => return finish(print(&format!("{USAGE}\n")), ExitCode::SUCCESS),
         Ok(Command::Version) => {

@@ -45,6 +45,12 @@ fn io_err(path: &Path, e: std::io::Error) -> DataFusionError {
     plan_err(format!("{}: {e}", path.display()))
 }
 
+/// Reads a `--table NAME=PATH` value (the `dlframe` command's and `dlframe serve`'s).
+pub(crate) fn parse_table(v: &str) -> std::result::Result<(String, PathBuf), String> {
+    let (name, path) = v.split_once('=').ok_or_else(|| format!("--table {v}: expected NAME=PATH"))?;
+    Ok((name.to_string(), PathBuf::from(path)))
+}
+
 /// The data files under `dir` (recursively, as DataFusion lists them), skipping hidden and
 /// `_`-prefixed names such as `_SUCCESS`.
 fn data_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {

@@ -1,0 +1,255 @@
+//! `dlframe serve` as a real process on an ephemeral loopback port, driven by arrow-flight's
+//! Flight SQL client: tensor results equal to a local DataFusion run, errors with the local
+//! message and a server that keeps serving, the bearer token, and a clean stop on SIGTERM.
+//! Every wait is bounded, and the server is killed if a test fails before stopping it.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use std::sync::Arc;
+
+use arrow_flight::FlightDescriptor;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
+use common::{TempDir, write_parquet};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use tonic::transport::Channel;
+
+/// The longest any step (start, a call, a stop) may take.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A `dlframe serve` process, killed on drop unless it was stopped.
+struct Server {
+    child: Child,
+    addr: String,
+    lines: Receiver<String>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dlframe"))
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("DLFRAME_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut server = Server { child, addr: String::new(), lines };
+        let line = server.line_with("listening on ");
+        server.addr = line.rsplit(' ').next().unwrap().to_string();
+        server
+    }
+
+    /// Waits (bounded) for the next stdout line that contains `text`.
+    fn line_with(&mut self, text: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let left = LIMIT.checked_sub(start.elapsed()).unwrap_or_default();
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = self.child.kill();
+                    panic!("dlframe serve printed no line with {text:?} ({e})");
+                }
+            }
+        }
+    }
+
+    async fn client(&self, token: Option<&str>) -> Client {
+        let channel = Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect_timeout(LIMIT)
+            .timeout(LIMIT)
+            .connect()
+            .await
+            .unwrap();
+        Client { inner: FlightServiceClient::new(channel), token: token.map(String::from) }
+    }
+
+    /// Sends SIGTERM.
+    fn sigterm(&self) {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    }
+
+    /// Waits (bounded) for the process to exit.
+    fn wait_exit(mut self) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < LIMIT, "dlframe serve did not exit within {LIMIT:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A Flight client (gRPC, the Flight SQL commands by hand) that sends `token` as a bearer
+/// token, if any.
+struct Client {
+    inner: FlightServiceClient<Channel>,
+    token: Option<String>,
+}
+
+impl Client {
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(message);
+        if let Some(t) = &self.token {
+            r.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        r
+    }
+
+    /// Runs `sql` (GetFlightInfo, then DoGet on each endpoint) as one batch, or the server's
+    /// Status as it came.
+    async fn query(&mut self, sql: &str) -> Result<RecordBatch, tonic::Status> {
+        let call = async {
+            let command = CommandStatementQuery { query: sql.to_string(), transaction_id: None };
+            let descriptor = FlightDescriptor::new_cmd(command.as_any().encode_to_vec());
+            let info = self.inner.get_flight_info(self.request(descriptor)).await?.into_inner();
+            let schema = Arc::new(info.clone().try_decode_schema().unwrap());
+            let mut batches = vec![];
+            for endpoint in info.endpoint {
+                let ticket = endpoint.ticket.expect("a ticket");
+                let data = self.inner.do_get(self.request(ticket)).await?.into_inner();
+                let mut stream =
+                    FlightRecordBatchStream::new_from_flight_data(data.map_err(FlightError::from));
+                while let Some(batch) = stream.next().await {
+                    batches.push(batch.map_err(|e| match e {
+                        FlightError::Tonic(status) => *status,
+                        other => tonic::Status::internal(other.to_string()),
+                    })?);
+                }
+            }
+            Ok(concat_batches(&schema, &batches).unwrap())
+        };
+        tokio::time::timeout(LIMIT, call).await.expect("the call finished in time")
+    }
+}
+
+/// The same query in this process, on the same files, through the same functions.
+async fn local(table: &std::path::Path, sql: &str) -> datafusion::error::Result<RecordBatch> {
+    let ctx = SessionContext::new();
+    dlframe_datafusion::register(&ctx);
+    ctx.register_parquet("t", table.to_str().unwrap(), ParquetReadOptions::default()).await?;
+    let df = ctx.sql(sql).await?;
+    let schema = Arc::new(df.schema().as_arrow().clone());
+    Ok(concat_batches(&schema, &df.collect().await?)?)
+}
+
+/// A table of two Parquet files, 0..3000 and 3000..5000, in one directory.
+fn two_files() -> TempDir {
+    let dir = TempDir::new("serve");
+    std::fs::create_dir(dir.join("t")).unwrap();
+    write_parquet(&dir.join("t/part-0.parquet"), 0..3000, 1000);
+    write_parquet(&dir.join("t/part-1.parquet"), 3000..5000, 1000);
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tensor_results_equal_a_local_run_and_errors_keep_the_server_up() {
+    let dir = two_files();
+    let table = dir.join("t");
+    let spec = format!("t={}", table.display());
+    let server = Server::start(&["--table", &spec]);
+    let mut client = server.client(None).await;
+
+    let sql = "SELECT to_tensor_fill(0, id, x, CASE WHEN id % 7 = 0 THEN NULL ELSE x END) AS f \
+               FROM t ORDER BY id";
+    let got = client.query(sql).await.unwrap();
+    let want = local(&table, sql).await.unwrap();
+    assert_eq!(got.num_rows(), 5000);
+    assert_eq!(got.schema().field(0).extension_type_name(), Some("arrow.fixed_shape_tensor"));
+    assert_eq!(got.schema().field(0).metadata(), want.schema().field(0).metadata());
+    assert_eq!(
+        got.column(0).as_ref(),
+        want.column(0).as_ref(),
+        "the served tensor differs from the local one"
+    );
+
+    // Each error reaches the client with the local message, and the server keeps serving.
+    for bad in [
+        "SELEC to_tensor(x) FROM t",
+        "SELECT to_tensor(x) FROM nope",
+        "SELECT to_tensor(id, CASE WHEN id = 4321 THEN NULL ELSE x END) FROM t",
+        "SELECT to_tensor(CAST(x AS VARCHAR)) FROM t",
+    ] {
+        let local_err = local(&table, bad).await.expect_err(bad);
+        let remote_err = client.query(bad).await.expect_err(bad);
+        // The server sends DataFusion's error in its debug form (datafusion-flight-sql-server's
+        // choice), where the local message stands as written, or with quotes escaped.
+        let message = local_err.find_root().message().into_owned();
+        let escaped = format!("{message:?}");
+        let escaped = &escaped[1..escaped.len() - 1];
+        assert!(
+            remote_err.message().contains(&message) || remote_err.message().contains(escaped),
+            "{bad}: the client got {:?}, locally {message:?}",
+            remote_err.message()
+        );
+    }
+    let after = client.query("SELECT count(*) AS n FROM t").await.unwrap();
+    assert_eq!(after.num_rows(), 1);
+
+    server.sigterm();
+    let status = server.wait_exit();
+    assert!(status.success(), "dlframe serve exited with {status} on SIGTERM");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_required_once_set() {
+    let dir = two_files();
+    let spec = format!("t={}", dir.join("t").display());
+    let server = Server::start(&["--table", &spec, "--token", "s3cret"]);
+    let sql = "SELECT to_tensor(id, x) AS f FROM t";
+    for token in [None, Some("wrong"), Some("s3cre")] {
+        let err = server.client(token).await.query(sql).await.expect_err("refused");
+        assert!(err.message().contains("bearer token"), "{token:?}: {}", err.message());
+    }
+    let ok = server.client(Some("s3cret")).await.query(sql).await.unwrap();
+    assert_eq!(ok.num_rows(), 5000);
+    drop(server); // killed, not stopped: the next test checks the stop
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_it_with_a_client_connected() {
+    let mut server = Server::start(&[]);
+    let mut client = server.client(None).await;
+    let one = client.query("SELECT tensor_ndim(to_tensor(1.5, 2.5)) AS n").await.unwrap();
+    assert_eq!(one.num_rows(), 1);
+    server.sigterm();
+    server.line_with("stopped");
+    let status = server.wait_exit();
+    assert!(status.success(), "{status}");
+    drop(client);
+}

@@ -1,0 +1,100 @@
+"""`dlframe serve` as a real process on an ephemeral loopback port, for the Flight SQL tests and
+benches/flight.py: started from the CLI binary, stopped with SIGTERM (killed if it lingers), and
+every wait bounded."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import queue
+import signal
+import subprocess
+import threading
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def cli_path(profile: str = "debug") -> pathlib.Path:
+    """The dlframe binary: $DLFRAME_CLI, or target/<profile>/dlframe."""
+    return pathlib.Path(os.environ.get("DLFRAME_CLI", ROOT / "target" / profile / "dlframe"))
+
+
+def statement_query(sql: str) -> bytes:
+    """A Flight SQL CommandStatementQuery wrapped in google.protobuf.Any, the command that
+    pyarrow.flight (which has no Flight SQL client) sends in a FlightDescriptor."""
+
+    def field(number: int, payload: bytes) -> bytes:  # a length-delimited protobuf field
+        n, size = len(payload), bytearray()
+        while True:
+            byte, n = n & 0x7F, n >> 7
+            size.append(byte | (0x80 if n else 0))
+            if not n:
+                break
+        return bytes([number << 3 | 2]) + bytes(size) + payload
+
+    type_url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery"
+    return field(1, type_url) + field(2, field(1, sql.encode()))
+
+
+class Served:
+    """A running `dlframe serve --listen 127.0.0.1:0 ARGS...`; `uri` is its grpc:// address."""
+
+    def __init__(self, cli: pathlib.Path, *args: str, token: str | None = None, timeout: float = 60):
+        env = {k: v for k, v in os.environ.items() if k != "DLFRAME_TOKEN"}
+        if token is not None:
+            env["DLFRAME_TOKEN"] = token
+        self.timeout = timeout
+        self.proc = subprocess.Popen(
+            [str(cli), "serve", "--listen", "127.0.0.1:0", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.errors: list[str] = []
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put), daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc.stderr, self.errors.append), daemon=True).start()
+        line = self.wait_for("listening on ")
+        self.uri = "grpc://" + line.rsplit(" ", 1)[1]
+
+    @staticmethod
+    def _read(pipe, put) -> None:
+        for line in pipe:
+            put(line.rstrip("\n"))
+        put(None)
+
+    def wait_for(self, text: str) -> str:
+        """The next stdout line containing `text`; fails (and stops the server) after the timeout."""
+        while True:
+            try:
+                line = self.lines.get(timeout=self.timeout)
+            except queue.Empty:
+                line = None
+            if line is None:
+                self.kill()
+                raise RuntimeError(f"dlframe serve printed no {text!r}; stderr: {' '.join(self.errors)}")
+            if text in line:
+                return line
+
+    def stop(self) -> int:
+        """SIGTERM, then the exit code (bounded; killed past the timeout)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
