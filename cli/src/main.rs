@@ -10,6 +10,7 @@
 
 mod register;
 mod serve;
+mod service;
 mod write;
 
 use std::io::Write;
@@ -248,8 +249,7 @@ fn complain(text: &str) {
 fn main() -> ExitCode {
     let mut argv = std::env::args().skip(1).peekable();
     if argv.peek().map(String::as_str) == Some("serve") {
-        argv.next();
-        return serve::main(argv);
+        return serve::main(argv.skip(1));
     }
     let args = match parse_args(argv) {
         Ok(Command::Run(a)) => a,

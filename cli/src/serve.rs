@@ -7,7 +7,6 @@
 //! Query errors (bad SQL, an unknown table, a `to_tensor` error while running) go to the client
 //! as Flight errors carrying DataFusion's message, and the server keeps serving.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +22,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Status};
 
 use crate::register::{parse_table, register_file};
+use crate::service::{command_main, say, stop_signal};
 
 pub(crate) const USAGE: &str = "\
 usage: dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]
@@ -116,29 +116,6 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Waits for SIGINT or SIGTERM.
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
 /// Registers the tables and serves until a stop signal, printing `listening on ADDR` (with the
 /// port the system picked, for port 0) once connections are accepted.
 async fn serve(args: ServeArgs) -> Result<(), String> {
@@ -165,11 +142,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     });
     let names: Vec<&str> = args.tables.iter().map(|(n, _)| n.as_str()).collect();
     let auth = if args.token.is_some() { "bearer token required" } else { "no token" };
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "dlframe serve: tables [{}], {auth}", names.join(", "));
-    let _ = writeln!(out, "dlframe serve: listening on {addr}");
-    let _ = out.flush();
-    drop(out);
+    say(&format!("dlframe serve: tables [{}], {auth}", names.join(", ")));
+    say(&format!("dlframe serve: listening on {addr}"));
     // After a stop signal, calls in flight get GRACE to finish; then the server exits anyway.
     let deadline = async {
         if stopping_rx.await.is_ok() {
@@ -183,37 +157,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         () = deadline => {}
     }
     drop(staging);
-    let _ = writeln!(std::io::stdout().lock(), "dlframe serve: stopped");
+    say("dlframe serve: stopped");
     Ok(())
 }
 
 /// `dlframe serve ...`: the exit code after serving, or after a bad command line (2).
 pub(crate) fn main(args: impl Iterator<Item = String>) -> ExitCode {
-    let args = match parse(args, std::env::var(TOKEN_ENV).ok()) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            let _ = writeln!(std::io::stdout().lock(), "{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(msg) => {
-            crate::complain(&format!("dlframe: {msg}\n\n{USAGE}"));
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            crate::complain(&format!("dlframe: cannot start the runtime: {e}"));
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(serve(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
-            crate::complain(&format!("dlframe serve: {msg}"));
-            ExitCode::FAILURE
-        }
-    }
+    command_main("serve", USAGE, parse(args, std::env::var(TOKEN_ENV).ok()), serve)
 }
 
 #[cfg(test)]

@@ -5,19 +5,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use std::sync::Arc;
 
 use arrow_flight::FlightDescriptor;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
+use common::process::{LIMIT, Process};
 use common::{TempDir, write_parquet};
 use datafusion::arrow::compute::concat_batches;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
@@ -25,55 +22,17 @@ use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::transport::Channel;
 
-/// The longest any step (start, a call, a stop) may take.
-const LIMIT: Duration = Duration::from_secs(60);
-
-/// A `dlframe serve` process, killed on drop unless it was stopped.
+/// A `dlframe serve` process and its address, killed on drop unless it was stopped.
 struct Server {
-    child: Child,
+    process: Process,
     addr: String,
-    lines: Receiver<String>,
 }
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dlframe"))
-            .arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .env_remove("DLFRAME_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let (tx, lines) = channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut server = Server { child, addr: String::new(), lines };
-        let line = server.line_with("listening on ");
-        server.addr = line.rsplit(' ').next().unwrap().to_string();
-        server
-    }
-
-    /// Waits (bounded) for the next stdout line that contains `text`.
-    fn line_with(&mut self, text: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let left = LIMIT.checked_sub(start.elapsed()).unwrap_or_default();
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(text) => return line,
-                Ok(_) => {}
-                Err(e) => {
-                    let _ = self.child.kill();
-                    panic!("dlframe serve printed no line with {text:?} ({e})");
-                }
-            }
-        }
+        let mut process = Process::start(&[&["serve", "--listen", "127.0.0.1:0"], args].concat());
+        let addr = process.address("listening on ");
+        Server { process, addr }
     }
 
     async fn client(&self, token: Option<&str>) -> Client {
@@ -87,31 +46,16 @@ impl Server {
         Client { inner: FlightServiceClient::new(channel), token: token.map(String::from) }
     }
 
-    /// Sends SIGTERM.
     fn sigterm(&self) {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        self.process.signal("TERM");
     }
 
-    /// Waits (bounded) for the process to exit.
     fn wait_exit(mut self) -> std::process::ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(start.elapsed() < LIMIT, "dlframe serve did not exit within {LIMIT:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.process.wait_exit()
     }
-}
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+    fn line_with(&mut self, text: &str) -> String {
+        self.process.line_with(text)
     }
 }
 

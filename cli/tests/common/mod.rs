@@ -1,7 +1,10 @@
 //! Files the integration tests make for themselves: a temporary directory that removes itself,
-//! and Parquet and CSV files of an `id` column (0, 1, ...) and an `x` column derived from it.
+//! and Parquet and CSV files of an `id` column (0, 1, ...) and an `x` column derived from it;
+//! and `dlframe` processes (`process`).
 
 #![allow(dead_code)]
+
+pub mod process;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
