@@ -6,8 +6,10 @@
 //! becomes a tensor by the rule Python's `dlframe.to_dlpack` uses (see `collect_result`), or,
 //! with `--column`, one column alone. The output file is written before anything is printed,
 //! and a closed stdout (`| head`) ends the printing quietly. `dlframe serve` (the `serve` module)
-//! serves the same functions and tables over Arrow Flight SQL instead.
+//! serves the same functions and tables over Arrow Flight SQL instead, and `dlframe scheduler` and
+//! `dlframe executor` (the `cluster` module) run them on an Apache Ballista cluster.
 
+mod cluster;
 mod register;
 mod serve;
 mod service;
@@ -32,6 +34,8 @@ use write::{write_npy, write_safetensors};
 const USAGE: &str = "\
 usage: dlframe [--table NAME=PATH]... [--column NAME] [--out PATH] [--key NAME] [--rows N] [SQL]
        dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]   (dlframe serve --help)
+       dlframe scheduler [--listen ADDR]                            (dlframe scheduler --help)
+       dlframe executor --scheduler HOST:PORT [--listen ADDR]       (dlframe executor --help)
        dlframe --help | --version
 
 Runs SQL with dlframe's tensor functions (to_tensor, to_tensor_fill, to_tensor_as,
@@ -248,8 +252,11 @@ fn complain(text: &str) {
 
 fn main() -> ExitCode {
     let mut argv = std::env::args().skip(1).peekable();
-    if argv.peek().map(String::as_str) == Some("serve") {
-        return serve::main(argv.skip(1));
+    match argv.peek().map(String::as_str) {
+        Some("serve") => return serve::main(argv.skip(1)),
+        Some("scheduler") => return cluster::scheduler_main(argv.skip(1)),
+        Some("executor") => return cluster::executor_main(argv.skip(1)),
+        _ => {}
     }
     let args = match parse_args(argv) {
         Ok(Command::Run(a)) => a,

@@ -78,10 +78,10 @@ fn directory_kind(dir: &Path) -> Result<(Kind, String, Vec<PathBuf>)> {
     let mut seen: Vec<(Kind, String)> = Vec::new();
     for f in &files {
         let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if let Some((kind, ending)) = Kind::of(name) {
-            if !seen.iter().any(|(k, e)| *k == kind && e == ending) {
-                seen.push((kind, ending.to_string()));
-            }
+        if let Some((kind, ending)) = Kind::of(name)
+            && !seen.iter().any(|(k, e)| *k == kind && e == ending)
+        {
+            seen.push((kind, ending.to_string()));
         }
     }
     match seen.as_slice() {

@@ -1,0 +1,347 @@
+//! `dlframe scheduler` and `dlframe executor`: the two processes of an Apache Ballista cluster,
+//! with every dlframe function registered, so a Ballista client runs `SELECT to_tensor(...)` and
+//! the work is split over the executors.
+//!
+//! Ballista sends query plans between processes and finds a function again by its name, so each
+//! process holds the same functions: the scheduler's sessions (it plans), every executor's
+//! registry (it runs the tasks), and the client's session (see docs/serve.md). Ballista's own
+//! session setup replaces the function list (`with_scalar_functions`), so the functions are added
+//! after each session is built, never before.
+//!
+//! Nothing here copies data: the functions run inside the executors as in any DataFusion process.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ballista_core::registry::BallistaFunctionRegistry;
+use ballista_core::utils::default_session_builder;
+use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
+use ballista_executor::health::ExecutorHealth;
+use ballista_scheduler::cluster::BallistaCluster;
+use ballista_scheduler::config::SchedulerConfig;
+use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
+use datafusion::execution::SessionState;
+use datafusion::prelude::SessionConfig;
+use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
+
+use crate::service::{command_main, say, stop_signal};
+
+pub(crate) const SCHEDULER_USAGE: &str = "\
+usage: dlframe scheduler [--listen ADDR] [--executor-timeout SECS]
+
+Runs an Apache Ballista scheduler that knows dlframe's functions (to_tensor and friends), so
+Ballista clients can use them in SQL and the work runs on `dlframe executor` processes. Prints
+'listening on ADDR' once it accepts connections; stops on SIGINT or SIGTERM.
+
+  --listen ADDR             the address to listen on (default 127.0.0.1:50050; port 0 picks a
+                            free one)
+  --executor-timeout SECS   an executor silent this long is taken as lost, and its tasks run
+                            again elsewhere (default 180)
+  -h, --help                print this help";
+
+pub(crate) const EXECUTOR_USAGE: &str = "\
+usage: dlframe executor --scheduler HOST:PORT [--listen ADDR] [--grpc-port PORT]
+                        [--work-dir DIR] [--slots N] [--heartbeat SECS]
+
+Runs an Apache Ballista executor with dlframe's functions registered. It registers with the
+scheduler, runs the tasks the scheduler gives it, and serves their results to the other
+executors and to the client. Prints 'ready' once the scheduler has answered its heartbeat;
+stops on SIGINT or SIGTERM, after the tasks it is running.
+
+  --scheduler HOST:PORT  the scheduler (a `dlframe scheduler`); waited for up to 30 s
+  --listen ADDR          where the results are served (default 127.0.0.1:50051; port 0 picks a
+                         free one); the host is the one the scheduler hands to the others
+  --grpc-port PORT       where the scheduler sends tasks (default 50052; 0 picks a free one)
+  --work-dir DIR         where task results are written (default: a new temporary directory)
+  --slots N              tasks run at once (default: the number of cores)
+  --heartbeat SECS       how often the executor reports to the scheduler (default 60)
+  -h, --help             print this help";
+
+/// How long an executor waits for its scheduler to answer before it gives up.
+const CONNECT_SECS: u16 = 30;
+
+/// What `dlframe scheduler` was asked to do.
+#[derive(Debug)]
+pub(crate) struct SchedulerArgs {
+    listen: SocketAddr,
+    executor_timeout: u64,
+}
+
+/// What `dlframe executor` was asked to do.
+#[derive(Debug)]
+pub(crate) struct ExecutorArgs {
+    scheduler: (String, u16),
+    listen: SocketAddr,
+    grpc_port: u16,
+    work_dir: Option<PathBuf>,
+    slots: usize,
+    heartbeat: u64,
+}
+
+fn parse_addr(flag: &str, v: &str) -> Result<SocketAddr, String> {
+    v.parse().map_err(|_| format!("{flag} {v}: expected IP:PORT, such as 127.0.0.1:0"))
+}
+
+fn parse_number<T: std::str::FromStr + PartialOrd + Default>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse()
+        .ok()
+        .filter(|n| *n > T::default())
+        .ok_or_else(|| format!("{flag} {v}: expected a positive number"))
+}
+
+/// Reads `dlframe scheduler`'s arguments; `Ok(None)` asks for the help.
+pub(crate) fn parse_scheduler(mut it: impl Iterator<Item = String>) -> Result<Option<SchedulerArgs>, String> {
+    let mut args =
+        SchedulerArgs { listen: "127.0.0.1:50050".parse().expect("an address"), executor_timeout: 180 };
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match a.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--listen" => args.listen = parse_addr("--listen", &value("--listen")?)?,
+            "--executor-timeout" => {
+                args.executor_timeout = parse_number("--executor-timeout", &value("--executor-timeout")?)?;
+            }
+            other => return Err(format!("scheduler: unexpected argument {other}")),
+        }
+    }
+    Ok(Some(args))
+}
+
+/// Reads `dlframe executor`'s arguments; `Ok(None)` asks for the help.
+pub(crate) fn parse_executor(mut it: impl Iterator<Item = String>) -> Result<Option<ExecutorArgs>, String> {
+    let mut scheduler = None;
+    let mut args = ExecutorArgs {
+        scheduler: (String::new(), 0),
+        listen: "127.0.0.1:50051".parse().expect("an address"),
+        grpc_port: 50052,
+        work_dir: None,
+        slots: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        heartbeat: 60,
+    };
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match a.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--scheduler" => {
+                let v = value("--scheduler")?;
+                let bad = || format!("--scheduler {v}: expected HOST:PORT, such as 127.0.0.1:50050");
+                let (host, port) = v.rsplit_once(':').ok_or_else(bad)?;
+                let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?;
+                if host.is_empty() {
+                    return Err(bad());
+                }
+                scheduler = Some((host.trim_matches(['[', ']']).to_string(), port));
+            }
+            "--listen" => args.listen = parse_addr("--listen", &value("--listen")?)?,
+            "--grpc-port" => {
+                let v = value("--grpc-port")?;
+                args.grpc_port = v.parse().map_err(|_| format!("--grpc-port {v}: expected a port number"))?;
+            }
+            "--work-dir" => args.work_dir = Some(PathBuf::from(value("--work-dir")?)),
+            "--slots" => args.slots = parse_number("--slots", &value("--slots")?)?,
+            "--heartbeat" => args.heartbeat = parse_number("--heartbeat", &value("--heartbeat")?)?,
+            other => return Err(format!("executor: unexpected argument {other}")),
+        }
+    }
+    args.scheduler = scheduler.ok_or("executor: --scheduler HOST:PORT is required")?;
+    if args.listen.ip().is_unspecified() {
+        // The host is what the scheduler tells the other executors and the client to connect to.
+        return Err(format!(
+            "--listen {}: give the address the others reach this executor at, not a wildcard",
+            args.listen
+        ));
+    }
+    Ok(Some(args))
+}
+
+/// Ballista's default session for the scheduler, with dlframe's functions added after it is built
+/// (Ballista's builder replaces the function list, so adding them before would lose them).
+fn scheduler_session(config: SessionConfig) -> datafusion::common::Result<SessionState> {
+    let mut state = default_session_builder(config)?;
+    dlframe_datafusion::register_all(&mut state)?;
+    Ok(state)
+}
+
+/// Ballista's default executor registry with dlframe's functions, under their names and aliases.
+pub(crate) fn executor_registry() -> BallistaFunctionRegistry {
+    let mut registry = BallistaFunctionRegistry::default();
+    for udf in dlframe_datafusion::functions() {
+        for name in std::iter::once(udf.name()).chain(udf.aliases().iter().map(String::as_str)) {
+            registry.scalar_functions.insert(name.to_string(), udf.clone());
+        }
+    }
+    registry
+}
+
+/// A free port on `ip`, for Ballista's executor, which tells the scheduler the port it was given
+/// rather than the one it got: the port is taken and released here, so another process could
+/// take it in between, which is as likely as with any port picked by hand.
+fn free_port(ip: std::net::IpAddr) -> Result<u16, String> {
+    let l = StdListener::bind((ip, 0)).map_err(|e| format!("cannot find a free port on {ip}: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| format!("cannot read a free port: {e}"))
+}
+
+async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let mut config = SchedulerConfig::default();
+    config.bind_host = addr.ip().to_string();
+    config.external_host = addr.ip().to_string();
+    config.bind_port = addr.port();
+    config.executor_timeout_seconds = args.executor_timeout;
+    config.no_executors_grace_period_seconds = args.executor_timeout;
+    config.expire_dead_executor_interval_seconds =
+        config.expire_dead_executor_interval_seconds.min(args.executor_timeout / 2).max(1);
+    config.override_session_builder = Some(Arc::new(scheduler_session));
+    config.validate().map_err(|e| e.to_string())?;
+    let cluster = BallistaCluster::new_from_config(&config).await.map_err(|e| e.to_string())?;
+    let scheduler = create_scheduler::<LogicalPlanNode, PhysicalPlanNode>(cluster, Arc::new(config))
+        .await
+        .map_err(|e| e.to_string())?;
+    say(&format!("dlframe scheduler: listening on {addr}"));
+    tokio::select! {
+        served = start_grpc_service_with_listener(listener, scheduler) => {
+            served.map_err(|e| format!("serving on {addr}: {e}"))?;
+        }
+        () = stop_signal() => {}
+    }
+    say("dlframe scheduler: stopped");
+    Ok(())
+}
+
+async fn run_executor(args: ExecutorArgs) -> Result<(), String> {
+    let ip = args.listen.ip();
+    let port = if args.listen.port() == 0 { free_port(ip)? } else { args.listen.port() };
+    let grpc_port = if args.grpc_port == 0 { free_port(ip)? } else { args.grpc_port };
+    let health = ExecutorHealth::new();
+    let config = ExecutorProcessConfig {
+        bind_host: ip.to_string(),
+        external_host: Some(ip.to_string()),
+        port,
+        grpc_port,
+        scheduler_host: args.scheduler.0.clone(),
+        scheduler_port: args.scheduler.1,
+        scheduler_connect_timeout_seconds: CONNECT_SECS,
+        vcores: args.slots,
+        work_dir: args.work_dir.as_ref().map(|d| d.display().to_string()),
+        executor_heartbeat_interval_seconds: args.heartbeat,
+        override_function_registry: Some(Arc::new(executor_registry())),
+        health: health.clone(),
+        ..ExecutorProcessConfig::default()
+    };
+    let id = config.executor_id.clone();
+    let addr = SocketAddr::new(ip, port);
+    let (host, sport) = &args.scheduler;
+    say(&format!(
+        "dlframe executor {id}: serving on {addr}, tasks on port {grpc_port}, scheduler {host}:{sport}"
+    ));
+    let ready = async {
+        while !health.is_ready() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        say(&format!("dlframe executor {id}: ready"));
+        std::future::pending::<()>().await;
+    };
+    // Ballista's executor stops itself on SIGINT and SIGTERM, after its running tasks.
+    tokio::select! {
+        ran = start_executor_process(Arc::new(config)) => ran.map_err(|e| e.to_string())?,
+        () = ready => {}
+    }
+    say(&format!("dlframe executor {id}: stopped"));
+    Ok(())
+}
+
+/// `dlframe scheduler ...`: the exit code after serving, or after a bad command line (2).
+pub(crate) fn scheduler_main(args: impl Iterator<Item = String>) -> ExitCode {
+    command_main("scheduler", SCHEDULER_USAGE, parse_scheduler(args), run_scheduler)
+}
+
+/// `dlframe executor ...`: the exit code after serving, or after a bad command line (2).
+pub(crate) fn executor_main(args: impl Iterator<Item = String>) -> ExitCode {
+    command_main("executor", EXECUTOR_USAGE, parse_executor(args), run_executor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> impl Iterator<Item = String> {
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>().into_iter()
+    }
+
+    #[test]
+    fn scheduler_arguments() {
+        let a = parse_scheduler(args(&[])).unwrap().unwrap();
+        assert_eq!(a.listen.to_string(), "127.0.0.1:50050");
+        assert_eq!(a.executor_timeout, 180);
+        let a =
+            parse_scheduler(args(&["--listen", "127.0.0.1:0", "--executor-timeout", "5"])).unwrap().unwrap();
+        assert_eq!((a.listen.port(), a.executor_timeout), (0, 5));
+        assert!(parse_scheduler(args(&["--help"])).unwrap().is_none());
+        let e = parse_scheduler(args(&["--executor-timeout", "0"])).unwrap_err();
+        assert!(e.contains("positive"), "{e}");
+        let e = parse_scheduler(args(&["--listen", "localhost"])).unwrap_err();
+        assert!(e.contains("--listen localhost"), "{e}");
+        let e = parse_scheduler(args(&["SELECT 1"])).unwrap_err();
+        assert!(e.contains("unexpected argument SELECT 1"), "{e}");
+    }
+
+    #[test]
+    fn executor_arguments() {
+        let e = parse_executor(args(&[])).unwrap_err();
+        assert!(e.contains("--scheduler HOST:PORT is required"), "{e}");
+        let a = parse_executor(args(&[
+            "--scheduler",
+            "localhost:7000",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-port",
+            "0",
+            "--slots",
+            "2",
+            "--heartbeat",
+            "1",
+            "--work-dir",
+            "/tmp/w",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(a.scheduler, ("localhost".to_string(), 7000));
+        assert_eq!((a.listen.port(), a.grpc_port, a.slots, a.heartbeat), (0, 0, 2, 1));
+        assert_eq!(a.work_dir, Some(PathBuf::from("/tmp/w")));
+        let a = parse_executor(args(&["--scheduler", "[::1]:7000"])).unwrap().unwrap();
+        assert_eq!(a.scheduler.0, "::1");
+        for bad in ["7000", "host:", ":7000", "host:0", "host:x"] {
+            let e = parse_executor(args(&["--scheduler", bad])).unwrap_err();
+            assert!(e.contains("expected HOST:PORT"), "{bad}: {e}");
+        }
+        let e = parse_executor(args(&["--scheduler", "h:1", "--listen", "0.0.0.0:5000"])).unwrap_err();
+        assert!(e.contains("not a wildcard"), "{e}");
+        let e = parse_executor(args(&["--scheduler", "h:1", "--slots", "0"])).unwrap_err();
+        assert!(e.contains("positive"), "{e}");
+    }
+
+    #[test]
+    fn every_function_is_in_the_executor_registry_and_the_scheduler_session() {
+        let registry = executor_registry();
+        let state = scheduler_session(SessionConfig::new()).unwrap();
+        for udf in dlframe_datafusion::functions() {
+            assert!(registry.scalar_functions.contains_key(udf.name()), "{}", udf.name());
+            assert!(state.scalar_functions().contains_key(udf.name()), "{}", udf.name());
+        }
+        // Ballista's own functions are still there: adding ours replaced nothing.
+        let ballista = BallistaFunctionRegistry::default();
+        assert!(ballista.scalar_functions.keys().all(|k| registry.scalar_functions.contains_key(k)));
+        assert!(state.scalar_functions().contains_key("abs"));
+    }
+
+    #[test]
+    fn a_free_port_is_not_zero() {
+        assert_ne!(free_port("127.0.0.1".parse().unwrap()).unwrap(), 0);
+    }
+}

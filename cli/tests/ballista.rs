@@ -1,0 +1,234 @@
+//! dlframe's functions on Apache Ballista: an in-process (standalone) cluster, and a cluster of
+//! real processes on loopback ports (`dlframe scheduler` and two `dlframe executor`s) that a
+//! Ballista client reaches as any user would. Results are compared value for value with a local
+//! DataFusion run over the same files; the executors' work directories show that both ran tasks;
+//! and an executor killed in the middle of a query gives the client an error or the right
+//! result, within a bounded time. Every process is killed when its test ends.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use ballista::prelude::SessionContextExt;
+use common::process::{LIMIT, Process};
+use common::{TempDir, write_parquet};
+use datafusion::arrow::compute::concat_batches;
+use datafusion::execution::{FunctionRegistry, SessionStateBuilder};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+
+/// Files of `rows` rows each, in `dir/t`, read by every process of the cluster (one machine).
+fn table(dir: &TempDir, files: i64, rows: i64) -> PathBuf {
+    let t = dir.join("t");
+    std::fs::create_dir(&t).unwrap();
+    for f in 0..files {
+        write_parquet(&t.join(format!("part-{f:02}.parquet")), f * rows..(f + 1) * rows, 4096);
+    }
+    t
+}
+
+/// A session configuration that splits a scan of `files` files into one partition per file,
+/// whatever the machine's core count.
+fn config(files: usize) -> SessionConfig {
+    SessionConfig::new().with_target_partitions(files)
+}
+
+/// Registers `table` as `t` in `ctx`.
+async fn register_table(ctx: &SessionContext, table: &Path) {
+    ctx.register_parquet("t", table.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+}
+
+/// Runs `sql` in `ctx` and returns the result as one batch.
+async fn run(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<RecordBatch> {
+    let df = ctx.sql(sql).await?;
+    let schema = Arc::new(df.schema().as_arrow().clone());
+    Ok(concat_batches(&schema, &df.collect().await?)?)
+}
+
+/// The same query in this process, with plain DataFusion.
+async fn local(table: &Path, sql: &str) -> RecordBatch {
+    let ctx = SessionContext::new_with_config(config(8));
+    dlframe_datafusion::register(&ctx);
+    register_table(&ctx, table).await;
+    run(&ctx, sql).await.unwrap()
+}
+
+/// Asserts that `got` equals `want`: the same schema (the tensor column's extension metadata
+/// included) and the same values.
+fn assert_same(got: &RecordBatch, want: &RecordBatch) {
+    assert_eq!(got.num_rows(), want.num_rows());
+    for (g, w) in got.schema().fields().iter().zip(want.schema().fields()) {
+        assert_eq!(g.data_type(), w.data_type(), "{}", w.name());
+        assert_eq!(g.metadata(), w.metadata(), "{}", w.name());
+    }
+    for (i, (g, w)) in got.columns().iter().zip(want.columns()).enumerate() {
+        assert_eq!(g.as_ref(), w.as_ref(), "column {i} differs from the local run");
+    }
+}
+
+/// The query of the issue: three columns (one with nulls) into one float64 tensor per row.
+const SQL: &str = "SELECT id, to_tensor_fill(0, id, x, CASE WHEN id % 7 = 0 THEN NULL ELSE x END) AS f \
+                   FROM t ORDER BY id";
+
+/// Registers `table` in `ctx`, runs the query (bounded), and checks the result against a local
+/// run: the tensor column's type, every value, and the `(rows, 3)` tensor dlframe makes of it,
+/// as of a local result.
+async fn check_query(ctx: &SessionContext, table: &Path, rows: i64) {
+    register_table(ctx, table).await;
+    let got = tokio::time::timeout(LIMIT, run(ctx, SQL)).await.expect("in time").unwrap();
+    let want = local(table, SQL).await;
+    assert_eq!(got.schema().field(1).extension_type_name(), Some("arrow.fixed_shape_tensor"));
+    assert_same(&got, &want);
+    let tensor = dlframe_datafusion::collect_tensor(&got.schema(), std::slice::from_ref(&got), "f").unwrap();
+    assert_eq!(tensor.shape(), [rows, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_ballista_runs_the_functions() {
+    let dir = TempDir::new("ballista-standalone");
+    let t = table(&dir, 4, 3000);
+    // The in-process scheduler and executor take their functions from the state given here;
+    // the client's session is rebuilt from it with Ballista's function list, which replaces
+    // the state's, so the functions go into the client's session again once it is built.
+    let mut state = SessionStateBuilder::new().with_default_features().with_config(config(4)).build();
+    dlframe_datafusion::register_all(&mut state).unwrap();
+    let ctx = SessionContext::standalone_with_state(state).await.unwrap();
+    assert!(
+        ctx.udf("to_tensor_fill").is_err(),
+        "Ballista kept the functions: this test's setup can be simpler"
+    );
+    dlframe_datafusion::register(&ctx);
+    check_query(&ctx, &t, 12_000).await;
+}
+
+/// A scheduler and executors as real processes on loopback ports.
+struct Cluster {
+    scheduler: Process,
+    address: String,
+    executors: Vec<(Process, PathBuf)>,
+}
+
+impl Cluster {
+    /// Starts a scheduler that gives up on a silent executor after `timeout` seconds, and
+    /// `n` executors of one task slot each, reporting every second, each with a work directory
+    /// under `dir`. Returns once every executor has been answered by the scheduler.
+    fn start(dir: &TempDir, n: usize, timeout: u64) -> Cluster {
+        let mut scheduler = Process::start(&[
+            "scheduler",
+            "--listen",
+            "127.0.0.1:0",
+            "--executor-timeout",
+            &timeout.to_string(),
+        ]);
+        let address = scheduler.address("listening on ");
+        let executors = (0..n)
+            .map(|i| {
+                let work = dir.join(&format!("executor-{i}"));
+                std::fs::create_dir(&work).unwrap();
+                let mut e = Process::start(&[
+                    "executor",
+                    "--scheduler",
+                    &address,
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--grpc-port",
+                    "0",
+                    "--slots",
+                    "1",
+                    "--heartbeat",
+                    "1",
+                    "--work-dir",
+                    work.to_str().unwrap(),
+                ]);
+                e.line_with("ready");
+                (e, work)
+            })
+            .collect();
+        Cluster { scheduler, address, executors }
+    }
+
+    /// A Ballista client session on this cluster, with dlframe's functions added after it is
+    /// built.
+    async fn client(&self, files: usize) -> SessionContext {
+        let state = SessionStateBuilder::new().with_default_features().with_config(config(files)).build();
+        let ctx = SessionContext::remote_with_state(&format!("df://{}", self.address), state).await.unwrap();
+        dlframe_datafusion::register(&ctx);
+        ctx
+    }
+}
+
+/// The regular files under `dir`, at any depth.
+fn files_under(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map_while(Result::ok)
+                .map(|e| if e.path().is_dir() { files_under(&e.path()) } else { 1 })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_executor_cluster_splits_to_tensor_and_matches_a_local_run() {
+    let dir = TempDir::new("ballista-cluster");
+    let t = table(&dir, 6, 5000);
+    let mut cluster = Cluster::start(&dir, 2, 180);
+    let ctx = cluster.client(6).await;
+    check_query(&ctx, &t, 30_000).await;
+
+    // Each executor wrote the output of the tasks it ran into its own work directory.
+    for (i, (_, work)) in cluster.executors.iter().enumerate() {
+        assert!(files_under(work) > 0, "executor {i} ran no task ({} is empty)", work.display());
+    }
+
+    // A query that fails in the functions fails on the cluster too, with dlframe's message.
+    let bad = "SELECT to_tensor(id, CASE WHEN id = 4321 THEN NULL ELSE x END) AS f FROM t";
+    let err = tokio::time::timeout(LIMIT, run(&ctx, bad)).await.expect("in time").unwrap_err();
+    assert!(err.to_string().contains("null"), "{err}");
+
+    for (e, _) in &mut cluster.executors {
+        e.signal("TERM");
+        assert!(e.wait_exit().success());
+    }
+    cluster.scheduler.signal("TERM");
+    cluster.scheduler.line_with("stopped");
+    assert!(cluster.scheduler.wait_exit().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_killed_mid_query_gives_an_error_or_the_right_result() {
+    let dir = TempDir::new("ballista-kill");
+    let files = 12;
+    let t = table(&dir, files, 20_000);
+    let cluster = Cluster::start(&dir, 2, 5);
+    let ctx = cluster.client(files as usize).await;
+    let want = local(&t, SQL).await;
+
+    register_table(&ctx, &t).await;
+    let query = tokio::spawn(async move { run(&ctx, SQL).await });
+    // Kill the second executor as soon as it has finished its first task: the query has more
+    // tasks than the two slots can run at once, and its last stage needs every earlier output.
+    let (victim, work) = &cluster.executors[1];
+    let start = Instant::now();
+    while files_under(work) == 0 {
+        assert!(start.elapsed() < LIMIT, "executor 1 ran no task within {LIMIT:?}");
+        assert!(!query.is_finished(), "the query ended before executor 1 ran a task");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!query.is_finished(), "the query ended before the executor could be killed");
+    victim.signal("KILL");
+
+    // Ballista runs the lost work again on the other executor, or fails the query: either is
+    // fine, a hang or different data is not.
+    let outcome = tokio::time::timeout(2 * LIMIT, query).await.expect("no hang after the kill").unwrap();
+    match outcome {
+        Ok(got) => {
+            assert_same(&got, &want);
+            eprintln!("the lost work ran again after the kill, and the result matched the local run");
+        }
+        Err(e) => eprintln!("the query failed after the kill, as it may: {e}"),
+    }
+}
