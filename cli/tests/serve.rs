@@ -10,9 +10,11 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 
 use arrow_flight::FlightDescriptor;
+use arrow_flight::FlightInfo;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
 use common::process::{LIMIT, Process};
 use common::{TempDir, write_parquet};
@@ -35,15 +37,18 @@ impl Server {
         Server { process, addr }
     }
 
-    async fn client(&self, token: Option<&str>) -> Client {
-        let channel = Channel::from_shared(format!("http://{}", self.addr))
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
             .unwrap()
             .connect_timeout(LIMIT)
             .timeout(LIMIT)
             .connect()
             .await
-            .unwrap();
-        Client { inner: FlightServiceClient::new(channel), token: token.map(String::from) }
+            .unwrap()
+    }
+
+    async fn client(&self, token: Option<&str>) -> Client {
+        Client { inner: FlightServiceClient::new(self.channel().await), token: token.map(String::from) }
     }
 
     fn sigterm(&self) {
@@ -168,6 +173,65 @@ async fn tensor_results_equal_a_local_run_and_errors_keep_the_server_up() {
     server.sigterm();
     let status = server.wait_exit();
     assert!(status.success(), "dlframe serve exited with {status} on SIGTERM");
+}
+
+/// The endpoints of `info`, read with arrow-flight's Flight SQL client, as one batch.
+async fn fetch(
+    client: &mut FlightSqlServiceClient<Channel>,
+    info: FlightInfo,
+) -> Result<RecordBatch, String> {
+    let schema = Arc::new(info.clone().try_decode_schema().map_err(|e| e.to_string())?);
+    let mut batches = vec![];
+    for endpoint in info.endpoint {
+        let stream = client.do_get(endpoint.ticket.expect("a ticket")).await.map_err(|e| e.to_string())?;
+        batches.extend(stream.try_collect::<Vec<_>>().await.map_err(|e| e.to_string())?);
+    }
+    Ok(concat_batches(&schema, &batches).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrow_flights_flight_sql_client_runs_statements_and_prepared_statements() {
+    let dir = two_files();
+    let table = dir.join("t");
+    let spec = format!("t={}", table.display());
+    let server = Server::start(&["--table", &spec, "--token", "s3cret"]);
+    let sql =
+        "SELECT to_tensor_fill(-1, x, CASE WHEN id % 5 = 0 THEN NULL ELSE id END) AS f FROM t ORDER BY id";
+    let want = local(&table, sql).await.unwrap();
+
+    let mut client = FlightSqlServiceClient::new(server.channel().await);
+    let refused = client.execute(sql.to_string(), None).await.expect_err("no token");
+    assert!(refused.to_string().contains("bearer token"), "{refused}");
+    client.set_token("s3cret".to_string());
+
+    let call = async {
+        // A statement, as a SQL client sends it.
+        let info = client.execute(sql.to_string(), None).await.unwrap();
+        let statement = fetch(&mut client, info).await.unwrap();
+        // A prepared statement, as ADBC and JDBC send it.
+        let mut prepared = client.prepare(sql.to_string(), None).await.unwrap();
+        let info = prepared.execute().await.unwrap();
+        let prepared_result = fetch(&mut client, info).await.unwrap();
+        prepared.close().await.unwrap();
+        // An error, with the local message.
+        let bad = "SELECT to_tensor(id, CASE WHEN id = 4321 THEN NULL ELSE x END) FROM t";
+        let err = match client.execute(bad.to_string(), None).await {
+            Err(e) => e.to_string(),
+            Ok(info) => fetch(&mut client, info).await.expect_err(bad),
+        };
+        (statement, prepared_result, err)
+    };
+    let (statement, prepared, err) = tokio::time::timeout(LIMIT, call).await.expect("in time");
+    for got in [&statement, &prepared] {
+        assert_eq!(got.schema().field(0).metadata(), want.schema().field(0).metadata());
+        assert_eq!(
+            got.column(0).as_ref(),
+            want.column(0).as_ref(),
+            "the served tensor differs from the local one"
+        );
+    }
+    assert!(err.contains("null(s); fill them in the same pass"), "{err}");
+    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
