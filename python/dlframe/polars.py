@@ -53,18 +53,36 @@ def to_dlpack(
     A Series of one chunk of numeric data without nulls shares its memory (no copy, constant
     time); everything else goes through the Arrow stream and the fused kernels.
     """
-    options = {"nulls": nulls, "fill_value": fill_value, "copy": copy, "dtype": dtype, "order": order}
-    options.update(device=device, columns=columns, stream=stream)
-    options.update(ragged=ragged, pad_value=pad_value, max_len=max_len)
-    plain = nulls == "error" and fill_value is None and copy is None and dtype is None and device is None
-    if plain and type(obj) is pl.Series:
+    # The shared view first, before any option is gathered: for a small Series, building the
+    # options took as long as the whole export.
+    if (
+        type(obj) is pl.Series
+        and nulls == "error"
+        and fill_value is None
+        and copy is None
+        and dtype is None
+        and device is None
+    ):
         view = _numeric_view(obj)
         if view is not None:
             # The view's own capsule: numpy (>= 2.1) marks it read-only, as Polars' memory is.
             return _native.tensor(view.__dlpack__(max_version=(1, 3)))
     if isinstance(obj, pl.LazyFrame):
         obj = obj.collect(engine=engine)
-    return _native.to_dlpack(obj, **options)
+    return _native.to_dlpack(
+        obj,
+        nulls=nulls,
+        fill_value=fill_value,
+        copy=copy,
+        dtype=dtype,
+        order=order,
+        device=device,
+        columns=columns,
+        stream=stream,
+        ragged=ragged,
+        pad_value=pad_value,
+        max_len=max_len,
+    )
 
 
 def _numeric_view(s: pl.Series) -> Any:
