@@ -69,16 +69,23 @@ class Batches:
         )
 
     def __reduce__(self) -> Any:
+        # The source is pickled here, once, so that a source that cannot be pickled is refused
+        # with what to pass instead; the outer pickler carries its bytes.
         try:
-            pickle.dumps(self.source)
+            source = pickle.dumps(self.source)
         except Exception as e:
             raise TypeError(
                 _IN_WORKERS.format(what=f"a {type(self.source).__name__} cannot be pickled: {e}")
             ) from e
-        return (Batches, (self.source, self.batch_size, self.prefetch, self.options))
+        return (_unpickled, (source, self.batch_size, self.prefetch, self.options))
 
     def __repr__(self) -> str:
         return f"dlframe.batches({type(self.source).__name__}, batch_size={self.batch_size})"
+
+
+def _unpickled(source: bytes, batch_size: int, prefetch: int, options: dict[str, Any]) -> Batches:
+    """A pickled :class:`Batches` again, in a DataLoader worker."""
+    return Batches(pickle.loads(source), batch_size, prefetch, options)
 
 
 def batches(

@@ -248,6 +248,35 @@ def test_tensors_pickle_as_their_values():
     np.testing.assert_array_equal(np.from_dlpack(back), [[1.0, 3.0], [2.0, 4.0]])
 
 
+class _CountsPickles:
+    """A picklable source (a pyarrow table inside) that counts how often it is pickled."""
+
+    pickled = 0
+
+    def __init__(self, table):
+        self.table = table
+
+    def __reduce__(self):
+        type(self).pickled += 1
+        return (_CountsPickles, (self.table,))
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.table.__arrow_c_stream__(requested_schema)
+
+
+def test_batches_pickle_for_spawned_workers_with_the_source_pickled_once():
+    table = random_table(1000, ["float32", "int64"], seed=5)
+    want = np.from_dlpack(dlframe.to_dlpack(table, dtype="float64"))
+    _CountsPickles.pickled = 0
+    back = pickle.loads(pickle.dumps(dlframe.batches(_CountsPickles(table), 300, dtype="float64")))
+    assert _CountsPickles.pickled == 1
+    check_batches([np.from_dlpack(b) for b in back], want, 1000, 300)
+    # A source that cannot be pickled is refused, saying what to pass instead.
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+    with pytest.raises(TypeError, match="RecordBatchReader cannot be pickled.*pass a function"):
+        pickle.dumps(dlframe.batches(reader, 300))
+
+
 def test_dataloader_with_two_workers_yields_every_batch_once_in_order():
     torch = optional("torch")
     from torch.utils.data import DataLoader
