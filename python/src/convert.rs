@@ -382,6 +382,11 @@ fn import_on_device(x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
 /// default stream (where DLPack puts data handed over without a stream).
 fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
     let t = capsule::consume(cap)?.into_tensor();
+    if t.device().is_host_accessible() {
+        // Nothing to order, so the GIL stays held, as in the exchange API's import: releasing it
+        // would let another Python thread take it, and this small import wait for its turn.
+        return Ok(t);
+    }
     Ok(cap.py().detach(|| transfer::adopt_legacy(t))?)
 }
 
