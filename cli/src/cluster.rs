@@ -27,7 +27,7 @@ use datafusion::execution::SessionState;
 use datafusion::prelude::SessionConfig;
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 
-use crate::service::{command_main, say, stop_signal};
+use crate::service::{command_main, parse_listen, say, stop_signal};
 
 pub(crate) const SCHEDULER_USAGE: &str = "\
 usage: dlframe scheduler [--listen ADDR] [--executor-timeout SECS]
@@ -81,10 +81,6 @@ pub(crate) struct ExecutorArgs {
     heartbeat: u64,
 }
 
-fn parse_addr(flag: &str, v: &str) -> Result<SocketAddr, String> {
-    v.parse().map_err(|_| format!("{flag} {v}: expected IP:PORT, such as 127.0.0.1:0"))
-}
-
 fn parse_number<T: std::str::FromStr + PartialOrd + Default>(flag: &str, v: &str) -> Result<T, String> {
     v.parse()
         .ok()
@@ -100,7 +96,7 @@ pub(crate) fn parse_scheduler(mut it: impl Iterator<Item = String>) -> Result<Op
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
             "-h" | "--help" => return Ok(None),
-            "--listen" => args.listen = parse_addr("--listen", &value("--listen")?)?,
+            "--listen" => args.listen = parse_listen(&value("--listen")?)?,
             "--executor-timeout" => {
                 args.executor_timeout = parse_number("--executor-timeout", &value("--executor-timeout")?)?;
             }
@@ -135,7 +131,7 @@ pub(crate) fn parse_executor(mut it: impl Iterator<Item = String>) -> Result<Opt
                 }
                 scheduler = Some((host.trim_matches(['[', ']']).to_string(), port));
             }
-            "--listen" => args.listen = parse_addr("--listen", &value("--listen")?)?,
+            "--listen" => args.listen = parse_listen(&value("--listen")?)?,
             "--grpc-port" => {
                 let v = value("--grpc-port")?;
                 args.grpc_port = v.parse().map_err(|_| format!("--grpc-port {v}: expected a port number"))?;

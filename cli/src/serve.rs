@@ -22,7 +22,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Status};
 
 use crate::register::{parse_table, register_file};
-use crate::service::{command_main, say, stop_signal};
+use crate::service::{command_main, parse_listen, say, stop_signal};
 
 pub(crate) const USAGE: &str = "\
 usage: dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]
@@ -75,12 +75,7 @@ pub(crate) fn parse(
         match a.as_str() {
             "-h" | "--help" => return Ok(None),
             "--table" => args.tables.push(parse_table(&value("--table")?)?),
-            "--listen" => {
-                let v = value("--listen")?;
-                args.listen = v
-                    .parse()
-                    .map_err(|_| format!("--listen {v}: expected HOST:PORT, such as 127.0.0.1:0"))?;
-            }
+            "--listen" => args.listen = parse_listen(&value("--listen")?)?,
             "--token" => args.token = Some(value("--token")?),
             other => return Err(format!("serve: unexpected argument {other}")),
         }

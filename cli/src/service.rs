@@ -3,7 +3,14 @@
 //! lines they print for whoever started them.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::process::ExitCode;
+
+/// A `--listen` value: an IP address and a port (0 lets the system pick one). A host name is
+/// refused, since the address is also what the process prints and hands to others.
+pub(crate) fn parse_listen(v: &str) -> Result<SocketAddr, String> {
+    v.parse().map_err(|_| format!("--listen {v}: expected IP:PORT, such as 127.0.0.1:0"))
+}
 
 /// A subcommand's exit code: its help (0), a bad command line (2), or `run` on a new
 /// multi-threaded runtime (0, or 1 with its error).
