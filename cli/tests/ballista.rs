@@ -8,16 +8,14 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use ballista::prelude::SessionContextExt;
 use common::process::{LIMIT, Process};
-use common::{TempDir, write_parquet};
-use datafusion::arrow::compute::concat_batches;
+use common::{TempDir, collect_one, local, register_table, write_parquet};
 use datafusion::execution::{FunctionRegistry, SessionStateBuilder};
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion::prelude::{SessionConfig, SessionContext};
 
 /// Files of `rows` rows each, in `dir/t`, read by every process of the cluster (one machine).
 fn table(dir: &TempDir, files: i64, rows: i64) -> PathBuf {
@@ -33,26 +31,6 @@ fn table(dir: &TempDir, files: i64, rows: i64) -> PathBuf {
 /// whatever the machine's core count.
 fn config(files: usize) -> SessionConfig {
     SessionConfig::new().with_target_partitions(files)
-}
-
-/// Registers `table` as `t` in `ctx`.
-async fn register_table(ctx: &SessionContext, table: &Path) {
-    ctx.register_parquet("t", table.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
-}
-
-/// Runs `sql` in `ctx` and returns the result as one batch.
-async fn run(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<RecordBatch> {
-    let df = ctx.sql(sql).await?;
-    let schema = Arc::new(df.schema().as_arrow().clone());
-    Ok(concat_batches(&schema, &df.collect().await?)?)
-}
-
-/// The same query in this process, with plain DataFusion.
-async fn local(table: &Path, sql: &str) -> RecordBatch {
-    let ctx = SessionContext::new_with_config(config(8));
-    dlframe_datafusion::register(&ctx);
-    register_table(&ctx, table).await;
-    run(&ctx, sql).await.unwrap()
 }
 
 /// Asserts that `got` equals `want`: the same schema (the tensor column's extension metadata
@@ -77,8 +55,8 @@ const SQL: &str = "SELECT id, to_tensor_fill(0, id, x, CASE WHEN id % 7 = 0 THEN
 /// as of a local result.
 async fn check_query(ctx: &SessionContext, table: &Path, rows: i64) {
     register_table(ctx, table).await;
-    let got = tokio::time::timeout(LIMIT, run(ctx, SQL)).await.expect("in time").unwrap();
-    let want = local(table, SQL).await;
+    let got = tokio::time::timeout(LIMIT, collect_one(ctx, SQL)).await.expect("in time").unwrap();
+    let want = local(table, SQL).await.unwrap();
     assert_eq!(got.schema().field(1).extension_type_name(), Some("arrow.fixed_shape_tensor"));
     assert_same(&got, &want);
     let tensor = dlframe_datafusion::collect_tensor(&got.schema(), std::slice::from_ref(&got), "f").unwrap();
@@ -186,7 +164,7 @@ async fn a_two_executor_cluster_splits_to_tensor_and_matches_a_local_run() {
 
     // A query that fails in the functions fails on the cluster too, with dlframe's message.
     let bad = "SELECT to_tensor(id, CASE WHEN id = 4321 THEN NULL ELSE x END) AS f FROM t";
-    let err = tokio::time::timeout(LIMIT, run(&ctx, bad)).await.expect("in time").unwrap_err();
+    let err = tokio::time::timeout(LIMIT, collect_one(&ctx, bad)).await.expect("in time").unwrap_err();
     assert!(err.to_string().contains("null"), "{err}");
 
     for (e, _) in &mut cluster.executors {
@@ -205,10 +183,10 @@ async fn an_executor_killed_mid_query_gives_an_error_or_the_right_result() {
     let t = table(&dir, files, 20_000);
     let cluster = Cluster::start(&dir, 2, 5);
     let ctx = cluster.client(files as usize).await;
-    let want = local(&t, SQL).await;
+    let want = local(&t, SQL).await.unwrap();
 
     register_table(&ctx, &t).await;
-    let query = tokio::spawn(async move { run(&ctx, SQL).await });
+    let query = tokio::spawn(async move { collect_one(&ctx, SQL).await });
     // Kill the second executor as soon as it has finished its first task: the query has more
     // tasks than the two slots can run at once, and its last stage needs every earlier output.
     let (victim, work) = &cluster.executors[1];

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{TempDir, write_csv, write_parquet, x_of};
-use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig, SessionContext};
+use common::{TempDir, register_table, write_csv, write_parquet, x_of};
+use datafusion::prelude::{CsvReadOptions, SessionConfig, SessionContext};
 use dlframe_datafusion::{register, sql_to_tensor};
 
 const ROWS: i64 = 200_000;
@@ -37,7 +37,7 @@ async fn one_parquet_file_of_many_row_groups_keeps_its_order() {
     let path = dir.join("t.parquet");
     write_parquet(&path, 0..ROWS, 10_000);
     let ctx = ctx();
-    ctx.register_parquet("t", path.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    register_table(&ctx, &path).await;
     let plan = ctx.sql("EXPLAIN SELECT id FROM t").await.unwrap().collect().await.unwrap();
     let text = datafusion::arrow::util::pretty::pretty_format_batches(&plan).unwrap().to_string();
     assert!(text.contains("file_groups={8 groups"), "the file is read by 8 partitions:\n{text}");
@@ -53,7 +53,7 @@ async fn a_table_of_several_files_keeps_path_order() {
         write_parquet(&dir.join(&format!("part-{k}.parquet")), k * rows..(k + 1) * rows, 7_000);
     }
     let ctx = ctx();
-    ctx.register_parquet("t", dir.path().to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+    register_table(&ctx, dir.path()).await;
     assert_file_order(&ctx, "t").await;
 }
 

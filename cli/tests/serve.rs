@@ -17,9 +17,8 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
 use common::process::{LIMIT, Process};
-use common::{TempDir, write_parquet};
+use common::{TempDir, local, write_parquet};
 use datafusion::arrow::compute::concat_batches;
-use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::transport::Channel;
@@ -105,16 +104,6 @@ impl Client {
         };
         tokio::time::timeout(LIMIT, call).await.expect("the call finished in time")
     }
-}
-
-/// The same query in this process, on the same files, through the same functions.
-async fn local(table: &std::path::Path, sql: &str) -> datafusion::error::Result<RecordBatch> {
-    let ctx = SessionContext::new();
-    dlframe_datafusion::register(&ctx);
-    ctx.register_parquet("t", table.to_str().unwrap(), ParquetReadOptions::default()).await?;
-    let df = ctx.sql(sql).await?;
-    let schema = Arc::new(df.schema().as_arrow().clone());
-    Ok(concat_batches(&schema, &df.collect().await?)?)
 }
 
 /// A table of two Parquet files, 0..3000 and 3000..5000, in one directory.

@@ -1,6 +1,7 @@
 //! Files the integration tests make for themselves: a temporary directory that removes itself,
 //! and Parquet and CSV files of an `id` column (0, 1, ...) and an `x` column derived from it;
-//! and `dlframe` processes (`process`).
+//! the local DataFusion run that served and distributed results are compared with; and
+//! `dlframe` processes (`process`).
 
 #![allow(dead_code)]
 
@@ -11,8 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch};
+use datafusion::arrow::compute::concat_batches;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::properties::WriterProperties;
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
 /// A fresh directory under the system temp dir, removed with everything in it on drop.
 pub struct TempDir(PathBuf);
@@ -72,4 +75,25 @@ pub fn write_csv(path: &Path, ids: std::ops::Range<i64>) {
         text.push_str(&format!("{i},{}\n", x_of(i)));
     }
     std::fs::write(path, text).unwrap();
+}
+
+/// Registers the Parquet file or directory `table` as `t` in `ctx`.
+pub async fn register_table(ctx: &SessionContext, table: &Path) {
+    ctx.register_parquet("t", table.to_str().unwrap(), ParquetReadOptions::default()).await.unwrap();
+}
+
+/// Runs `sql` in `ctx` and returns the whole result as one batch.
+pub async fn collect_one(ctx: &SessionContext, sql: &str) -> datafusion::error::Result<RecordBatch> {
+    let df = ctx.sql(sql).await?;
+    let schema = Arc::new(df.schema().as_arrow().clone());
+    Ok(concat_batches(&schema, &df.collect().await?)?)
+}
+
+/// `sql` over `table` (as `t`) in this process, with plain DataFusion and dlframe's functions:
+/// what a served or distributed run must equal.
+pub async fn local(table: &Path, sql: &str) -> datafusion::error::Result<RecordBatch> {
+    let ctx = SessionContext::new();
+    dlframe_datafusion::register(&ctx);
+    register_table(&ctx, table).await;
+    collect_one(&ctx, sql).await
 }
