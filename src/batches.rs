@@ -6,7 +6,10 @@
 //! single zero-copy slice stays zero-copy, and a window over several input batches is joined in
 //! the same one fused pass that casts, interleaves and fills. [`Batches`] drives it over any
 //! iterator of record batches (an arrow [`RecordBatchReader`](arrow_array::RecordBatchReader));
-//! `dlframe-datafusion` drives it over a DataFusion stream.
+//! `dlframe-datafusion` drives it over a DataFusion stream. A driver that reads ahead (the
+//! Python binding's background thread) cuts [`Window`]s and hands them to [`Ahead`], which
+//! converts several at once on dlframe's pool while the next input is read, and gives them back
+//! in order.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -32,6 +35,8 @@
 //! Layers: above [`crate::table`] and [`crate::transfer`].
 
 use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::mpsc::{Receiver, sync_channel};
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, FieldRef, SchemaRef};
@@ -233,6 +238,12 @@ impl Batcher {
     /// # Errors
     /// The conversion's errors (nulls under the error policy, values that do not fit a cast).
     pub fn next_ready(&mut self) -> Option<Result<TableTensors>> {
+        self.next_window().map(|w| w.convert())
+    }
+
+    /// The next batch of this shard, as [`Batcher::next_ready`] cuts it, not yet converted (no
+    /// copy: slices of the input).
+    pub fn next_window(&mut self) -> Option<Window> {
         let size = self.options.batch_size;
         loop {
             let rows = match self.buffered {
@@ -243,9 +254,10 @@ impl Batcher {
             let (index, count) = self.options.shard;
             let mine = self.cut % count == index;
             self.cut += 1;
-            let window = self.take(rows, mine);
+            let columns = self.take(rows, mine);
             if mine {
-                return Some(self.convert(&window));
+                let fields = self.fields.clone();
+                return Some(Window { fields, table: self.table, options: self.options, columns });
             }
         }
     }
@@ -272,13 +284,84 @@ impl Batcher {
         self.buffered -= rows;
         window
     }
+}
 
-    fn convert(&self, window: &[Vec<ArrayRef>]) -> Result<TableTensors> {
+/// One batch's rows, cut from the input (slices, no copy) and not yet converted.
+#[derive(Debug)]
+pub struct Window {
+    fields: Vec<FieldRef>,
+    table: bool,
+    options: BatchOptions,
+    columns: Vec<Vec<ArrayRef>>,
+}
+
+impl Window {
+    /// The batch, converted: zero-copy when it is one slice that allows it, else one fused copy.
+    ///
+    /// # Errors
+    /// The conversion's errors (nulls under the error policy, values that do not fit a cast).
+    pub fn convert(&self) -> Result<TableTensors> {
         let BatchOptions { columns, export, device, .. } = &self.options;
         if self.table {
-            table_on(&self.fields, window, *columns, export, *device)
+            table_on(&self.fields, &self.columns, *columns, export, *device)
         } else {
-            transfer::column_on(&self.fields[0], &window[0], export, *device).map(TableTensors::One)
+            transfer::column_on(&self.fields[0], &self.columns[0], export, *device).map(TableTensors::One)
+        }
+    }
+}
+
+/// A converted window, or the panic of its conversion.
+type Done = std::thread::Result<Result<TableTensors>>;
+
+/// Windows converted ahead, up to `depth` at once, on dlframe's pool: their conversions overlap
+/// each other and whatever the caller does meanwhile (reading the next input). They come back
+/// in the order they went in. Each holds its output until [`Ahead::pop`] hands it over, so at
+/// most `depth` converted batches are held here.
+#[derive(Debug)]
+pub struct Ahead {
+    pending: VecDeque<Receiver<Done>>,
+    depth: usize,
+}
+
+impl Ahead {
+    /// Room for `depth` conversions at once (at least one).
+    pub fn new(depth: usize) -> Self {
+        Ahead { pending: VecDeque::new(), depth: depth.max(1) }
+    }
+
+    /// True when `depth` conversions are under way or done and not handed out.
+    pub fn is_full(&self) -> bool {
+        self.pending.len() >= self.depth
+    }
+
+    /// True when nothing is under way or waiting.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Starts converting `window` on the pool (on this thread when no pool can start).
+    pub fn push(&mut self, window: Window) {
+        let (tx, rx) = sync_channel(1);
+        crate::kernels::spawn(move || {
+            // A panic goes back to the caller of `pop`, not through the pool (which would abort).
+            let done = catch_unwind(AssertUnwindSafe(|| window.convert()));
+            // The receiver is gone only when the caller stopped: the batch is not wanted.
+            let _ = tx.send(done);
+        });
+        self.pending.push_back(rx);
+    }
+
+    /// The oldest window's batch, waiting for its conversion; None when nothing was pushed.
+    /// A panic in the conversion resumes here.
+    ///
+    /// # Errors
+    /// The conversion's errors.
+    pub fn pop(&mut self) -> Option<Result<TableTensors>> {
+        let rx = self.pending.pop_front()?;
+        match rx.recv() {
+            Ok(Ok(done)) => Some(done),
+            Ok(Err(panic)) => resume_unwind(panic),
+            Err(_) => unreachable!("a spawned conversion always sends, or its panic is caught"),
         }
     }
 }

@@ -12,7 +12,7 @@ use arrow_array::{
 };
 use arrow_schema::{ArrowError, Field, Schema};
 use dlframe::arrow::Converted;
-use dlframe::batches::{BatchOptions, Batcher, Batches};
+use dlframe::batches::{Ahead, BatchOptions, Batcher, Batches};
 use dlframe::kernels::contiguous_copy;
 use dlframe::options::{ExportOptions, NullPolicy, Order, Scalar};
 use dlframe::table::{Columns, TableTensors, table_on};
@@ -105,11 +105,34 @@ fn case(kinds: &[u8], with_bool: bool, sizes: &[usize], null_every: usize) -> Ca
     Case { fields, input, rows: start }
 }
 
-fn run(c: &Case, options: BatchOptions) -> Vec<dlframe::Result<TableTensors>> {
+/// The batches of `c`: through [`Batches`], or with `ahead = Some(depth)` cut by a [`Batcher`]
+/// and converted up to `depth` at once by [`Ahead`], as the Python binding's thread does.
+fn run(c: &Case, options: BatchOptions, ahead: Option<usize>) -> Vec<dlframe::Result<TableTensors>> {
     let schema = Arc::new(Schema::new(c.fields.clone()));
-    let input: Vec<Result<RecordBatch, ArrowError>> =
-        c.input.iter().map(|cols| RecordBatch::try_new(schema.clone(), cols.clone())).collect();
-    Batches::new(schema, input.into_iter(), options).collect()
+    let Some(depth) = ahead else {
+        let input: Vec<Result<RecordBatch, ArrowError>> =
+            c.input.iter().map(|cols| RecordBatch::try_new(schema.clone(), cols.clone())).collect();
+        return Batches::new(schema, input.into_iter(), options).collect();
+    };
+    let mut batcher = Batcher::new(c.fields.clone(), true, options).unwrap();
+    let mut ahead = Ahead::new(depth);
+    let mut out = Vec::new();
+    let mut drive = |batcher: &mut Batcher, ahead: &mut Ahead| {
+        while let Some(w) = batcher.next_window() {
+            if ahead.is_full() {
+                out.push(ahead.pop().unwrap());
+            }
+            ahead.push(w);
+        }
+    };
+    for cols in &c.input {
+        batcher.push(cols.clone()).unwrap();
+        drive(&mut batcher, &mut ahead);
+    }
+    batcher.end();
+    drive(&mut batcher, &mut ahead);
+    out.extend(std::iter::from_fn(|| ahead.pop()));
+    out
 }
 
 /// The whole input converted at once, from its batches as chunks.
@@ -154,7 +177,8 @@ proptest! {
             .sharded(shard, shards)
             .unwrap();
         let expected = reference(&c, &options);
-        let got = run(&c, options);
+        let depth = shard_seed / 4 % 4;
+        let got = run(&c, options, (depth > 0).then_some(depth));
         let whole = c.rows / batch_size + usize::from(!drop_last && c.rows % batch_size > 0);
         let mine: Vec<usize> = (0..whole).filter(|g| g % shards == shard).collect();
         let expected = match expected {
@@ -279,7 +303,7 @@ fn bad_input_and_options_are_refused_with_the_reason() {
     assert!(matches!(e, Error::LengthMismatch { expected: 3, found: 2, .. }), "{e}");
     // Nulls under the default policy: the batch that has them fails, naming the column.
     let c = case(&[6], false, &[4, 4], 2);
-    let got = run(&c, BatchOptions::new(3).unwrap());
+    let got = run(&c, BatchOptions::new(3).unwrap(), None);
     let e = got[0].as_ref().unwrap_err();
     assert!(matches!(e, Error::Nulls { null_count: 1, .. }), "{e}");
     // A failing source ends the batches after its error.

@@ -946,7 +946,7 @@ fn the_parallel_paths_run_and_agree() {
     fill_nulls(&values, Some(view(&arrow)), -1.0, &mut out).unwrap();
     assert_eq!(out, reference_fill(&values, Some((&valid, 3)), -1.0));
 
-    // Bits: 4 MiB of output bytes at odd offsets.
+    // Bits: just over the parallel threshold of output bytes, at odd offsets.
     let m = PARALLEL_THRESHOLD_BYTES + 77;
     let v = bools(m + 5, 0.5, &mut rng);
     let ok = bools(m + 1, 0.1, &mut rng);

@@ -122,9 +122,9 @@ def batches(
 
     Input batches of any sizes are cut and joined in the one fused pass that casts, interleaves
     and fills (a copy); a batch inside one input batch of a column without nulls shares its
-    memory (no copy). The next batch is converted on a background thread, without the GIL,
-    while the consumer works: at most ``prefetch + 1`` batches are made ahead. A tensor handed
-    out is never written again.
+    memory (no copy). The next batches are converted on background threads (up to ``prefetch``
+    at once), without the GIL, while the consumer works: at most ``prefetch + 1`` batches are
+    made ahead. A tensor handed out is never written again.
 
     Works as ``torch.utils.data.DataLoader(dlframe.batches(...), batch_size=None)`` (import torch
     first). With ``num_workers=n``, worker i makes batches i, i+n, ..., so the loader yields them

@@ -1,10 +1,11 @@
 //! `dlframe._native.BatchStream`: one pass of `dlframe.batches` over an Arrow stream, its
 //! batches converted on a background thread (without the GIL) while the consumer works.
 //!
-//! The thread reads the source, cuts exact-size windows with the core's
-//! [`dlframe::batches::Batcher`] and converts them; a channel of `prefetch` places carries the
-//! tensors, so at most `prefetch + 1` converted batches exist ahead of the consumer. The source
-//! is read only as far as those batches need.
+//! The thread reads the source and cuts exact-size windows with the core's
+//! [`dlframe::batches::Batcher`]; [`dlframe::batches::Ahead`] converts up to `prefetch` of them
+//! at once on dlframe's pool while the thread reads on, and a channel of one place carries the
+//! tensors in order, so at most `prefetch + 1` converted batches exist ahead of the consumer.
+//! The source is read only as far as those batches need.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +20,7 @@ use pyo3::types::PyIterator;
 use pyo3_arrow::ffi::ArrayReader;
 
 use dlframe::Device;
-use dlframe::batches::{BatchOptions, Batcher};
+use dlframe::batches::{Ahead, BatchOptions, Batcher};
 use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, split_struct};
 
@@ -74,16 +75,39 @@ fn reader_of(obj: &Bound<'_, PyAny>) -> Result<Box<dyn ArrayReader + Send>> {
 /// The converted batches of one pass, in order; an error ends the pass.
 type Sent = Result<TableTensors>;
 
-/// Reads `source` to its end (or until the consumer is gone), sending each batch.
-fn produce(mut source: Source, options: BatchOptions, tx: SyncSender<Sent>, stop: Arc<AtomicBool>) {
+/// Reads `source` to its end (or until the consumer is gone), converting up to `depth` windows
+/// at once and sending each batch in order.
+fn produce(
+    mut source: Source,
+    options: BatchOptions,
+    depth: usize,
+    tx: SyncSender<Sent>,
+    stop: Arc<AtomicBool>,
+) {
     let mut batcher: Option<Batcher> = None;
+    let mut ahead = Ahead::new(depth);
+    // Sends the oldest batch; false when the pass is over (the consumer left, or an error).
+    let send_one = |ahead: &mut Ahead| match ahead.pop() {
+        Some(r) => {
+            let failed = r.is_err();
+            tx.send(r.map_err(Error::from)).is_ok() && !failed
+        }
+        None => false,
+    };
     loop {
         if let Some(b) = batcher.as_mut() {
-            while let Some(r) = b.next_ready() {
-                let failed = r.is_err();
-                if tx.send(r.map_err(Error::from)).is_err() || failed {
+            while !ahead.is_full()
+                && let Some(w) = b.next_window()
+            {
+                ahead.push(w);
+            }
+            // More input can only make more windows: hand out a batch when no room is left,
+            // or when the input has ended.
+            if ahead.is_full() || (b.ended() && !ahead.is_empty()) {
+                if !send_one(&mut ahead) {
                     return;
                 }
+                continue;
             }
             if b.ended() {
                 return;
@@ -104,6 +128,12 @@ fn produce(mut source: Source, options: BatchOptions, tx: SyncSender<Sent>, stop
             Some(Ok((field, array))) => push(&mut batcher, field, array, options),
         };
         if let Err(e) = pushed {
+            // The batches before the error go first, in order.
+            while !ahead.is_empty() {
+                if !send_one(&mut ahead) {
+                    return;
+                }
+            }
             let _ = tx.send(Err(e));
             return;
         }
@@ -185,14 +215,17 @@ impl PyBatchStream {
         } else {
             Source::Reader(reader_of(source)?)
         };
-        let (tx, rx) = sync_channel(prefetch);
+        // `prefetch` batches ahead: converting (up to `prefetch` at once), or done and waiting in
+        // the channel's one place.
+        let depth = prefetch.max(1);
+        let (tx, rx) = sync_channel(prefetch + 1 - depth);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("dlframe-batches".into())
             .spawn(move || {
                 let on_panic = tx.clone();
-                if catch_unwind(AssertUnwindSafe(|| produce(source, options, tx, flag))).is_err() {
+                if catch_unwind(AssertUnwindSafe(|| produce(source, options, depth, tx, flag))).is_err() {
                     // Without this the consumer would see the end of the stream, and lose rows.
                     let _ = on_panic.send(Err(Error::panicked("dlframe.batches' background thread")));
                 }

@@ -212,6 +212,33 @@ def test_errors_are_clear_and_end_the_stream():
         list(dlframe.batches(strings, 1))
 
 
+def test_batches_before_an_error_come_first_and_in_order():
+    # Several batches are converted at once: the ones before a failing source, or before a
+    # batch that fails, still come out in order, then the error, then the end.
+    def parts():
+        for i in range(5):
+            yield pa.table({"x": pa.array(np.arange(i * 1000, (i + 1) * 1000, dtype=np.int64))})
+        raise RuntimeError("the source broke")
+
+    it = iter(dlframe.batches(parts(), 300))
+    got = [np.from_dlpack(next(it)) for _ in range(16)]  # 4,800 of the 5,000 rows read
+    np.testing.assert_array_equal(np.concatenate(got)[:, 0], np.arange(4800))
+    with pytest.raises(RuntimeError, match="the source broke"):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+
+    values = pa.array([None if i == 7 * 100 + 42 else i for i in range(2000)], pa.int64())
+    for prefetch in (0, 1, 2, 5):
+        it = iter(dlframe.batches(pa.table({"x": values}), 100, prefetch=prefetch))
+        got = [np.from_dlpack(next(it)) for _ in range(7)]
+        np.testing.assert_array_equal(np.concatenate(got)[:, 0], np.arange(700))
+        with pytest.raises(BufferError, match="column 'x' has 1 null"):
+            next(it)
+        with pytest.raises(StopIteration):
+            next(it)
+
+
 def batch_threads():
     """The live OS threads named dlframe-batches (Python's threading module does not see them)."""
     names = []

@@ -10,7 +10,7 @@ use arrow_data::ArrayData;
 use arrow_schema::{DataType, FieldRef};
 
 use super::ragged::{is_ragged, ragged_to_tensor};
-use super::read::{bool_bytes, column_ref, for_segments, leaf_of, validity_bytes, validity_of};
+use super::read::{bool_bytes, column_ref, leaf_of, segments, validity_bytes, validity_of};
 use super::spec::{ColumnSpec, MatrixSpec};
 use super::to_tensor::from_leaf;
 use crate::dtype::DType;
@@ -82,14 +82,20 @@ pub fn columns_to_tensor(
     let MatrixSpec { n, k, target, storage, fill, shape, strides, mask: want_mask } =
         MatrixSpec::new(fields, columns, opts)?;
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let segments = segments(columns);
+    let rows: Vec<usize> = segments.iter().map(|s| s.end - s.start).collect();
     let mut out = Output::new(storage, n * k)?;
-    for_segments(columns, |start, end, slices| {
+    let parallel = out.parallel(segments.len());
+    let pieces = out.pieces(opts.order, n, k, &rows)?;
+    each(segments.iter().zip(pieces).collect(), parallel, |(seg, mut piece)| {
         // A bool column of the segment is unpacked to bytes first (one pass over its bits).
-        let bytes = slices
+        let bytes = seg
+            .slices
             .iter()
             .map(|a| (a.data_type() == &DataType::Boolean).then(|| bool_bytes(a.as_ref())).transpose())
             .collect::<Result<Vec<_>>>()?;
-        let cols = slices
+        let cols = seg
+            .slices
             .iter()
             .zip(&bytes)
             .zip(&names)
@@ -100,20 +106,21 @@ pub fn columns_to_tensor(
                     }
                     None => column_ref(a.as_ref(), name)?,
                 };
-                Ok(col.starting_at(start))
+                Ok(col.starting_at(seg.start))
             })
             .collect::<Result<Vec<_>>>()?;
-        out.write_rows(&cols, opts.order, fill, n, start, end)
+        piece.write(&cols, fill)
     })?;
     let values = out.into_tensor(target, shape.clone(), strides.clone())?;
     let mask = if want_mask {
         let mut m = Output::new(DType::UInt8, n * k)?;
-        for_segments(columns, |start, end, slices| {
+        let pieces = m.pieces(opts.order, n, k, &rows)?;
+        each(segments.iter().zip(pieces).collect(), parallel, |(seg, mut piece)| {
             let bytes: Vec<Vec<u8>> =
-                slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
+                seg.slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
             let cols: Vec<Column> =
                 bytes.iter().zip(&names).map(|(v, name)| Column::new(ColumnRef::U8(v)).named(name)).collect();
-            m.write_rows(&cols, opts.order, None, n, start, end)
+            piece.write(&cols, None)
         })?;
         Some(m.into_tensor(DType::Bool, shape, strides)?)
     } else {
@@ -180,23 +187,29 @@ fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
     if spec.is_plain_concat() {
         concat_plain(&spec.chunks, target, out.buf.as_mut_slice())?;
     } else {
-        let mut pos = 0;
-        for chunk in &spec.chunks {
+        let slots: Vec<usize> = spec.chunks.iter().map(|c| c.len() * spec.cell_size).collect();
+        let starts = slots.iter().scan(0, |pos, &s| {
+            *pos += s;
+            Some(*pos - s)
+        });
+        let parallel = out.parallel(spec.chunks.len());
+        let pieces = out.pieces(Order::C, spec.rows * spec.cell_size, 1, &slots)?;
+        let work: Vec<_> = spec.chunks.iter().zip(starts).zip(pieces).collect();
+        each(work, parallel, |((chunk, pos), mut piece)| {
             let (leaf_array, list_nulls) = leaf_of(chunk);
-            let slots = chunk.len() * spec.cell_size;
             if spec.leaf == DType::Bool {
-                out.unpack_bools(leaf_array.as_ref(), bool_byte(spec.fill), pos..pos + slots)?;
+                piece.unpack_bools(leaf_array.as_ref(), bool_byte(spec.fill))?;
             } else {
                 let col = column_ref(leaf_array.as_ref(), spec.field.name())?.starting_at(pos);
-                out.write_rows(std::slice::from_ref(&col), Order::C, spec.fill, slots, pos, pos + slots)?;
+                piece.write(std::slice::from_ref(&col), spec.fill)?;
             }
             for (size, validity) in list_nulls {
                 for row in (0..validity.len()).filter(|&r| validity.is_null(r)) {
-                    out.fill_range(spec.fill, pos + row * size..pos + (row + 1) * size)?;
+                    piece.fill(spec.fill, row * size..(row + 1) * size)?;
                 }
             }
-            pos += slots;
-        }
+            Ok(())
+        })?;
     }
     Ok(out.into_tensor(target, spec.shape.clone(), spec.strides.clone())?.with_logical(spec.logical()))
 }
@@ -209,7 +222,6 @@ fn bool_byte(fill: Option<Scalar>) -> u8 {
 /// Concatenates chunks without nulls or casts: each chunk's leaf bytes are copied to their
 /// place, chunks in parallel (copies).
 fn concat_plain(chunks: &[ArrayRef], dtype: DType, out: &mut [u8]) -> Result<()> {
-    use rayon::prelude::*;
     let item = dtype.itemsize();
     let leaves: Vec<ArrayData> = chunks.iter().map(|c| leaf_of(c).0.to_data()).collect();
     let mut pieces = Vec::with_capacity(leaves.len());
@@ -233,10 +245,73 @@ fn concat_plain(chunks: &[ArrayRef], dtype: DType, out: &mut [u8]) -> Result<()>
     if !rest.is_empty() {
         return Err(Error::layout(format!("{} output bytes left after the chunks", rest.len())));
     }
-    kernels::install(|| {
-        pieces.into_par_iter().with_min_len(4).for_each(|(src, dst)| dst.copy_from_slice(src))
-    });
-    Ok(())
+    each(pieces, out_len >= kernels::PARALLEL_THRESHOLD_BYTES, |(src, dst)| {
+        dst.copy_from_slice(src);
+        Ok(())
+    })
+}
+
+/// Runs `f` on each item, in parallel on the kernels' pool when `parallel`; every item runs,
+/// and the first error in the items' order is the one returned, as on one thread.
+fn each<T: Send>(items: Vec<T>, parallel: bool, f: impl Fn(T) -> Result<()> + Sync + Send) -> Result<()> {
+    if !parallel {
+        return items.into_iter().try_for_each(f);
+    }
+    use rayon::prelude::*;
+    let results: Vec<Result<()>> = kernels::install(|| items.into_par_iter().map(f).collect());
+    results.into_iter().collect()
+}
+
+/// The bytes of an output that one row range (a segment, or a chunk of one column) writes:
+/// one run of elements, or in F order one run per column.
+struct Piece<'a> {
+    dtype: DType,
+    parts: Vec<&'a mut [u8]>,
+}
+
+impl Piece<'_> {
+    /// Writes the range's columns, cast and filled: all into its one run (C order, or one
+    /// column), or each into its own run (F order) (copies).
+    fn write(&mut self, cols: &[Column], fill: Option<Scalar>) -> Result<()> {
+        let dtype = self.dtype;
+        match self.parts.as_mut_slice() {
+            [run] => kernels::interleave_into(dtype, cols, Order::C, fill, run),
+            parts => cols.iter().zip(parts).try_for_each(|(col, run)| {
+                kernels::interleave_into(dtype, std::slice::from_ref(col), Order::C, fill, run)
+            }),
+        }
+    }
+
+    /// The one run of a column's chunk.
+    fn run(&mut self) -> Result<&mut [u8]> {
+        match self.parts.as_mut_slice() {
+            [run] => Ok(run),
+            parts => Err(Error::layout(format!("a column's chunk in {} runs", parts.len()))),
+        }
+    }
+
+    /// Unpacks a bool chunk into its run, `fill` for nulls (copies).
+    fn unpack_bools(&mut self, array: &dyn Array, fill: u8) -> Result<()> {
+        let data = array.to_data();
+        let values = BitSlice::new(data.buffers()[0].as_slice(), data.offset(), data.len())?;
+        let validity = data.nulls().map(|n| BitSlice::new(n.validity(), n.offset(), n.len())).transpose()?;
+        kernels::unpack_bits_fill(values, validity, fill, self.run()?)
+    }
+
+    /// Writes `fill` into elements `range` of its run.
+    fn fill(&mut self, fill: Option<Scalar>, range: std::ops::Range<usize>) -> Result<()> {
+        let (dtype, item) = (self.dtype, self.dtype.itemsize());
+        let run = self.run()?;
+        let len = run.len() / item.max(1);
+        let bytes = run
+            .get_mut(range.start * item..range.end * item)
+            .ok_or_else(|| Error::layout(format!("elements {range:?} outside a run of {len}")))?;
+        if dtype == DType::Bool {
+            bytes.fill(bool_byte(fill));
+            return Ok(());
+        }
+        kernels::fill_range(dtype, fill, bytes)
+    }
 }
 
 /// A fresh, 64-byte aligned output buffer, filled range by range by the kernels.
@@ -255,48 +330,42 @@ impl Output {
         Ok(Output { dtype, buf: kernels::HostBuffer::for_overwrite(bytes)? })
     }
 
-    /// Writes rows `start..end` of a matrix with `n` rows and `cols.len()` columns.
-    fn write_rows(
-        &mut self,
-        cols: &[Column],
-        order: Order,
-        fill: Option<Scalar>,
-        n: usize,
-        start: usize,
-        end: usize,
-    ) -> Result<()> {
-        let k = cols.len();
-        match order {
-            Order::C => {
-                kernels::interleave_into(self.dtype, cols, Order::C, fill, &mut self.buf, start * k..end * k)
+    /// Whether `pieces` pieces of this output are written in parallel: more than one, in an
+    /// output of the kernels' parallel size.
+    fn parallel(&self, pieces: usize) -> bool {
+        pieces > 1 && self.buf.len() >= kernels::PARALLEL_THRESHOLD_BYTES
+    }
+
+    /// The pieces of an `(n, k)` matrix in `order` that consecutive row ranges of `rows` rows
+    /// each fill: one run of elements per range in C order, or one per range and column in F
+    /// order. No copy; the pieces borrow the output.
+    ///
+    /// # Errors
+    /// [`Error::InvalidLayout`] when the ranges do not fill `n` rows of `k` columns.
+    fn pieces(&mut self, order: Order, n: usize, k: usize, rows: &[usize]) -> Result<Vec<Piece<'_>>> {
+        let dtype = self.dtype;
+        let item = dtype.itemsize();
+        let total: usize = rows.iter().sum();
+        let bytes = self.buf.as_mut_slice();
+        if total != n || bytes.len() != n * k * item {
+            return Err(Error::layout(format!(
+                "{total} rows in pieces for a {n} x {k} matrix of {} bytes",
+                bytes.len()
+            )));
+        }
+        let mut pieces: Vec<Piece> = rows.iter().map(|_| Piece { dtype, parts: Vec::new() }).collect();
+        let (runs, width): (Vec<&mut [u8]>, usize) = match order {
+            Order::C => (vec![bytes], k),
+            Order::F => (bytes.chunks_mut((n * item).max(1)).collect(), 1),
+        };
+        for mut rest in runs {
+            for (piece, &r) in pieces.iter_mut().zip(rows) {
+                let (part, tail) = std::mem::take(&mut rest).split_at_mut(r * width * item);
+                piece.parts.push(part);
+                rest = tail;
             }
-            Order::F => cols.iter().enumerate().try_for_each(|(j, col)| {
-                let range = j * n + start..j * n + end;
-                kernels::interleave_into(
-                    self.dtype,
-                    std::slice::from_ref(col),
-                    Order::C,
-                    fill,
-                    &mut self.buf,
-                    range,
-                )
-            }),
         }
-    }
-
-    fn unpack_bools(&mut self, array: &dyn Array, fill: u8, range: std::ops::Range<usize>) -> Result<()> {
-        let data = array.to_data();
-        let values = BitSlice::new(data.buffers()[0].as_slice(), data.offset(), data.len())?;
-        let validity = data.nulls().map(|n| BitSlice::new(n.validity(), n.offset(), n.len())).transpose()?;
-        kernels::unpack_bits_fill(values, validity, fill, &mut self.buf.as_mut_slice()[range])
-    }
-
-    fn fill_range(&mut self, fill: Option<Scalar>, range: std::ops::Range<usize>) -> Result<()> {
-        if self.dtype == DType::Bool {
-            self.buf.as_mut_slice()[range].fill(bool_byte(fill));
-            return Ok(());
-        }
-        kernels::fill_range(self.dtype, fill, &mut self.buf, range)
+        Ok(pieces)
     }
 
     /// The buffer as a copied tensor, labelled `dtype` (the bool mask is written as u8).
@@ -413,6 +482,90 @@ mod tests {
             let e = matrix(cols, &ExportOptions { order, ..to_u8 }).unwrap_err();
             assert!(
                 matches!(&e, Error::ValueOutOfRange { place, .. } if place == "at row 3 of column 'y'"),
+                "{e}"
+            );
+        }
+    }
+
+    /// Chunked columns in an output above the parallel size are written segment by segment on
+    /// several threads: every cell (cast, filled, unpacked), the mask, and a single chunked
+    /// column equal values computed cell by cell, in C and F order; of two bad values in
+    /// different chunks, the first is reported, every time.
+    #[test]
+    fn chunked_outputs_written_in_parallel_hold_every_cell_and_report_the_first_error() {
+        use arrow_array::{Float64Array, Int32Array, Int64Array};
+        // Uneven chunks, different per column, so segments cut chunks at many places.
+        let cuts = |n: usize, seed: usize| {
+            let mut bounds = vec![0];
+            while *bounds.last().unwrap() < n {
+                let b = bounds.last().unwrap() + 1 + (bounds.len() * 7919 + seed) % 40_000;
+                bounds.push(b.min(n));
+            }
+            bounds
+        };
+        let chunked = |n: usize, seed: usize, make: &dyn Fn(std::ops::Range<usize>) -> ArrayRef| {
+            cuts(n, seed).windows(2).map(|w| make(w[0]..w[1])).collect::<Vec<ArrayRef>>()
+        };
+        let n = 150_000; // x 3 columns x 8 bytes: 3.6 MB, above the parallel threshold
+        assert!(n * 3 * 8 >= kernels::PARALLEL_THRESHOLD_BYTES);
+        let int = |i: usize| (i % 11 != 3).then_some(i as i32 - 5000);
+        let float = |i: usize| i as f64 * 0.5;
+        let flag = |i: usize| (i % 5 != 0).then_some(i % 3 == 0);
+        let cols = vec![
+            (field("a", DataType::Int32), chunked(n, 1, &|r| Arc::new(r.map(int).collect::<Int32Array>()))),
+            (
+                field("b", DataType::Float64),
+                chunked(n, 2, &|r| Arc::new(r.map(float).collect::<Float64Array>())),
+            ),
+            (
+                field("c", DataType::Boolean),
+                chunked(n, 3, &|r| Arc::new(r.map(flag).collect::<BooleanArray>())),
+            ),
+        ];
+        let cell = |i: usize, j: usize| match j {
+            0 => int(i).map(f64::from),
+            1 => Some(float(i)),
+            _ => flag(i).map(|b| f64::from(u8::from(b))),
+        };
+        for order in [Order::C, Order::F] {
+            let opts =
+                ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(-7)), order, ..Default::default() };
+            // In F order the strides say so; a C-order copy of it reads as rows.
+            let t = kernels::contiguous_copy(&matrix(cols.clone(), &opts).unwrap()).unwrap();
+            let got = t.as_slice::<f64>().unwrap();
+            let masked = ExportOptions { nulls: NullPolicy::Mask, order, ..Default::default() };
+            let (fields, chunks): (Vec<_>, Vec<_>) = cols.iter().cloned().unzip();
+            let mask = columns_to_tensor(&fields, &chunks, &masked).unwrap().mask.unwrap();
+            let mask = kernels::contiguous_copy(&mask).unwrap();
+            let mask = mask.as_slice::<bool>().unwrap();
+            for i in 0..n {
+                for j in 0..3 {
+                    assert_eq!(got[i * 3 + j], cell(i, j).unwrap_or(-7.0), "{order:?} row {i} column {j}");
+                    assert_eq!(mask[i * 3 + j], cell(i, j).is_some(), "{order:?} mask row {i} column {j}");
+                }
+            }
+        }
+        // One column in chunks, filled and cast: 200k f64 is 1.6 MB.
+        let one = chunked(200_000, 4, &|r| Arc::new(r.map(int).collect::<Int32Array>()));
+        let opts = ExportOptions {
+            nulls: NullPolicy::Fill(Scalar::Int(-7)),
+            dtype: Some(DType::Float64),
+            ..Default::default()
+        };
+        let t = to_tensor(&field("a", DataType::Int32), &one, &opts).unwrap().values;
+        for (i, &v) in t.as_slice::<f64>().unwrap().iter().enumerate() {
+            assert_eq!(v, int(i).map_or(-7.0, f64::from), "row {i}");
+        }
+        // Values too big for int32 in the second and the last chunk of a 2 MB int64 column.
+        let big = |i: usize| if i == 50_001 || i == 249_999 { 1i64 << 40 } else { i as i64 };
+        let chunks: Vec<ArrayRef> = (0..5)
+            .map(|c| Arc::new((c * 50_000..(c + 1) * 50_000).map(big).collect::<Int64Array>()) as ArrayRef)
+            .collect();
+        let to_i32 = ExportOptions { dtype: Some(DType::Int32), ..Default::default() };
+        for _ in 0..20 {
+            let e = to_tensor(&field("x", DataType::Int64), &chunks, &to_i32).unwrap_err();
+            assert!(
+                matches!(&e, Error::ValueOutOfRange { place, .. } if place == "at row 50001 of column 'x'"),
                 "{e}"
             );
         }

@@ -145,11 +145,15 @@ pub(crate) fn validity_bytes(array: &dyn Array) -> Result<Vec<u8>> {
     Ok(v)
 }
 
-/// Calls `f(start, end, slices)` for each row range over which every column is one chunk.
-pub(crate) fn for_segments(
-    columns: &[Vec<ArrayRef>],
-    mut f: impl FnMut(usize, usize, &[ArrayRef]) -> Result<()>,
-) -> Result<()> {
+/// Rows `start..end`, over which every column is one chunk: each column's slice of them.
+pub(crate) struct Segment {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) slices: Vec<ArrayRef>,
+}
+
+/// The row ranges over which every column is one chunk, in order (no copy: Arrow slices).
+pub(crate) fn segments(columns: &[Vec<ArrayRef>]) -> Vec<Segment> {
     let mut bounds: Vec<usize> = columns
         .iter()
         .flat_map(|chunks| {
@@ -163,17 +167,19 @@ pub(crate) fn for_segments(
     bounds.sort_unstable();
     bounds.dedup();
     let mut cursors = vec![(0usize, 0usize); columns.len()]; // (chunk index, rows before it)
-    for w in bounds.windows(2) {
-        let (start, end) = (w[0], w[1]);
-        let mut slices = Vec::with_capacity(columns.len());
-        for (chunks, cur) in columns.iter().zip(cursors.iter_mut()) {
-            while cur.0 < chunks.len() && cur.1 + chunks[cur.0].len() <= start {
-                cur.1 += chunks[cur.0].len();
-                cur.0 += 1;
+    bounds
+        .windows(2)
+        .map(|w| {
+            let (start, end) = (w[0], w[1]);
+            let mut slices = Vec::with_capacity(columns.len());
+            for (chunks, cur) in columns.iter().zip(cursors.iter_mut()) {
+                while cur.0 < chunks.len() && cur.1 + chunks[cur.0].len() <= start {
+                    cur.1 += chunks[cur.0].len();
+                    cur.0 += 1;
+                }
+                slices.push(chunks[cur.0].slice(start - cur.1, end - start));
             }
-            slices.push(chunks[cur.0].slice(start - cur.1, end - start));
-        }
-        f(start, end, &slices)?;
-    }
-    Ok(())
+            Segment { start, end, slices }
+        })
+        .collect()
 }

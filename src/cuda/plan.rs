@@ -16,7 +16,7 @@ use arrow_array::{Array, ArrayRef};
 use arrow_buffer::{Buffer, MutableBuffer, NullBuffer, bit_util};
 use arrow_schema::{DataType, FieldRef};
 
-use crate::arrow::read::{column_ref, for_segments, leaf_of};
+use crate::arrow::read::{column_ref, leaf_of, segments};
 use crate::arrow::spec::{ColumnSpec, MatrixSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -297,18 +297,17 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
     if target != DType::Bool {
         // Row ranges over which every column is one chunk, in the CPU path's order, so that the
         // first value found not to fit is the one the CPU path reports.
-        for_segments(columns, |start, _, slices| {
-            for (j, (a, field)) in slices.iter().zip(fields).enumerate() {
+        for seg in segments(columns) {
+            for (j, (a, field)) in seg.slices.iter().zip(fields).enumerate() {
                 if a.data_type() != &DataType::Boolean {
                     kernels::check_cast(
                         storage,
-                        &column_ref(a.as_ref(), field.name())?.starting_at(start),
+                        &column_ref(a.as_ref(), field.name())?.starting_at(seg.start),
                         j,
                     )?;
                 }
             }
-            Ok(())
-        })?;
+        }
     }
     let mut plan = Plan::new(storage, target, shape, strides, mask, fill);
     for (j, chunks) in columns.iter().enumerate() {

@@ -2,11 +2,14 @@
 //! backed by transparent huge pages (as numpy does for its own arrays), so a new tensor costs a
 //! few faults per 2 MiB instead of one per 4 KiB.
 //!
-//! Large mappings are recycled: when a buffer drops, its mapping goes to a small pool (at most
-//! [`POOL_BUFFERS`] mappings and [`POOL_BYTES`] in all) instead of back to the kernel, and
-//! [`HostBuffer::for_overwrite`] hands it out again without zeroing, as glibc does for numpy's
-//! repeated allocations. Recycled bytes are initialised (they held an earlier tensor), and only
-//! writers that overwrite every byte may ask for them.
+//! Buffers of [`RECYCLE_THRESHOLD`] bytes or more are recycled: when one drops (that is, when
+//! the last tensor over it is released), its memory goes to a small pool (at most
+//! [`POOL_BUFFERS`] buffers and [`POOL_BYTES`] in all; the oldest leave first) instead of back
+//! to the allocator, and [`HostBuffer::for_overwrite`] hands it out again without zeroing, as
+//! glibc does for numpy's repeated allocations. A stream of equal-sized batches thus writes
+//! into the same few warm buffers instead of zeroing a fresh one each time. Recycled bytes are
+//! initialised (they held an earlier tensor), and only writers that overwrite every byte may
+//! ask for them. Memory still held by a tensor is never in the pool.
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -20,19 +23,24 @@ use crate::error::{Error, Result};
 
 /// Outputs at least this large are mapped with `MADV_HUGEPAGE`.
 pub const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
-/// Most recycled mappings kept.
-pub const POOL_BUFFERS: usize = 4;
-/// Most bytes kept in recycled mappings.
+/// Buffers at least this large are recycled when they drop.
+pub const RECYCLE_THRESHOLD: usize = 64 << 10;
+/// Most recycled buffers kept.
+pub const POOL_BUFFERS: usize = 8;
+/// Most bytes kept in recycled buffers.
 pub const POOL_BYTES: usize = 1 << 30;
 #[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 << 20;
 const ALIGN: usize = 64;
 
+/// Where a buffer's memory comes from, and how it goes back.
+#[derive(Clone, Copy)]
 enum Backing {
     Heap(Layout),
+    /// A whole mapping: its address and length.
     #[cfg(target_os = "linux")]
     Mapped {
-        base: *mut libc::c_void,
+        base: usize,
         len: usize,
     },
 }
@@ -74,8 +82,7 @@ impl HostBuffer {
     /// # Errors
     /// As [`HostBuffer::zeroed`].
     pub fn for_overwrite(len: usize) -> Result<Self> {
-        #[cfg(target_os = "linux")]
-        if len >= HUGE_PAGE_THRESHOLD
+        if len >= RECYCLE_THRESHOLD
             && let Some(b) = pool::take(len)
         {
             return Ok(b);
@@ -105,7 +112,7 @@ impl HostBuffer {
         // The advice is a hint: failure (THP off) leaves ordinary pages, which is fine.
         unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
         let ptr = NonNull::new(start as *mut u8).expect("a mapping is never at address 0");
-        Ok(HostBuffer { ptr, len, backing: Backing::Mapped { base, len: map_len } })
+        Ok(HostBuffer { ptr, len, backing: Backing::Mapped { base: base as usize, len: map_len } })
     }
 
     /// Length in bytes.
@@ -118,18 +125,26 @@ impl HostBuffer {
         self.len == 0
     }
 
+    /// Usable bytes from the start of the buffer (at least `len`; more for a recycled one).
+    fn capacity(&self) -> usize {
+        match self.backing {
+            Backing::Heap(layout) => layout.size(),
+            #[cfg(target_os = "linux")]
+            Backing::Mapped { base, len } => base + len - self.ptr.as_ptr() as usize,
+        }
+    }
+
     /// The bytes.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: `len` initialised (zeroed) bytes owned by self; &mut self makes them unique.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
-    /// The bytes as whole elements of `T` (the buffer is 64-byte aligned).
+    /// The bytes as whole elements of `T` (the buffer is 64-byte aligned; a partial last
+    /// element is left out). No copy.
     pub fn typed_mut<T: Element>(&mut self) -> &mut [T] {
-        let n = self.len / std::mem::size_of::<T>();
-        // SAFETY: aligned to 64 >= align_of::<T>(), initialised, unique; every bit pattern is
-        // a valid T for the kernels' element types (integers and IEEE-style floats; sealed).
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), n) }
+        let whole = self.len / std::mem::size_of::<T>() * std::mem::size_of::<T>();
+        super::elements_mut(&mut self.as_mut_slice()[..whole]).expect("64-byte aligned whole elements")
     }
 
     /// An Arrow buffer that owns this memory (without copying).
@@ -143,64 +158,105 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        match self.backing {
-            // SAFETY: allocated in `zeroed` with this layout, freed once.
-            Backing::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) },
-            #[cfg(target_os = "linux")]
-            Backing::Mapped { base, len } => {
-                let start = self.ptr.as_ptr() as usize - base as usize;
-                if !pool::give(pool::Mapping { base: base as usize, len, start }) {
-                    // SAFETY: the mapping made in `mapped`, unmapped once (not pooled).
-                    unsafe { libc::munmap(base, len) };
-                }
-            }
+        let cap = self.capacity();
+        let freed = if cap >= RECYCLE_THRESHOLD {
+            pool::give(self.ptr, cap, self.backing)
+        } else {
+            Some(self.backing)
+        };
+        if let Some(backing) = freed {
+            // SAFETY: this buffer's memory (or one the pool let go of), freed once.
+            unsafe { free(self.ptr, backing) }
         }
     }
 }
 
-/// Recycled huge-page mappings.
-#[cfg(target_os = "linux")]
+/// Returns memory to where it came from.
+///
+/// # Safety
+/// `ptr` and `backing` must be a buffer's own (from `zeroed`), not used afterwards, and freed
+/// only once.
+unsafe fn free(ptr: NonNull<u8>, backing: Backing) {
+    match backing {
+        // SAFETY: allocated in `zeroed` with this layout (the caller's contract).
+        Backing::Heap(layout) => unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) },
+        #[cfg(target_os = "linux")]
+        Backing::Mapped { base, len } => {
+            // SAFETY: the mapping made in `mapped` (the caller's contract).
+            unsafe { libc::munmap(base as *mut libc::c_void, len) };
+        }
+    }
+}
+
+/// Recycled buffers, most recently given back last.
 mod pool {
     use std::ptr::NonNull;
     use std::sync::Mutex;
 
-    use super::{Backing, HUGE_PAGE, HostBuffer, POOL_BUFFERS, POOL_BYTES};
+    use super::{Backing, HostBuffer, POOL_BUFFERS, POOL_BYTES, free};
 
-    /// A whole mapping (`base`, `len`) whose usable, aligned part starts `start` bytes in.
-    pub(super) struct Mapping {
-        pub(super) base: usize,
-        pub(super) len: usize,
-        pub(super) start: usize,
+    /// A buffer's memory, not in use: `cap` usable bytes at `ptr`.
+    struct Idle {
+        ptr: usize,
+        cap: usize,
+        backing: Backing,
     }
 
-    static POOL: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+    static POOL: Mutex<Vec<Idle>> = Mutex::new(Vec::new());
 
-    /// Keeps a mapping for reuse; false when the pool is full (the caller unmaps it).
-    pub(super) fn give(m: Mapping) -> bool {
-        let Ok(mut pool) = POOL.lock() else { return false };
-        let held: usize = pool.iter().map(|m| m.len).sum();
-        if pool.len() >= POOL_BUFFERS || held + m.len > POOL_BYTES {
-            return false;
+    /// Keeps a dropped buffer's memory for reuse, letting the oldest ones go to stay within
+    /// the pool's limits. Returns the backing for the caller to free when the pool does not
+    /// take it (larger than the pool, or the pool poisoned).
+    pub(super) fn give(ptr: NonNull<u8>, cap: usize, backing: Backing) -> Option<Backing> {
+        if cap > POOL_BYTES {
+            return Some(backing);
         }
-        pool.push(m);
-        true
+        let Ok(mut pool) = POOL.lock() else { return Some(backing) };
+        pool.push(Idle { ptr: ptr.as_ptr() as usize, cap, backing });
+        let mut held: usize = pool.iter().map(|m| m.cap).sum();
+        let mut evicted = 0;
+        while pool.len() - evicted > POOL_BUFFERS || held > POOL_BYTES {
+            held -= pool[evicted].cap;
+            evicted += 1;
+        }
+        let gone: Vec<Idle> = pool.drain(..evicted).collect();
+        drop(pool);
+        for m in gone {
+            let ptr = NonNull::new(m.ptr as *mut u8).expect("pooled memory is never at address 0");
+            // SAFETY: pooled memory belongs to the pool alone, and leaves it here once.
+            unsafe { free(ptr, m.backing) };
+        }
+        None
     }
 
-    /// A pooled mapping that holds `len` bytes without wasting more than half of itself.
+    /// The most recently pooled buffer that holds `len` bytes without wasting more than half
+    /// of itself (a mapping may also waste its huge-page slack).
     pub(super) fn take(len: usize) -> Option<HostBuffer> {
         let mut pool = POOL.lock().ok()?;
-        let fits = |m: &Mapping| {
-            let usable = m.len - m.start;
-            usable >= len && usable <= 2 * len + HUGE_PAGE
+        let fits = |m: &Idle| {
+            let slack = match m.backing {
+                Backing::Heap(_) => 0,
+                #[cfg(target_os = "linux")]
+                Backing::Mapped { .. } => super::HUGE_PAGE,
+            };
+            m.cap >= len && m.cap <= 2 * len + slack
         };
-        let i = pool.iter().position(fits)?;
-        let m = pool.swap_remove(i);
-        let ptr = NonNull::new((m.base + m.start) as *mut u8)?;
-        Some(HostBuffer {
-            ptr,
-            len,
-            backing: Backing::Mapped { base: m.base as *mut libc::c_void, len: m.len },
-        })
+        let i = pool.iter().rposition(fits)?;
+        let m = pool.remove(i);
+        let ptr = NonNull::new(m.ptr as *mut u8)?;
+        Some(HostBuffer { ptr, len, backing: m.backing })
+    }
+
+    /// Whether the pool holds the buffer at `ptr`.
+    #[cfg(test)]
+    pub(super) fn holds(ptr: usize) -> bool {
+        POOL.lock().unwrap().iter().any(|m| m.ptr == ptr)
+    }
+
+    /// Buffers in the pool.
+    #[cfg(test)]
+    pub(super) fn count() -> usize {
+        POOL.lock().unwrap().len()
     }
 }
 
@@ -208,13 +264,12 @@ mod pool {
 mod tests {
     use super::*;
 
-    /// Takes every mapping out of the pool, which the tests running in parallel share, so that
-    /// the next mapping given back is the next one taken. The result holds them until it drops.
-    #[cfg(target_os = "linux")]
+    /// Takes every buffer out of the pool, which the tests running in parallel share, so that
+    /// the next buffer given back is the next one taken. The result holds them until it drops.
     fn drain_pool() -> Vec<HostBuffer> {
-        // take(len) fits usable sizes from len to 2 len + HUGE_PAGE: doubling covers them all.
+        // take(len) fits usable sizes from len to 2 len (+ HUGE_PAGE): doubling covers them all.
         let mut held = Vec::new();
-        let mut len = HUGE_PAGE_THRESHOLD;
+        let mut len = RECYCLE_THRESHOLD;
         while len <= 2 * POOL_BYTES {
             while let Some(b) = pool::take(len) {
                 held.push(b);
@@ -281,6 +336,82 @@ mod tests {
         for (i, &v) in got.iter().enumerate() {
             let want = if is_null(i) { 0.0 } else { i as f64 };
             assert!(v.to_bits() == want.to_bits(), "row {i}: {v} != {want}");
+        }
+    }
+
+    /// A batch-sized heap buffer comes back to the next writer of its size, dirty, once it has
+    /// dropped; the pool lets its oldest buffer go when an extra one arrives.
+    #[test]
+    fn batch_sized_heap_buffers_are_recycled_and_the_pool_stays_bounded() {
+        // Sizes no other test asks for, below the mapped size, so that these are heap buffers.
+        let len = 3 * RECYCLE_THRESHOLD + 192;
+        let _held = drain_pool();
+        let mut a = HostBuffer::zeroed(len).unwrap();
+        a.as_mut_slice()[len - 1] = 42;
+        let ptr = a.as_mut_slice().as_ptr() as usize;
+        drop(a);
+        let mut again = HostBuffer::for_overwrite(len).unwrap();
+        assert_eq!(again.as_mut_slice().as_ptr() as usize, ptr, "for_overwrite takes the pooled buffer");
+        assert_eq!(again.as_mut_slice()[len - 1], 42, "recycled as it was");
+        assert_eq!(again.as_mut_slice().as_ptr() as usize % ALIGN, 0);
+        let small = HostBuffer::for_overwrite(len / 2 - 1).unwrap();
+        assert!(small.len() == len / 2 - 1);
+        drop(small);
+
+        // POOL_BUFFERS + 1 buffers given back one after another: the first is no longer pooled
+        // (freed), the last is, and the pool holds no more than its limit.
+        let mut bufs: Vec<HostBuffer> = (0..=POOL_BUFFERS)
+            .map(|i| HostBuffer::zeroed((5 + i) * RECYCLE_THRESHOLD + 64).unwrap())
+            .collect();
+        let first = bufs[0].as_mut_slice().as_ptr() as usize;
+        let last = bufs[POOL_BUFFERS].as_mut_slice().as_ptr() as usize;
+        for b in bufs.drain(..) {
+            drop(b);
+        }
+        assert!(!pool::holds(first), "the oldest buffer left the pool");
+        assert!(pool::holds(last), "the newest buffer is pooled");
+        assert!(pool::count() <= POOL_BUFFERS);
+        drop(again);
+    }
+
+    /// The same for a batch-sized stacked matrix (a heap buffer): 4 columns, two of them with
+    /// nulls, interleaved into a buffer that held 0xab bytes.
+    #[test]
+    fn stacked_batches_written_into_dirty_recycled_buffers_hold_exactly_their_values() {
+        use std::sync::Arc;
+
+        use arrow_array::{ArrayRef, Float64Array};
+        use arrow_schema::{DataType, Field, FieldRef};
+
+        use crate::device::Device;
+        use crate::options::{ExportOptions, NullPolicy, Scalar};
+        use crate::table::{Columns, TableTensors, table_on};
+
+        let (n, k) = (10_007, 4);
+        let is_null = |i: usize, j: usize| j % 2 == 1 && (i % 200 < 70 || (i / 64) % 3 == 1);
+        let fields: Vec<FieldRef> =
+            (0..k).map(|j| Arc::new(Field::new(format!("c{j}"), DataType::Float64, true))).collect();
+        let columns: Vec<Vec<ArrayRef>> = (0..k)
+            .map(|j| {
+                let values = (0..n).map(|i| (!is_null(i, j)).then_some((i * k + j) as f64));
+                vec![Arc::new(values.collect::<Float64Array>()) as ArrayRef]
+            })
+            .collect();
+        let opts = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(0)), ..Default::default() };
+        let _held = drain_pool();
+        let mut dirty = HostBuffer::zeroed(n * k * 8).unwrap();
+        dirty.as_mut_slice().fill(0xab);
+        let ptr = dirty.as_mut_slice().as_ptr() as usize;
+        drop(dirty);
+        let TableTensors::One(out) = table_on(&fields, &columns, Columns::Stack, &opts, Device::Cpu).unwrap()
+        else {
+            panic!("stacked")
+        };
+        assert_eq!(out.values.data_ptr() as usize, ptr, "the matrix was written into the dirty buffer");
+        for (at, &v) in out.values.as_slice::<f64>().unwrap().iter().enumerate() {
+            let (i, j) = (at / k, at % k);
+            let want = if is_null(i, j) { 0.0 } else { at as f64 };
+            assert!(v.to_bits() == want.to_bits(), "row {i} column {j}: {v} != {want}");
         }
     }
 

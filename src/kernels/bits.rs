@@ -203,12 +203,12 @@ pub fn unpack_bits_fill(
     fill: u8,
     out: &mut [u8],
 ) -> Result<()> {
-    check_len("bool values", values.len(), out.len())?;
+    check_len(|| "bool values".into(), values.len(), out.len())?;
     let Some(validity) = validity else {
         unpack_bits(values, out);
         return Ok(());
     };
-    check_len("validity", validity.len(), out.len())?;
+    check_len(|| "validity".into(), validity.len(), out.len())?;
     let fills = u64::from_le_bytes([fill; 8]);
     by_blocks(out, |start, dst| {
         let len = dst.len();
@@ -260,10 +260,10 @@ fn pack_block(src: &[u8], out: &mut [u8]) {
     }
 }
 
-/// `Ok` when `found == expected`, else [`Error::LengthMismatch`] naming `what`.
-pub(crate) fn check_len(what: &str, found: usize, expected: usize) -> Result<()> {
+/// `Ok` when `found == expected`, else [`Error::LengthMismatch`] naming `what()` (made only then).
+pub(crate) fn check_len(what: impl FnOnce() -> String, found: usize, expected: usize) -> Result<()> {
     if found != expected {
-        return Err(Error::LengthMismatch { what: what.to_string(), expected, found });
+        return Err(Error::LengthMismatch { what: what(), expected, found });
     }
     Ok(())
 }

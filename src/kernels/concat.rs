@@ -39,7 +39,7 @@ pub fn concat_fill_into<T: Copy + Send + Sync>(
 ) -> Result<()> {
     for (i, (values, validity)) in chunks.iter().enumerate() {
         if let Some(v) = validity {
-            check_len(&format!("the validity of chunk {i}"), v.len(), values.len())?;
+            check_len(|| format!("the validity of chunk {i}"), v.len(), values.len())?;
         }
     }
     for_each_chunk(
@@ -59,7 +59,7 @@ fn for_each_chunk<C: Sync, T: Send>(
     write: impl Fn(&C, &mut [T]) -> Result<()> + Sync,
 ) -> Result<()> {
     let total = chunks.iter().try_fold(0usize, |acc, c| acc.checked_add(len(c)));
-    check_len("the chunks together", total.unwrap_or(usize::MAX), out.len())?;
+    check_len(|| "the chunks together".into(), total.unwrap_or(usize::MAX), out.len())?;
     let parallel = std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES;
     let mut pieces = Vec::with_capacity(chunks.len());
     let mut rest = out;

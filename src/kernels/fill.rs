@@ -18,9 +18,9 @@ pub fn fill_nulls<T: Copy + Send + Sync>(
     fill: T,
     out: &mut [T],
 ) -> Result<()> {
-    check_len("values", values.len(), out.len())?;
+    check_len(|| "values".into(), values.len(), out.len())?;
     if let Some(v) = validity {
-        check_len("validity", v.len(), out.len())?;
+        check_len(|| "validity".into(), v.len(), out.len())?;
     }
     by_blocks(out, |start, dst| {
         let src = &values[start..start + dst.len()];

@@ -36,12 +36,12 @@ pub fn interleave<D: Typed>(cols: &[Column], order: Order, fill: Option<D>, out:
     let k = cols.len();
     let n = cols.first().map_or(0, Column::len);
     for (j, c) in cols.iter().enumerate() {
-        check_len(&format!("column {}", c.label(j)), c.len(), n)?;
+        check_len(|| format!("column {}", c.label(j)), c.len(), n)?;
         if let Some(v) = c.validity {
-            check_len(&format!("the validity of column {}", c.label(j)), v.len(), n)?;
+            check_len(|| format!("the validity of column {}", c.label(j)), v.len(), n)?;
         }
     }
-    check_len("the output matrix", out.len(), n.saturating_mul(k))?;
+    check_len(|| "the output matrix".into(), out.len(), n.saturating_mul(k))?;
     if fill.is_none() {
         for (j, c) in cols.iter().enumerate() {
             let nulls = c.validity.map_or(0, |v| v.count_zeros());

@@ -38,9 +38,7 @@ mod interleave;
 mod pad;
 mod pool;
 
-use std::ops::Range;
-
-pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer};
+pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer, RECYCLE_THRESHOLD};
 pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
 pub use cast::{
     Element, Num, always_fits, bf16_from_f64, can_cast_safely, cast, common_dtype, f16_from_f64, fill_value,
@@ -51,7 +49,7 @@ pub use fill::fill_nulls;
 pub use gather::{contiguous_copy, gather_strided};
 pub use interleave::interleave;
 pub use pad::pad_rows;
-pub(crate) use pool::install;
+pub(crate) use pool::{install, spawn};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -59,7 +57,7 @@ use crate::options::{Order, Scalar};
 
 /// Outputs at least this large (in bytes) are split over rayon's threads; smaller ones stay
 /// on the calling thread.
-pub const PARALLEL_THRESHOLD_BYTES: usize = 4 << 20;
+pub const PARALLEL_THRESHOLD_BYTES: usize = 1 << 20;
 /// Rows (elements) per parallel task: a multiple of 64, so each task's validity bits start
 /// at the same bit position within a byte as the whole bitmap's.
 pub const ROWS_PER_TASK: usize = 64 * 1024;
@@ -123,28 +121,37 @@ macro_rules! with_numeric {
     };
 }
 
-fn typed_range<D: Element>(buf: &mut HostBuffer, range: Range<usize>) -> Result<&mut [D]> {
-    let out: &mut [D] = buf.typed_mut();
-    let len = out.len();
-    out.get_mut(range.clone()).ok_or_else(|| Error::layout(format!("range {range:?} outside {len} elements")))
-}
-
-/// [`interleave`] into elements `range` of a buffer of `dtype` elements, converting `fill`
-/// to `dtype` first (copies).
+/// Bytes of an output as whole elements of `D`, without copying.
 ///
 /// # Errors
-/// As [`interleave`] and [`fill_value`]; bool targets are refused.
+/// [`Error::InvalidLayout`] for bytes not aligned to `D` or not a whole number of elements.
+fn elements_mut<D: Element>(bytes: &mut [u8]) -> Result<&mut [D]> {
+    let len = bytes.len();
+    // SAFETY: every bit pattern is a valid D (the sealed Element types are integers and
+    // IEEE-style floats); align_to_mut leaves the bytes outside D's alignment in head and tail.
+    let (head, body, tail) = unsafe { bytes.align_to_mut::<D>() };
+    if !head.is_empty() || !tail.is_empty() {
+        return Err(Error::layout(format!("{len} output bytes are not whole aligned {} elements", D::DTYPE)));
+    }
+    Ok(body)
+}
+
+/// [`interleave`] into `out`, the bytes of `dtype` elements it fills (a whole buffer, or the
+/// piece of one that these rows fill), converting `fill` to `dtype` first (copies).
+///
+/// # Errors
+/// As [`interleave`] and [`fill_value`]; bool targets are refused, and bytes that are not
+/// whole aligned elements.
 pub fn interleave_into(
     dtype: DType,
     cols: &[Column],
     order: Order,
     fill: Option<Scalar>,
-    buf: &mut HostBuffer,
-    range: Range<usize>,
+    out: &mut [u8],
 ) -> Result<()> {
     with_numeric!(dtype, D => {
         let fill = fill.map(fill_value::<D>).transpose()?;
-        interleave(cols, order, fill, typed_range::<D>(buf, range)?)
+        interleave(cols, order, fill, elements_mut::<D>(out)?)
     })
 }
 
@@ -158,19 +165,14 @@ pub fn check_cast(dtype: DType, col: &Column, j: usize) -> Result<()> {
     with_numeric!(dtype, D => interleave::check_column::<D>(j, col))
 }
 
-/// Writes `fill` (converted to `dtype`) into elements `range` of the buffer.
+/// Writes `fill` (converted to `dtype`) into every element of `out`.
 ///
 /// # Errors
-/// As [`fill_value`]; bool targets are refused.
-pub fn fill_range(
-    dtype: DType,
-    fill: Option<Scalar>,
-    buf: &mut HostBuffer,
-    range: Range<usize>,
-) -> Result<()> {
+/// As [`fill_value`]; bool targets are refused, and bytes that are not whole aligned elements.
+pub fn fill_range(dtype: DType, fill: Option<Scalar>, out: &mut [u8]) -> Result<()> {
     with_numeric!(dtype, D => {
         let v = fill.map(fill_value::<D>).transpose()?.unwrap_or_default();
-        typed_range::<D>(buf, range)?.fill(v);
+        elements_mut::<D>(out)?.fill(v);
         Ok(())
     })
 }
@@ -183,7 +185,7 @@ pub fn fill_range(
 pub fn fill_bits(dtype: DType, fill: Scalar) -> Result<u64> {
     let item = dtype.itemsize();
     let mut buf = HostBuffer::zeroed(item)?;
-    fill_range(dtype, Some(fill), &mut buf, 0..1)?;
+    fill_range(dtype, Some(fill), buf.as_mut_slice())?;
     let mut out = [0u8; 8];
     out[..item].copy_from_slice(buf.as_mut_slice());
     Ok(u64::from_le_bytes(out))

@@ -26,6 +26,15 @@ pub(crate) fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// Runs `f` on this process's pool without waiting for it (on the calling thread, at once, when
+/// no pool can be started). `f` must not panic: a panic there aborts the process, as rayon does.
+pub(crate) fn spawn(f: impl FnOnce() + Send + 'static) {
+    match current() {
+        Some(pool) => pool.spawn(f),
+        None => f(),
+    }
+}
+
 fn current() -> Option<&'static ThreadPool> {
     let pid = std::process::id();
     let mut slot = POOL.lock().unwrap_or_else(|e| e.into_inner());
