@@ -7,8 +7,11 @@ markdown table of ratios (issue targets in the third column).
 - dlframe: `for b in dlframe.batches(table, 65536)` (cut, join and interleave in one pass, the
   next batch made on a background thread);
 - memcpy: numpy copying the same 320 MB once (`np.copyto`), the bandwidth yardstick;
-- Polars: `for s in df.iter_slices(65536): s.to_numpy()`;
-- pyarrow: `for b in table.to_batches(65536): np.column_stack([c.to_numpy() for c in b.columns])`.
+- Polars: `for s in df.iter_slices(65536): s.to_numpy()` (a Fortran-order matrix: one
+  contiguous copy per column), also against `dlframe.batches(..., order="F")`, the same layout;
+- pyarrow: `for b in table.to_batches(65536): np.column_stack([c.to_numpy() for c in b.columns])`;
+- the read bound: numpy copying each batch's bytes, column by column, into one reused 2 MB
+  buffer (the least any batch loop does: every byte read once from memory, written to cache).
 Then the time a consumer doing about 1 ms of work per batch waits for the next one.
 
 Run with a release build of the extension: `.venv/bin/python benches/batches.py [--rows N]`.
@@ -51,8 +54,21 @@ def main():
         for b in dlframe.batches(table, BATCH):
             pass
 
+    def ours_f():
+        for b in dlframe.batches(table, BATCH, order="F"):
+            pass
+
     def memcpy():
         np.copyto(dst, src)
+
+    columns = list(data.values())
+    block = np.empty((COLS, BATCH), dtype=np.float32)
+
+    def read_bound():
+        for start in range(0, ROWS, BATCH):
+            end = min(start + BATCH, ROWS)
+            for j, c in enumerate(columns):
+                np.copyto(block[j, : end - start], c[start:end])
 
     def polars():
         for s in df.iter_slices(BATCH):
@@ -62,7 +78,8 @@ def main():
         for b in table.to_batches(BATCH):
             np.column_stack([c.to_numpy() for c in b.columns])
 
-    t_ours, t_copy, t_pl, t_pa = best(ours), best(memcpy), best(polars), best(pyarrow)
+    t_ours, t_copy, t_pl, t_pa, t_ours_f = best(ours), best(memcpy), best(polars), best(pyarrow), best(ours_f)
+    t_read = best(read_bound)
 
     def consumer(work_s=0.001):
         waited, n = 0.0, 0
@@ -99,7 +116,9 @@ def main():
 
     row("dlframe.batches throughput / numpy memcpy bandwidth, same bytes", t_copy / t_ours, 0.8)
     row("Polars iter_slices + to_numpy time / dlframe.batches time", t_pl / t_ours, 3)
+    row("Polars iter_slices + to_numpy time / dlframe.batches(order='F') time", t_pl / t_ours_f, None)
     row("pyarrow to_batches + np.column_stack time / dlframe.batches time", t_pa / t_ours, 3)
+    row("read bound (each batch's bytes copied into one reused buffer) time / dlframe.batches time", t_read / t_ours, None)
     row("consumer's wait per batch (1 ms of work per batch) / 1 ms", wait / 0.001, None)
 
 
