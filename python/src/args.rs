@@ -15,7 +15,7 @@ use pyo3_arrow::PyDataType;
 
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::options::Order;
-use dlframe::options::{NullPolicy, Ragged, Scalar};
+use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy, Ragged, Scalar};
 use dlframe::{DType, Device};
 
 use crate::error::{Binding, Error, Result};
@@ -239,14 +239,27 @@ impl<'a, 'py> FromPyObject<'a, 'py> for FillValue {
     }
 }
 
-/// `nulls=` with its `fill_value=`, through the core's one parser.
-pub fn null_policy(nulls: &str, fill: Option<FillValue>) -> Result<NullPolicy> {
-    Ok(NullPolicy::parse(nulls, fill.map(|f| f.0))?)
-}
-
-/// `ragged=` with its `pad_value=` and `max_len=`, through the core's one parser.
-pub fn ragged(name: &str, pad: Option<FillValue>, max_len: Option<usize>) -> Result<Ragged> {
-    Ok(Ragged::parse(name, pad.map(|p| p.0), max_len)?)
+/// The conversion keywords that `to_dlpack` and `batches` share (`nulls=` with `fill_value=`,
+/// `copy=`, `dtype=`, `order=`, `ragged=` with `pad_value=` and `max_len=`), through the core's
+/// parsers, as the core's options.
+#[allow(clippy::too_many_arguments)]
+pub fn export_options(
+    nulls: &str,
+    fill_value: Option<FillValue>,
+    copy: Option<bool>,
+    dtype: Option<DTypeArg>,
+    order: OrderArg,
+    ragged: &str,
+    pad_value: Option<FillValue>,
+    max_len: Option<usize>,
+) -> Result<ExportOptions> {
+    Ok(ExportOptions {
+        nulls: NullPolicy::parse(nulls, fill_value.map(|f| f.0))?,
+        copy: CopyPolicy::from(copy),
+        dtype: dtype.map(|d| d.0),
+        order: order.0,
+        ragged: Ragged::parse(ragged, pad_value.map(|p| p.0), max_len)?,
+    })
 }
 
 /// `order=`: `"C"` or `"F"`, through the core's one parser.

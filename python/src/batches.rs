@@ -21,10 +21,10 @@ use pyo3_arrow::ffi::ArrayReader;
 
 use dlframe::Device;
 use dlframe::batches::{Ahead, BatchOptions, Batcher};
-use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy};
+use dlframe::options::NullPolicy;
 use dlframe::table::{TableTensors, split_struct};
 
-use crate::args::{self, ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, null_policy};
+use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
 use crate::convert::{arrow_input, input_error, wrap_table};
 use crate::error::{Error, Result};
 
@@ -194,14 +194,8 @@ impl PyBatchStream {
         pad_value: Option<FillValue>,
         max_len: Option<usize>,
     ) -> Result<Self> {
-        let nulls = null_policy(nulls, fill_value)?;
-        let export = ExportOptions {
-            nulls,
-            copy: CopyPolicy::IfNeeded,
-            dtype: dtype.map(|d| d.0),
-            order: order.0,
-            ragged: args::ragged(ragged, pad_value, max_len)?,
-        };
+        let export = export_options(nulls, fill_value, None, dtype, order, ragged, pad_value, max_len)?;
+        let nulls = export.nulls;
         let options = BatchOptions {
             drop_last,
             columns: columns.0,

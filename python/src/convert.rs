@@ -14,11 +14,12 @@ use dlframe::table::{TableTensors, split_struct, table_on};
 use dlframe::{Device, Tensor, transfer};
 
 use crate::args::{
-    self, ColumnsArg, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, null_policy,
+    ColumnsArg, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, export_options,
 };
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::exchange;
+use crate::gil;
 use crate::interface;
 use crate::tensor::PyTensor;
 use crate::to_python::to_pyarrow;
@@ -137,32 +138,34 @@ pub fn to_dlpack<'py>(
             .into());
         }
     };
-    let nulls = null_policy(nulls, fill_value)?;
-    let opts = ExportOptions {
-        nulls,
-        copy: CopyPolicy::from(copy),
-        dtype: dtype.map(|d| d.0),
-        order: order.0,
-        ragged: args::ragged(ragged, pad_value, max_len)?,
-    };
+    let opts = export_options(nulls, fill_value, copy, dtype, order, ragged, pad_value, max_len)?;
+    let nulls = opts.nulls;
+    // A LazyFrame has no Arrow interface: it is looked for only when the object has none.
     let collected;
-    let obj = if is_lazy_frame(obj)? {
-        collected = collect_lazy(obj)?;
-        &collected
-    } else {
-        obj
+    let (obj, input) = match arrow_input(obj) {
+        Err(_) if is_lazy_frame(obj)? => {
+            collected = collect_lazy(obj)?;
+            (&collected, arrow_input(&collected))
+        }
+        input => (obj, input),
     };
-    let chunked = match arrow_input(obj) {
-        Ok(input) => input.into_chunked_array().map_err(Error::from),
+    let (chunks, field) = match input {
+        // One array: no reader to make and drain.
+        Ok(AnyArray::Array(a)) => {
+            let (array, field) = a.into_inner();
+            Ok((vec![array], field))
+        }
+        Ok(input) => input.into_chunked_array().map(|c| c.into_inner()).map_err(Error::from),
         Err(e) => Err(e.into()),
     }
     .map_err(|e| input_error(obj, e))?;
-    let (chunks, field) = chunked.into_inner();
+    let host = target == Device::Cpu;
+    let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
     if let Some((fields, cols)) = split_struct(&field, &chunks)? {
-        let t = py.detach(|| table_on(&fields, &cols, columns.0, &opts, target))?;
+        let t = gil::run(py, host, bytes, || table_on(&fields, &cols, columns.0, &opts, target))?;
         return wrap_table(py, t, nulls, stream);
     }
-    let c = py.detach(|| transfer::column_on(&field, &chunks, &opts, target))?;
+    let c = gil::run(py, host, bytes, || transfer::column_on(&field, &chunks, &opts, target))?;
     wrap(py, c, nulls, stream)
 }
 
@@ -418,7 +421,8 @@ pub fn from_dlpack<'py>(
     let _ = device;
     let (tensor, copy) = if let Ok(t) = x.cast::<PyTensor>() {
         let t = &t.get().inner;
-        let (host, fresh) = py.detach(|| transfer::on_host(t, copy))?;
+        let (host, fresh) =
+            gil::run(py, t.device().is_host_accessible(), t.nbytes(), || transfer::on_host(t, copy))?;
         // A transfer to the host is already a fresh copy: no second one.
         (host, if fresh { None } else { copy })
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
@@ -443,7 +447,8 @@ pub fn from_dlpack<'py>(
         .into());
     }
     let policy = CopyPolicy::from(copy);
-    let (field, array) = py.detach(move || tensor_to_column_with(&tensor, "", policy))?;
+    let bytes = tensor.nbytes();
+    let (field, array) = gil::run(py, true, bytes, move || tensor_to_column_with(&tensor, "", policy))?;
     to_pyarrow(py, field, array)
 }
 

@@ -9,6 +9,7 @@ mod capsule;
 mod convert;
 mod error;
 mod exchange;
+mod gil;
 mod interface;
 mod sql_udfs;
 mod tensor;

@@ -18,6 +18,7 @@ use crate::args::{DlDevice, DlpackStream, MaxVersion};
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::exchange;
+use crate::gil;
 use crate::interface::{
     NPY_ALIGNED, NPY_C_CONTIGUOUS, NPY_NOTSWAPPED, NPY_WRITEABLE, PyArrayInterface, interface_dict,
 };
@@ -99,7 +100,10 @@ impl PyTensor {
             stream: stream.map(|s| s.0),
         };
         let t = &self.inner;
-        let export = py.detach(|| request.export(t))?;
+        // A host tensor left on the host: at most a small copy, so the GIL stays held.
+        let to_host = request.dl_device.is_none_or(|d| d.device_type == Device::Cpu.to_dlpack().device_type);
+        let host = t.device().is_host_accessible() && to_host;
+        let export = gil::run(py, host, t.nbytes(), || request.export(t))?;
         capsule::from_export(py, export)
     }
 
@@ -308,11 +312,12 @@ impl PyTensor {
     #[pyo3(signature = (*, copy=None))]
     fn to_arrow<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
         let t = &self.inner;
-        let (field, array) = py.detach(|| -> dlframe::Result<_> {
-            let (t, fresh) = transfer::on_host(t, copy)?;
-            // A transfer to the host is already a fresh copy: no second one.
-            tensor_to_column_with(&t, "", CopyPolicy::from(if fresh { None } else { copy }))
-        })?;
+        let (field, array) =
+            gil::run(py, t.device().is_host_accessible(), t.nbytes(), || -> dlframe::Result<_> {
+                let (t, fresh) = transfer::on_host(t, copy)?;
+                // A transfer to the host is already a fresh copy: no second one.
+                tensor_to_column_with(&t, "", CopyPolicy::from(if fresh { None } else { copy }))
+            })?;
         to_pyarrow(py, field, array)
     }
 

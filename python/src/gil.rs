@@ -1,0 +1,15 @@
+//! When a call releases the GIL: for work that takes long enough to let other Python threads
+//! run meanwhile (copies of large data, device work), not for a small host export, where
+//! releasing and taking back the GIL would cost more than the work, and would let another
+//! thread take the GIL while this call waits for its turn.
+
+use pyo3::Python;
+
+/// Host work over fewer bytes than this keeps the GIL.
+pub const RELEASE_BYTES: usize = 64 << 10;
+
+/// Runs `f` without the GIL when it works on the device (`host` false) or over at least
+/// [`RELEASE_BYTES`] bytes, else with the GIL held.
+pub fn run<T: Send>(py: Python<'_>, host: bool, bytes: usize, f: impl FnOnce() -> T + Send) -> T {
+    if host && bytes < RELEASE_BYTES { f() } else { py.detach(f) }
+}
