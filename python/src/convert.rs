@@ -4,6 +4,7 @@ use arrow_schema::DataType;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3_arrow::PyArray;
 use pyo3_arrow::input::AnyArray;
 
 use dlframe::arrow::{Converted, tensor_to_column_with, to_tensor};
@@ -176,7 +177,18 @@ pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
     let py = obj.py();
     let ty = obj.get_type();
     if ty.hasattr(intern!(py, "__arrow_c_array__"))? {
-        Ok(AnyArray::Array(obj.extract()?))
+        // Called here, once: pyo3-arrow's extraction looks the method up twice more first.
+        let pair = obj.call_method0(intern!(py, "__arrow_c_array__"))?;
+        let Some(pair) = pair.cast::<PyTuple>().ok().filter(|t| t.len() == 2) else {
+            let returned = pair.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            let ty = ty.name().map(|n| n.to_string()).unwrap_or_default();
+            return Err(Error::from(Binding::Malformed(format!(
+                "{ty}.__arrow_c_array__() returned a {returned}, not a (schema, array) pair of PyCapsules"
+            )))
+            .into());
+        };
+        let (schema, array) = (pair.get_item(0)?, pair.get_item(1)?);
+        Ok(AnyArray::Array(PyArray::from_arrow_pycapsule(schema.cast()?, array.cast()?)?))
     } else if ty.hasattr(intern!(py, "__arrow_c_stream__"))? {
         Ok(AnyArray::Stream(obj.extract()?))
     } else {

@@ -43,3 +43,29 @@ def test_bad_input_row(expr, exc, message):
         eval(expr, namespace)
     assert type(info.value).__name__ == exc, f"{expr} raised {type(info.value).__name__}: {info.value}"
     assert message in str(info.value), f"{expr}: {info.value}"
+
+
+class _ArrowProducer:
+    """An object whose __arrow_c_array__ returns whatever it was given."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def __arrow_c_array__(self, requested_schema=None):
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+def test_a_malformed_arrow_c_array_result_is_refused_with_the_reason():
+    good = pa.array([1.0, 2.0]).__arrow_c_array__()
+    with pytest.raises(ValueError, match=r"_ArrowProducer.__arrow_c_array__\(\) returned a list, not a \(schema, array\) pair"):
+        dlframe.to_dlpack(_ArrowProducer(list(good)))
+    with pytest.raises(Exception, match="PyCapsule"):
+        dlframe.to_dlpack(_ArrowProducer((1, 2)))
+    with pytest.raises(ValueError, match=r"returned a tuple, not a \(schema, array\) pair"):
+        dlframe.to_dlpack(_ArrowProducer((good[0],)))  # one capsule, not two
+    with pytest.raises(RuntimeError, match="the producer broke"):
+        dlframe.to_dlpack(_ArrowProducer(RuntimeError("the producer broke")))
+    # The well-formed pair still converts.
+    assert np.from_dlpack(dlframe.to_dlpack(_ArrowProducer(pa.array([1.0, 2.0]).__arrow_c_array__()))).tolist() == [1.0, 2.0]
