@@ -2,7 +2,7 @@
 """Prints criterion results as ratios to their yardsticks (a markdown table), with targets.
 
 Reads target/criterion/<group>/<function>/new/estimates.json (`mean.point_estimate`, ns),
-as written by `cargo bench --bench kernels` (and `--bench dlpack_roundtrip`,
+as written by `cargo bench --bench kernels` (and `--bench dlpack_roundtrip`, `--bench batches`,
 `-p dlframe-datafusion --bench sql`, `-p dlframe-polars --bench polars`). Python 3.11
 standard library only. Exits 1 when a measured ratio misses its target.
 """
@@ -29,6 +29,9 @@ ROWS = [
     ("chunk_concat_100x100k_f32", "kernel_parallel", "memcpy", None, "chunk concat on all cores / 1-thread memcpy (info)"),
     ("interleave_8xf32_2M_c", "to_tensor_parallel", "memcpy_fresh", None, "to_tensor on all cores / 1-thread fresh copy (info)"),
     ("chunk_concat_100x100k_f32", "memcpy_fresh", "memcpy", None, "fresh memory / reused memory, for a copy (info)"),
+    ("batches_8xf32_4M", "batches", "memcpy", 1.25, "exact-size batches of 65,536 rows, 8 f32 x 4M in 1M-row inputs / memcpy of 128 MB (>= 0.8x bandwidth)"),
+    ("batches_8xf32_4M", "batches_ahead", "memcpy", 1.25, "the same, 2 windows converted at once (the Python thread's driver) / memcpy"),
+    ("batches_8xf32_4M", "batches_ahead_8192_chunks", "memcpy", None, "the same from 8,192-row inputs (DataFusion's size) / memcpy (info)"),
     ("sql_8xf32_10M", "to_tensor", "select", 1.3, "SELECT to_tensor(c0..c7) / SELECT c0..c7, MemTable 8 f32 x 10M, collected"),
     ("sql_8xf32_10M", "to_tensor", "make_array", 1 / 3, "SELECT to_tensor(c0..c7) / SELECT make_array(c0..c7)"),
     ("collect_tensor_8xf32_10M", "collect", "memcpy", 1.2, "1221 result batches -> one (10M, 8) tensor / memcpy of 320 MB"),
