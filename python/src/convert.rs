@@ -160,13 +160,13 @@ pub fn to_dlpack<'py>(
         Err(e) => Err(e.into()),
     }
     .map_err(|e| input_error(obj, e))?;
-    let host = target == Device::Cpu;
+    let cpu = target == Device::Cpu;
     let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
     if let Some((fields, cols)) = split_struct(&field, &chunks)? {
-        let t = gil::run(py, host, bytes, || table_on(&fields, &cols, columns.0, &opts, target))?;
+        let t = gil::run(py, cpu, bytes, || table_on(&fields, &cols, columns.0, &opts, target))?;
         return wrap_table(py, t, nulls, stream);
     }
-    let c = gil::run(py, host, bytes, || transfer::column_on(&field, &chunks, &opts, target))?;
+    let c = gil::run(py, cpu, bytes, || transfer::column_on(&field, &chunks, &opts, target))?;
     wrap(py, c, nulls, stream)
 }
 
@@ -434,7 +434,7 @@ pub fn from_dlpack<'py>(
     let (tensor, copy) = if let Ok(t) = x.cast::<PyTensor>() {
         let t = &t.get().inner;
         let (host, fresh) =
-            gil::run(py, t.device().is_host_accessible(), t.nbytes(), || transfer::on_host(t, copy))?;
+            gil::run(py, t.device() == Device::Cpu, t.nbytes(), || transfer::on_host(t, copy))?;
         // A transfer to the host is already a fresh copy: no second one.
         (host, if fresh { None } else { copy })
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
@@ -459,8 +459,8 @@ pub fn from_dlpack<'py>(
         .into());
     }
     let policy = CopyPolicy::from(copy);
-    let bytes = tensor.nbytes();
-    let (field, array) = gil::run(py, true, bytes, move || tensor_to_column_with(&tensor, "", policy))?;
+    let (cpu, bytes) = (tensor.device() == Device::Cpu, tensor.nbytes());
+    let (field, array) = gil::run(py, cpu, bytes, move || tensor_to_column_with(&tensor, "", policy))?;
     to_pyarrow(py, field, array)
 }
 

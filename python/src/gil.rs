@@ -5,11 +5,11 @@
 
 use pyo3::Python;
 
-/// Host work over fewer bytes than this keeps the GIL.
+/// CPU work over fewer bytes than this keeps the GIL.
 pub const RELEASE_BYTES: usize = 64 << 10;
 
-/// Runs `f` without the GIL when it works on the device (`host` false) or over at least
-/// [`RELEASE_BYTES`] bytes, else with the GIL held.
-pub fn run<T: Send>(py: Python<'_>, host: bool, bytes: usize, f: impl FnOnce() -> T + Send) -> T {
-    if host && bytes < RELEASE_BYTES { f() } else { py.detach(f) }
+/// Runs `f` with the GIL held when it is CPU work (`cpu`: plain host memory, no stream to wait
+/// on) over fewer than [`RELEASE_BYTES`] bytes, else without the GIL.
+pub fn run<T: Send>(py: Python<'_>, cpu: bool, bytes: usize, f: impl FnOnce() -> T + Send) -> T {
+    if cpu && bytes < RELEASE_BYTES { f() } else { py.detach(f) }
 }

@@ -100,10 +100,11 @@ impl PyTensor {
             stream: stream.map(|s| s.0),
         };
         let t = &self.inner;
-        // A host tensor left on the host: at most a small copy, so the GIL stays held.
-        let to_host = request.dl_device.is_none_or(|d| d.device_type == Device::Cpu.to_dlpack().device_type);
-        let host = t.device().is_host_accessible() && to_host;
-        let export = gil::run(py, host, t.nbytes(), || request.export(t))?;
+        // A CPU tensor left on the CPU: no stream to wait on and at most a small copy, so the GIL
+        // stays held (pinned or managed memory may have to wait for a stream: released).
+        let to_cpu = request.dl_device.is_none_or(|d| d.device_type == Device::Cpu.to_dlpack().device_type);
+        let cpu = t.device() == Device::Cpu && to_cpu;
+        let export = gil::run(py, cpu, t.nbytes(), || request.export(t))?;
         capsule::from_export(py, export)
     }
 
@@ -313,7 +314,7 @@ impl PyTensor {
     fn to_arrow<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
         let t = &self.inner;
         let (field, array) =
-            gil::run(py, t.device().is_host_accessible(), t.nbytes(), || -> dlframe::Result<_> {
+            gil::run(py, t.device() == Device::Cpu, t.nbytes(), || -> dlframe::Result<_> {
                 let (t, fresh) = transfer::on_host(t, copy)?;
                 // A transfer to the host is already a fresh copy: no second one.
                 tensor_to_column_with(&t, "", CopyPolicy::from(if fresh { None } else { copy }))
