@@ -316,7 +316,8 @@ type Done = std::thread::Result<Result<TableTensors>>;
 /// Windows converted ahead, up to `depth` at once, on dlframe's pool: their conversions overlap
 /// each other and whatever the caller does meanwhile (reading the next input). They come back
 /// in the order they went in. Each holds its output until [`Ahead::pop`] hands it over, so at
-/// most `depth` converted batches are held here.
+/// most `depth` converted batches are held here. Drive it from a thread of your own, not from
+/// inside dlframe's pool: `pop` blocks its thread until the pool has made the batch.
 #[derive(Debug)]
 pub struct Ahead {
     pending: VecDeque<Receiver<Done>>,
