@@ -10,6 +10,8 @@ markdown table of ratios (issue targets in the third column).
 - Polars: `for s in df.iter_slices(65536): s.to_numpy()` (a Fortran-order matrix: one
   contiguous copy per column), also against `dlframe.batches(..., order="F")`, the same layout;
 - pyarrow: `for b in table.to_batches(65536): np.column_stack([c.to_numpy() for c in b.columns])`;
+- a DataFusion query over the same table (`SELECT * FROM t`, 8,192-row batches) through
+  dlframe.batches, against reading its Arrow stream with pyarrow (no conversion);
 - the read bound: numpy copying each batch's bytes, column by column, into one reused 2 MB
   buffer (the least any batch loop does: every byte read once from memory, written to cache).
 Then the time a consumer doing about 1 ms of work per batch waits for the next one.
@@ -22,6 +24,7 @@ import platform
 import sys
 import time
 
+import datafusion
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -81,6 +84,20 @@ def main():
     t_ours, t_copy, t_pl, t_pa, t_ours_f = best(ours), best(memcpy), best(polars), best(pyarrow), best(ours_f)
     t_read = best(read_bound)
 
+    ctx = datafusion.SessionContext()
+    ctx.register_record_batches("t", [table.to_batches()])
+    query = ctx.sql("SELECT * FROM t")
+
+    def ours_datafusion():
+        for b in dlframe.batches(query, BATCH):
+            pass
+
+    def pyarrow_datafusion():
+        for b in pa.RecordBatchReader.from_stream(query):
+            pass
+
+    t_df, t_df_read = best(ours_datafusion), best(pyarrow_datafusion)
+
     def consumer(work_s=0.001):
         waited, n = 0.0, 0
         it = iter(dlframe.batches(table, BATCH))
@@ -119,6 +136,8 @@ def main():
     row("Polars iter_slices + to_numpy time / dlframe.batches(order='F') time", t_pl / t_ours_f, None)
     row("pyarrow to_batches + np.column_stack time / dlframe.batches time", t_pa / t_ours, 3)
     row("read bound (each batch's bytes copied into one reused buffer) time / dlframe.batches time", t_read / t_ours, None)
+    row("DataFusion query source: dlframe.batches time / numpy memcpy time", t_df / t_copy, None)
+    row("DataFusion query source: pyarrow reading its stream (no conversion) time / numpy memcpy time", t_df_read / t_copy, None)
     row("consumer's wait per batch (1 ms of work per batch) / 1 ms", wait / 0.001, None)
 
 
