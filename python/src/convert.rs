@@ -433,8 +433,7 @@ pub fn from_dlpack<'py>(
     let _ = device;
     let (tensor, copy) = if let Ok(t) = x.cast::<PyTensor>() {
         let t = &t.get().inner;
-        let (host, fresh) =
-            gil::run(py, t.device() == Device::Cpu, t.nbytes(), || transfer::on_host(t, copy))?;
+        let (host, fresh) = gil::run_over(py, t, || transfer::on_host(t, copy))?;
         // A transfer to the host is already a fresh copy: no second one.
         (host, if fresh { None } else { copy })
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
@@ -459,8 +458,7 @@ pub fn from_dlpack<'py>(
         .into());
     }
     let policy = CopyPolicy::from(copy);
-    let (cpu, bytes) = (tensor.device() == Device::Cpu, tensor.nbytes());
-    let (field, array) = gil::run(py, cpu, bytes, move || tensor_to_column_with(&tensor, "", policy))?;
+    let (field, array) = gil::run_over(py, &tensor, || tensor_to_column_with(&tensor, "", policy))?;
     to_pyarrow(py, field, array)
 }
 

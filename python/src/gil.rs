@@ -3,6 +3,7 @@
 //! releasing and taking back the GIL would cost more than the work, and would let another
 //! thread take the GIL while this call waits for its turn.
 
+use dlframe::{Device, Tensor};
 use pyo3::Python;
 
 /// CPU work over fewer bytes than this keeps the GIL.
@@ -12,4 +13,10 @@ pub const RELEASE_BYTES: usize = 64 << 10;
 /// on) over fewer than [`RELEASE_BYTES`] bytes, else without the GIL.
 pub fn run<T: Send>(py: Python<'_>, cpu: bool, bytes: usize, f: impl FnOnce() -> T + Send) -> T {
     if cpu && bytes < RELEASE_BYTES { f() } else { py.detach(f) }
+}
+
+/// [`run`] for work over the tensor `t`: CPU work when `t` is in plain CPU memory, over its
+/// bytes.
+pub fn run_over<T: Send>(py: Python<'_>, t: &Tensor, f: impl FnOnce() -> T + Send) -> T {
+    run(py, t.device() == Device::Cpu, t.nbytes(), f)
 }

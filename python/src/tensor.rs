@@ -313,12 +313,11 @@ impl PyTensor {
     #[pyo3(signature = (*, copy=None))]
     fn to_arrow<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
         let t = &self.inner;
-        let (field, array) =
-            gil::run(py, t.device() == Device::Cpu, t.nbytes(), || -> dlframe::Result<_> {
-                let (t, fresh) = transfer::on_host(t, copy)?;
-                // A transfer to the host is already a fresh copy: no second one.
-                tensor_to_column_with(&t, "", CopyPolicy::from(if fresh { None } else { copy }))
-            })?;
+        let (field, array) = gil::run_over(py, t, || -> dlframe::Result<_> {
+            let (t, fresh) = transfer::on_host(t, copy)?;
+            // A transfer to the host is already a fresh copy: no second one.
+            tensor_to_column_with(&t, "", CopyPolicy::from(if fresh { None } else { copy }))
+        })?;
         to_pyarrow(py, field, array)
     }
 

@@ -310,7 +310,7 @@ impl Piece<'_> {
             bytes.fill(bool_byte(fill));
             return Ok(());
         }
-        kernels::fill_range(dtype, fill, bytes)
+        kernels::fill_into(dtype, fill, bytes)
     }
 }
 

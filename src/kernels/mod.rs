@@ -169,7 +169,7 @@ pub fn check_cast(dtype: DType, col: &Column, j: usize) -> Result<()> {
 ///
 /// # Errors
 /// As [`fill_value`]; bool targets are refused, and bytes that are not whole aligned elements.
-pub fn fill_range(dtype: DType, fill: Option<Scalar>, out: &mut [u8]) -> Result<()> {
+pub fn fill_into(dtype: DType, fill: Option<Scalar>, out: &mut [u8]) -> Result<()> {
     with_numeric!(dtype, D => {
         let v = fill.map(fill_value::<D>).transpose()?.unwrap_or_default();
         elements_mut::<D>(out)?.fill(v);
@@ -185,7 +185,7 @@ pub fn fill_range(dtype: DType, fill: Option<Scalar>, out: &mut [u8]) -> Result<
 pub fn fill_bits(dtype: DType, fill: Scalar) -> Result<u64> {
     let item = dtype.itemsize();
     let mut buf = HostBuffer::zeroed(item)?;
-    fill_range(dtype, Some(fill), buf.as_mut_slice())?;
+    fill_into(dtype, Some(fill), buf.as_mut_slice())?;
     let mut out = [0u8; 8];
     out[..item].copy_from_slice(buf.as_mut_slice());
     Ok(u64::from_le_bytes(out))
