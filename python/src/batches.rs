@@ -1,7 +1,8 @@
 //! `dlframe._native.BatchStream`: one pass of `dlframe.batches` over an Arrow stream, its
 //! batches converted on a background thread (without the GIL) while the consumer works.
 //!
-//! The thread reads the source and cuts exact-size windows with the core's
+//! That thread is one of the process's readers (`readers.rs`), which keep a Python thread state
+//! for sources that take the GIL. It reads the source and cuts exact-size windows with the core's
 //! [`dlframe::batches::Batcher`]; [`dlframe::batches::Ahead`] converts up to `prefetch` of them
 //! at once on dlframe's pool while the thread reads on, and a channel of one place carries the
 //! tensors in order, so at most `prefetch + 1` converted batches exist ahead of the consumer.
@@ -11,7 +12,6 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
@@ -27,6 +27,7 @@ use dlframe::table::{TableTensors, split_struct};
 use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
 use crate::convert::{arrow_input, input_error, wrap_table};
 use crate::error::{Error, Result};
+use crate::readers;
 
 /// Where the thread reads input from.
 enum Source {
@@ -165,7 +166,7 @@ fn push(
 pub struct PyBatchStream {
     /// In a Mutex only to make the class Sync; `__next__` has it exclusively.
     rx: Option<Mutex<Receiver<Sent>>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<readers::Done>,
     stop: Arc<AtomicBool>,
     nulls: NullPolicy,
 }
@@ -194,6 +195,7 @@ impl PyBatchStream {
         pad_value: Option<FillValue>,
         max_len: Option<usize>,
     ) -> Result<Self> {
+        let py = source.py();
         let export = export_options(nulls, fill_value, None, dtype, order, ragged, pad_value, max_len)?;
         let nulls = export.nulls;
         let options = BatchOptions {
@@ -215,16 +217,14 @@ impl PyBatchStream {
         let (tx, rx) = sync_channel(prefetch + 1 - depth);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("dlframe-batches".into())
-            .spawn(move || {
-                let on_panic = tx.clone();
-                if catch_unwind(AssertUnwindSafe(|| produce(source, options, depth, tx, flag))).is_err() {
-                    // Without this the consumer would see the end of the stream, and lose rows.
-                    let _ = on_panic.send(Err(Error::panicked("dlframe.batches' background thread")));
-                }
-            })
-            .map_err(|e| dlframe::Error::InvalidArgument(format!("could not start the batch thread: {e}")))?;
+        let thread = readers::start(py, move || {
+            let on_panic = tx.clone();
+            if catch_unwind(AssertUnwindSafe(|| produce(source, options, depth, tx, flag))).is_err() {
+                // Without this the consumer would see the end of the stream, and lose rows.
+                let _ = on_panic.send(Err(Error::panicked("dlframe.batches' background thread")));
+            }
+        })
+        .map_err(|e| dlframe::Error::InvalidArgument(format!("could not start the batch thread: {e}")))?;
         Ok(PyBatchStream { rx: Some(Mutex::new(rx)), thread: Some(thread), stop, nulls })
     }
 
@@ -258,12 +258,12 @@ impl PyBatchStream {
 
 impl PyBatchStream {
     /// Tells the thread to stop, unblocks it, and waits for it without the GIL (it may need the
-    /// GIL to read a Python iterator).
+    /// GIL to read a Python iterator); at the interpreter's exit it does not wait.
     fn finish(&mut self, py: Python<'_>) {
         self.stop.store(true, Ordering::Relaxed);
         drop(self.rx.take());
         if let Some(t) = self.thread.take() {
-            let _ = py.detach(|| t.join());
+            t.wait(py);
         }
     }
 }

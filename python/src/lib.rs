@@ -11,6 +11,7 @@ mod error;
 mod exchange;
 mod gil;
 mod interface;
+mod readers;
 mod sql_udfs;
 mod tensor;
 mod to_python;

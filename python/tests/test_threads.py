@@ -1,6 +1,7 @@
 """Threads: eight Python threads exporting and importing at once, Arrow buffers over foreign
 memory released on DataFusion's worker threads, and an interpreter that exits with capsules,
-tensors and foreign-memory arrays still alive (in globals and in reference cycles).
+tensors and foreign-memory arrays still alive (in globals and in reference cycles), or with
+dlframe.batches passes still reading a DataFusion query.
 
 Every multi-threaded test joins its threads with a timeout and fails, printing every thread's
 stack, when one is still running (a deadlock: for instance a deleter that needs the GIL while
@@ -358,10 +359,17 @@ def test_interpreter_exits_cleanly_with_everything_alive(how):
         script += "\nsys.exit(0)\n"
     elif how == "gc at exit":
         script += "\nimport atexit\natexit.register(gc.collect)\ngc.enable()\n"
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"exit {proc.returncode}; stderr:\n{proc.stderr[-3000:]}"
-    assert proc.stdout.strip() == "ok", proc.stdout
-    assert proc.stderr == "", f"stderr at exit:\n{proc.stderr[-3000:]}"
+    exits_cleanly(script)
+
+
+def exits_cleanly(script, runs=1, timeout=120):
+    """Runs `script` in a new interpreter `runs` times; each must print "ok" and exit 0 within
+    `timeout` seconds, with nothing on stderr."""
+    for run in range(runs):
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
+        assert proc.returncode == 0, f"run {run}: exit {proc.returncode}; stderr:\n{proc.stderr[-3000:]}"
+        assert proc.stdout.strip() == "ok", proc.stdout
+        assert proc.stderr == "", f"run {run}: stderr at exit:\n{proc.stderr[-3000:]}"
 
 
 DAEMON_SCRIPT = r"""
@@ -395,11 +403,32 @@ print("ok", flush=True)
     "fixed in 3.14 by parking such threads). Reported; not a dlframe bug to fix here.",
 )
 def test_interpreter_exits_while_daemon_threads_are_inside_dlframe():
-    for attempt in range(3):
-        proc = subprocess.run([sys.executable, "-c", DAEMON_SCRIPT], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, f"run {attempt}: exit {proc.returncode}; stderr:\n{proc.stderr[-3000:]}"
-        assert proc.stdout.strip() == "ok"
-        assert proc.stderr == "", f"stderr at exit:\n{proc.stderr[-3000:]}"
+    exits_cleanly(DAEMON_SCRIPT, runs=3)
+
+
+HELD_PASSES_SCRIPT = """
+import numpy as np, pyarrow as pa, datafusion, dlframe
+
+t = pa.table({"x": np.arange(2_000_000, dtype=np.float32)})
+ctx = datafusion.SessionContext()
+ctx.register_record_batches("t", [t.to_batches(max_chunksize=8192)])
+for _ in range(3):  # passes read to the end: their readers wait idle at exit
+    for b in dlframe.batches(ctx.sql("SELECT * FROM t"), 1000):
+        pass
+held = []
+for _ in range(4):  # passes held at exit, their readers inside DataFusion's stream
+    it = iter(dlframe.batches(ctx.sql("SELECT x * 2 AS y FROM t"), 1000, prefetch=8))
+    next(it)
+    held.append(it)
+print("ok", flush=True)
+"""
+
+
+def test_interpreter_exits_with_batches_passes_held_over_a_source_that_takes_the_gil():
+    # DataFusion's stream takes the GIL for each batch, so a reader may be waiting for the GIL
+    # when the interpreter, finalizing, drops the held passes. Waiting for that reader to end
+    # hung the exit (3 runs of 12, before); the wait is skipped while the interpreter finalizes.
+    exits_cleanly(HELD_PASSES_SCRIPT, runs=8, timeout=60)
 
 
 def test_subprocess_runs_the_same_interpreter():
