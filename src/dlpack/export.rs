@@ -1,8 +1,9 @@
 //! Tensor -> `DLManagedTensor` / `DLManagedTensorVersioned` (without copying).
 
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::ptr::NonNull;
+use std::ptr::{NonNull, addr_of_mut};
 
 use crate::ffi::dlpack::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
@@ -11,9 +12,17 @@ use crate::ffi::dlpack::{
 use crate::tensor::Tensor;
 
 /// Everything a managed tensor points to (the tensor, whose shape and strides the view borrows):
-/// owned by `manager_ctx`, freed by our deleter.
+/// `manager_ctx` points to it, and our deleter frees it with the managed tensor.
 pub(crate) struct ExportCtx {
     pub(crate) tensor: Tensor,
+}
+
+/// One export in one allocation: the managed tensor first (its address is the allocation's),
+/// then what its `manager_ctx` and its view point into.
+#[repr(C)]
+struct Export<M> {
+    managed: M,
+    ctx: ExportCtx,
 }
 
 /// The two managed-tensor structs, seen through what import and export share.
@@ -118,7 +127,8 @@ impl ExportedVersioned {
 }
 
 /// A non-owning view of `t` (no copy): `shape` and `strides` point into the tensor's own
-/// arrays, so the view is valid while `t` lives unchanged. Strides are explicit for
+/// arrays, which it may store inline, so the view is valid while `t` lives unchanged and does
+/// not move. Strides are explicit for
 /// `ndim >= 1`, `byte_offset` is 0, and an empty tensor has `data == NULL`. A view has no flags.
 pub fn borrowed_view(t: &Tensor) -> DLTensor {
     let ndim = t.ndim();
@@ -139,12 +149,24 @@ pub fn borrowed_view(t: &Tensor) -> DLTensor {
     }
 }
 
-fn build(tensor: Tensor) -> (DLTensor, *mut c_void) {
-    // The view points into the boxed tensor's shape and strides, which the box keeps in place
-    // until the deleter drops it.
-    let ctx = Box::new(ExportCtx { tensor });
-    let dl = borrowed_view(&ctx.tensor);
-    (dl, Box::into_raw(ctx) as *mut c_void)
+/// Boxes `tensor` with the managed tensor that `make` builds from the view and the
+/// `manager_ctx` (one allocation): both point into the box, where the tensor's shape and
+/// strides (stored inline for up to 2 dimensions) no longer move.
+fn boxed<M: ManagedTensor>(tensor: Tensor, make: impl FnOnce(DLTensor, *mut c_void) -> M) -> Exported<M> {
+    let mut slot = Box::new(MaybeUninit::<Export<M>>::uninit());
+    let export = slot.as_mut_ptr();
+    // SAFETY: `export` points to the box's uninitialised Export; each field is written once
+    // through a raw pointer, the context before the view that borrows it.
+    unsafe {
+        let ctx = addr_of_mut!((*export).ctx);
+        ctx.write(ExportCtx { tensor });
+        let view = borrowed_view(&(*ctx).tensor);
+        addr_of_mut!((*export).managed).write(make(view, ctx.cast()));
+    }
+    let export = Box::into_raw(slot).cast::<Export<M>>();
+    // SAFETY: Box::into_raw never returns NULL; both fields are initialised above; `managed` is
+    // the first field of the repr(C) Export, at the allocation's address.
+    Exported(unsafe { NonNull::new_unchecked(export.cast::<M>()) })
 }
 
 /// Exports a tensor as a DLPack 1.3 `DLManagedTensorVersioned` (without copying).
@@ -163,16 +185,13 @@ pub fn export_versioned(tensor: Tensor) -> ExportedVersioned {
     } else {
         0
     };
-    let (dl_tensor, manager_ctx) = build(tensor);
-    let managed = Box::new(DLManagedTensorVersioned {
+    boxed(tensor, |dl_tensor, manager_ctx| DLManagedTensorVersioned {
         version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
         manager_ctx,
         deleter: Some(delete_versioned),
         flags,
         dl_tensor,
-    });
-    // SAFETY: Box::into_raw never returns NULL.
-    Exported(unsafe { NonNull::new_unchecked(Box::into_raw(managed)) })
+    })
 }
 
 /// Exports a tensor as a legacy `DLManagedTensor` (without copying).
@@ -180,29 +199,25 @@ pub fn export_versioned(tensor: Tensor) -> ExportedVersioned {
 /// The legacy struct cannot say "read-only": the caller decides whether sharing read-only
 /// memory this way is acceptable (the Python layer copies, docs/conformance.md item 4).
 pub fn export_legacy(tensor: Tensor) -> ExportedLegacy {
-    let (dl_tensor, manager_ctx) = build(tensor);
-    let managed = Box::new(DLManagedTensor { dl_tensor, manager_ctx, deleter: Some(delete_legacy) });
-    // SAFETY: Box::into_raw never returns NULL.
-    Exported(unsafe { NonNull::new_unchecked(Box::into_raw(managed)) })
+    boxed(tensor, |dl_tensor, manager_ctx| DLManagedTensor {
+        dl_tensor,
+        manager_ctx,
+        deleter: Some(delete_legacy),
+    })
 }
 
-/// Reclaims the boxes of one export; never unwinds.
+/// Reclaims the one allocation of an export; never unwinds.
 ///
 /// # Safety
-/// `managed` came from `Box::into_raw` in this module and its `manager_ctx` from `build`, and
-/// neither has been reclaimed.
+/// `managed` came from [`boxed`] and has not been reclaimed.
 unsafe fn reclaim<M: ManagedTensor>(managed: *mut M) {
     if managed.is_null() {
         return;
     }
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: per the function contract, this box is ours and reclaimed once.
-        let managed = unsafe { Box::from_raw(managed) };
-        let ctx = managed.manager_ctx() as *mut ExportCtx;
-        if !ctx.is_null() {
-            // SAFETY: manager_ctx was produced by Box::into_raw in `build`.
-            drop(unsafe { Box::from_raw(ctx) });
-        }
+        // SAFETY: per the function contract, `managed` is the first field of an `Export<M>`
+        // that `boxed` made with Box::into_raw, reclaimed once.
+        drop(unsafe { Box::from_raw(managed as *mut Export<M>) });
     }));
 }
 
@@ -267,5 +282,30 @@ mod tests {
         let empty = Tensor::from_vec(Vec::<f64>::new(), vec![0]).unwrap();
         let e = export_versioned(empty);
         assert!(e.dl_tensor().data.is_null() && !e.dl_tensor().strides.is_null());
+    }
+
+    #[test]
+    fn an_export_keeps_its_shape_and_strides_wherever_the_tensor_kept_them() {
+        // Up to 2 dimensions the tensor stores them inline, so the export's view must point into
+        // the export's own copy, not into the tensor it was made from; more spill to the heap.
+        for shape in [vec![6], vec![2, 3], vec![1, 2, 3], vec![1, 2, 3, 1], vec![1, 2, 1, 1, 3, 1, 1]] {
+            let t = Tensor::from_vec((0..6).collect::<Vec<i64>>(), shape.clone()).unwrap();
+            let strides = t.strides().to_vec();
+            let (versioned, legacy) = (export_versioned(t.clone()), export_legacy(t.clone()));
+            // The source moves and goes away; the exports hold the memory.
+            let moved = vec![t];
+            drop(moved);
+            for dl in [versioned.dl_tensor(), legacy.dl_tensor()] {
+                let n = dl.ndim as usize;
+                // SAFETY: ndim >= 1, so shape and strides point to ndim elements each.
+                let (got_shape, got_strides) = unsafe {
+                    (std::slice::from_raw_parts(dl.shape, n), std::slice::from_raw_parts(dl.strides, n))
+                };
+                assert_eq!((got_shape, got_strides), (&shape[..], &strides[..]));
+                // SAFETY: 6 contiguous i64 values, kept alive by the export.
+                let values = unsafe { std::slice::from_raw_parts(dl.data as *const i64, 6) };
+                assert_eq!(values, &[0, 1, 2, 3, 4, 5]);
+            }
+        }
     }
 }

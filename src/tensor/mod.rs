@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use arrow_buffer::Buffer;
 use arrow_schema::FieldRef;
+use smallvec::SmallVec;
 
 pub use layout::{Extent, MAX_NDIM, c_strides, check as check_layout, is_c_contiguous};
 
@@ -55,12 +56,16 @@ native!(bool => Bool, i8 => Int8, i16 => Int16, i32 => Int32, i64 => Int64, u8 =
         u32 => UInt32, u64 => UInt64, half::f16 => Float16, f32 => Float32, f64 => Float64,
         half::bf16 => BFloat16);
 
+/// Extents or strides: inline up to 2 dimensions (columns and tables), in the space of a Vec,
+/// so that cloning such a tensor (each export does) allocates nothing. Their address moves with
+/// the tensor.
+type Dims = SmallVec<[i64; 2]>;
+
 /// A strided, typed view of memory on some device, kept alive by its owner.
-#[derive(Clone)]
 pub struct Tensor {
     data: *mut u8,
-    shape: Vec<i64>,
-    strides: Vec<i64>,
+    shape: Dims,
+    strides: Dims,
     dtype: DType,
     device: Device,
     readonly: bool,
@@ -117,8 +122,8 @@ impl Tensor {
         }
         Ok(Tensor {
             data,
-            shape,
-            strides,
+            shape: Dims::from_vec(shape),
+            strides: Dims::from_vec(strides),
             dtype,
             device,
             readonly,
@@ -364,7 +369,12 @@ impl Tensor {
                 found: extent.numel,
             });
         }
-        Ok(Tensor { shape, strides, logical: None, ..self.clone() })
+        Ok(Tensor {
+            shape: Dims::from_vec(shape),
+            strides: Dims::from_vec(strides),
+            logical: None,
+            ..self.clone()
+        })
     }
 
     /// The same memory read as another dtype of the same size (without copying): bfloat16 as
@@ -402,6 +412,21 @@ impl Tensor {
     }
 }
 
+impl Clone for Tensor {
+    /// Another handle on the same memory (no copy of the elements). The extents and strides
+    /// are copied as slices: SmallVec's own clone goes element by element.
+    fn clone(&self) -> Self {
+        Tensor {
+            shape: Dims::from_slice(&self.shape),
+            strides: Dims::from_slice(&self.strides),
+            logical: self.logical.clone(),
+            sync: self.sync.clone(),
+            owner: self.owner.clone(),
+            ..*self
+        }
+    }
+}
+
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tensor")
@@ -420,6 +445,17 @@ impl fmt::Debug for Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inline_dims_take_no_more_room_than_a_vec() {
+        // A tensor is moved by value through every conversion: inline dims must not grow it.
+        assert_eq!(std::mem::size_of::<Dims>(), std::mem::size_of::<Vec<i64>>());
+        let t = Tensor::from_vec(vec![0u8; 6], vec![2, 3]).unwrap();
+        let c = t.clone();
+        assert_eq!((c.shape(), c.strides()), (&[2i64, 3][..], &[3i64, 1][..]));
+        let r = t.reshape(vec![1, 2, 3]).unwrap();
+        assert_eq!((r.shape(), r.strides()), (&[1i64, 2, 3][..], &[6i64, 3, 1][..]));
+    }
 
     #[test]
     fn layouts_that_wrap_around_the_address_space_are_refused() {
