@@ -97,39 +97,30 @@ pub fn start(py: Python<'_>, work: impl FnOnce() + Send + 'static) -> std::io::R
     let _ = finalizing(py);
     let (ended, done) = sync_channel::<()>(0);
     let done = Done(Mutex::new(done));
-    let mut job = Some(Job { work: Box::new(work), ended });
-    let pid = std::process::id();
+    let mut job = Job { work: Box::new(work), ended };
     {
         let mut slot = READERS.lock().unwrap_or_else(|e| e.into_inner());
-        let readers = match slot.as_mut() {
-            Some(r) if r.pid == pid => r,
-            // None yet, or the parent's, whose threads this forked child does not have.
-            _ => slot.insert(Readers { pid, idle: Vec::new(), started: 0 }),
-        };
+        let readers = current(&mut slot);
         while let Some(reader) = readers.idle.pop() {
-            match reader.send(job.take().expect("a job is sent once")) {
+            match reader.send(job) {
                 Ok(()) => return Ok(done),
                 // Cannot happen while the reader lives; try the next one.
-                Err(back) => job = Some(back.0),
+                Err(back) => job = back.0,
             }
         }
         if readers.started == KEPT {
             drop(slot);
-            job.take().expect("not sent").alone()?;
+            job.alone()?;
             return Ok(done);
         }
         readers.started += 1;
     }
-    let job = job.take().expect("not sent");
     let (to_reader, inbox) = sync_channel::<Job>(1);
     let (attached, ready) = sync_channel::<()>(1);
     let me = to_reader.clone();
     let spawned = std::thread::Builder::new().name(NAME.into()).spawn(move || read(inbox, me, attached));
     if let Err(e) = spawned {
-        let mut slot = READERS.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = slot.as_mut().filter(|r| r.pid == pid) {
-            r.started -= 1;
-        }
+        with_readers(|r| r.started -= 1);
         return Err(e);
     }
     // The reader attaches now, with the GIL this thread lets go of.
@@ -141,17 +132,24 @@ pub fn start(py: Python<'_>, work: impl FnOnce() + Send + 'static) -> std::io::R
     Ok(done)
 }
 
-/// Puts this reader on the idle list of its process.
-fn idle(pid: u32, me: SyncSender<Job>) {
-    let mut slot = READERS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(r) = slot.as_mut().filter(|r| r.pid == pid) {
-        r.idle.push(me);
+/// The readers of this process: none yet, or the parent's (whose threads a forked child does
+/// not have) are replaced by an empty set.
+fn current(slot: &mut Option<Readers>) -> &mut Readers {
+    let pid = std::process::id();
+    if slot.as_ref().is_some_and(|r| r.pid != pid) {
+        *slot = None;
     }
+    slot.get_or_insert_with(|| Readers { pid, idle: Vec::new(), started: 0 })
+}
+
+/// Runs `f` on this process's readers, under their lock.
+fn with_readers<R>(f: impl FnOnce(&mut Readers) -> R) -> R {
+    let mut slot = READERS.lock().unwrap_or_else(|e| e.into_inner());
+    f(current(&mut slot))
 }
 
 /// A reader's life: attach, tell the starter, then run work detached, forever.
 fn read(inbox: Receiver<Job>, me: SyncSender<Job>, attached: SyncSender<()>) {
-    let pid = std::process::id();
     let serve = move || {
         let _ = attached.send(());
         loop {
@@ -159,7 +157,8 @@ fn read(inbox: Receiver<Job>, me: SyncSender<Job>, attached: SyncSender<()>) {
                 Ok(Job { work, ended }) => {
                     // The work reports its own panics; the reader goes on.
                     let _ = catch_unwind(AssertUnwindSafe(work));
-                    idle(pid, me.clone());
+                    // Idle again: on the list of its process (the only one it runs in).
+                    with_readers(|r| r.idle.push(me.clone()));
                     drop(ended);
                 }
                 // `me` is still held here, so the inbox stays open: never reached.
