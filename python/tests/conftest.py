@@ -6,6 +6,9 @@ import pytest
 # Polars 1.x loads Arrow extension types (pyarrow's fixed_shape_tensor) as their storage unless
 # told otherwise, once per process; 2.x keeps them by default. The tests run on both lines.
 os.environ.setdefault("POLARS_UNKNOWN_EXTENSION_TYPE_BEHAVIOR", "load_as_extension")
+# On a GPU machine jax takes 75% of the GPU's memory at its first use unless told not to, and
+# the CUDA tests share the GPU between jax, torch, cupy and dlframe in one process.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 HINTS = {
     "torch": "install the 'torch' extra (DLFRAME_TORCH=1 bash scripts/test.sh)",

@@ -65,6 +65,16 @@ def test_a_lance_column_is_a_bfloat16_tensor_without_copying():
 def test_jax_bfloat16_round_trips_through_arrow():
     jax = pytest.importorskip("jax", reason="jax is in the test requirements")
     jnp = jax.numpy
+    # On jax's CPU device: on a GPU machine jax puts arrays on the GPU unless told, and dlframe
+    # then refuses to copy them to Arrow unless asked (test_cuda.py checks that).
+    jax.config.update("jax_default_device", jax.devices("cpu")[0])
+    try:
+        jax_round_trips(jax, jnp)
+    finally:
+        jax.config.update("jax_default_device", None)
+
+
+def jax_round_trips(jax, jnp):
     x = jnp.array([0.5, -1.25, 3.0e38, -0.0], dtype=jnp.bfloat16)
     col = dlframe.from_dlpack(x)
     assert col.type == BFloat16Type()

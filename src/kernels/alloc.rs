@@ -247,10 +247,12 @@ mod pool {
         Some(HostBuffer { ptr, len, backing: m.backing })
     }
 
-    /// Whether the pool holds the buffer at `ptr`.
+    /// Whether the pool holds the buffer of `cap` bytes at `ptr`. Both, since tests running
+    /// beside the asking one may free and map memory at an address that the pool let go of, and
+    /// give it back in a size of their own.
     #[cfg(test)]
-    pub(super) fn holds(ptr: usize) -> bool {
-        POOL.lock().unwrap().iter().any(|m| m.ptr == ptr)
+    pub(super) fn holds(ptr: usize, cap: usize) -> bool {
+        POOL.lock().unwrap().iter().any(|m| m.ptr == ptr && m.cap == cap)
     }
 
     /// Buffers in the pool.
@@ -265,8 +267,12 @@ mod tests {
     use super::*;
 
     /// Takes every buffer out of the pool, which the tests running in parallel share, so that
-    /// the next buffer given back is the next one taken. The result holds them until it drops.
-    fn drain_pool() -> Vec<HostBuffer> {
+    /// the next buffer given back is the next one taken. The result holds them until it drops,
+    /// and holds off the other tests that drain the pool until then: one draining in the middle
+    /// of another's checks would take its buffers and give them back later.
+    fn drain_pool() -> (std::sync::MutexGuard<'static, ()>, Vec<HostBuffer>) {
+        static DRAINING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let turn = DRAINING.lock().unwrap_or_else(|e| e.into_inner());
         // take(len) fits usable sizes from len to 2 len (+ HUGE_PAGE): doubling covers them all.
         let mut held = Vec::new();
         let mut len = RECYCLE_THRESHOLD;
@@ -276,7 +282,7 @@ mod tests {
             }
             len *= 2;
         }
-        held
+        (turn, held)
     }
 
     #[cfg(target_os = "linux")]
@@ -363,13 +369,13 @@ mod tests {
         let mut bufs: Vec<HostBuffer> = (0..=POOL_BUFFERS)
             .map(|i| HostBuffer::zeroed((5 + i) * RECYCLE_THRESHOLD + 64).unwrap())
             .collect();
-        let first = bufs[0].as_mut_slice().as_ptr() as usize;
-        let last = bufs[POOL_BUFFERS].as_mut_slice().as_ptr() as usize;
+        let first = (bufs[0].as_mut_slice().as_ptr() as usize, bufs[0].capacity());
+        let last = (bufs[POOL_BUFFERS].as_mut_slice().as_ptr() as usize, bufs[POOL_BUFFERS].capacity());
         for b in bufs.drain(..) {
             drop(b);
         }
-        assert!(!pool::holds(first), "the oldest buffer left the pool");
-        assert!(pool::holds(last), "the newest buffer is pooled");
+        assert!(!pool::holds(first.0, first.1), "the oldest buffer left the pool");
+        assert!(pool::holds(last.0, last.1), "the newest buffer is pooled");
         assert!(pool::count() <= POOL_BUFFERS);
         drop(again);
     }
