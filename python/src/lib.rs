@@ -21,8 +21,8 @@ mod to_python;
 use dlframe_polars as _;
 use pyo3::prelude::*;
 
-/// `(in-place kernel ms, full kernel ms, device-to-device copy ms)` over `n` f32 values, 10% null,
-/// on `cuda:device` (see `dlframe::cuda::kernel_timing`):
+/// `[(case, bytes moved, best ms)]` of the `convert` kernel over `n` elements, 10% null, and of a
+/// device-to-device copy, on `cuda:device` (see `dlframe::cuda::kernel_timing`):
 /// a measurement for `benches/gpu.py`, not an API.
 #[pyfunction]
 #[pyo3(signature = (n, reps=20, device=0))]
@@ -31,7 +31,7 @@ fn _cuda_kernel_timing(
     n: usize,
     reps: usize,
     device: usize,
-) -> crate::error::Result<(f64, f64, f64)> {
+) -> crate::error::Result<Vec<(String, f64, f64)>> {
     dlframe::transfer::require_cuda(device)?;
     #[cfg(feature = "cuda")]
     {

@@ -262,7 +262,8 @@ def test_the_kernel_timing_helper_measures_or_says_why_not():
             dlframe._native._cuda_kernel_timing(1000)
         return
     times = dlframe._native._cuda_kernel_timing(1_000_000, 3)
-    assert len(times) == 3 and all(0 < ms < 1000 for ms in times)
+    assert [name for name, _, _ in times] == ["fill", "bool unpack", "cast", "interleave", "copy"]
+    assert all(moved > 0 and 0 < ms < 1000 for _, moved, ms in times), times
     with pytest.raises(RuntimeError, match="at least 8"):
         dlframe._native._cuda_kernel_timing(0)
 
@@ -321,3 +322,91 @@ def test_to_dlpack_stream_orders_the_result_on_the_consumers_stream(torch):
     values_mask = dlframe.to_dlpack(pa.array([1.0, 2.0]), nulls="mask", device="cuda:0")
     assert [v.device for v in values_mask] == ["cuda:0", "cuda:0"]
 
+
+
+def test_columns_larger_than_the_staging_buffers_arrive_whole(gpu):
+    # Pageable host memory goes up through two page-locked staging buffers (64 MiB in all),
+    # reused once their uploads are done: these columns are larger than both together.
+    rng = np.random.default_rng(7)
+    n = 20_000_003
+    values = rng.random(n, dtype=np.float32)
+    mask = rng.random(n) < 0.1
+    got = to_host(dlframe.to_dlpack(pa.array(values, mask=mask), fill_value=0, device="cuda:0"))
+    np.testing.assert_array_equal(got, np.where(mask, np.float32(0), values))
+    chunked = pa.chunked_array([values[:5_000_001], values[5_000_001:]])
+    np.testing.assert_array_equal(to_host(dlframe.to_dlpack(chunked, device="cuda:0")), values)
+    # A host tensor asked for on the device takes the same way.
+    up = dlframe.tensor(dlframe.tensor(values).__dlpack__(max_version=(1, 3), dl_device=(2, 0), stream=1))
+    np.testing.assert_array_equal(to_host(up), values)
+    # From several threads at once: each conversion holds the buffers in its turn.
+    from concurrent.futures import ThreadPoolExecutor
+
+    parts = [values[i::4].copy() for i in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda p: to_host(dlframe.to_dlpack(pa.array(p), device="cuda:0")), parts * 2))
+    for g, p in zip(got, parts * 2):
+        np.testing.assert_array_equal(g, p)
+
+
+def test_page_locked_sources_are_copied_straight_and_outlive_the_copy(torch):
+    values = np.arange(9_000_000, dtype=np.float32)
+    pinned = torch.from_numpy(values).pin_memory()
+    t = dlframe.tensor(pinned)
+    x = dlframe.tensor(t.__dlpack__(max_version=(1, 3), dl_device=(2, 0), stream=1))
+    del t, pinned  # the host waited for the copy from page-locked memory
+    np.testing.assert_array_equal(to_host(x), values)
+
+
+def test_cuda_array_interface_consumers_read_our_memory(torch):
+    t = dlframe.to_dlpack(pa.array([1.0, None, 3.0, 4.0]), fill_value=0, device="cuda:0")
+    ptr, readonly = t.__cuda_array_interface__["data"]
+    # dlframe's own copies are shared by every consumer and so read-only (docs/design.md);
+    # torch has no read-only tensors and refuses them through this interface, while
+    # torch.from_dlpack shares them.
+    assert readonly is True
+    with pytest.raises(TypeError, match="read only"):
+        torch.as_tensor(t, device="cuda")
+    assert torch.from_dlpack(t).data_ptr() == ptr
+    # Writable device memory imported from torch stays writable, and torch.as_tensor takes it.
+    w = dlframe.tensor(torch.arange(4, dtype=torch.float32, device="cuda"))
+    wptr, wro = w.__cuda_array_interface__["data"]
+    assert wro is False
+    x = torch.as_tensor(w, device="cuda")
+    assert x.data_ptr() == wptr and x.tolist() == [0.0, 1.0, 2.0, 3.0]
+    numba_cuda = optional("numba.cuda")
+    a = numba_cuda.as_cuda_array(t)
+    assert a.device_ctypes_pointer.value == ptr
+    assert a.copy_to_host().tolist() == [1.0, 0.0, 3.0, 4.0]
+
+
+def jax_on_gpu():
+    jax = optional("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip(f"jax sees no GPU (devices: {jax.devices()}); install jax with CUDA")
+    return jax
+
+
+def test_jax_cuda_arrays_are_imported_and_re_exported_without_a_copy(torch):
+    jax = jax_on_gpu()
+    x = jax.numpy.arange(12, dtype=jax.numpy.float32).reshape(3, 4) * 2
+    t = dlframe.tensor(x)
+    assert t.device == "cuda:0" and t.shape == (3, 4) and not t.copied
+    assert t.__cuda_array_interface__["data"][0] == x.unsafe_buffer_pointer()
+    y = torch.from_dlpack(t)
+    assert y.data_ptr() == x.unsafe_buffer_pointer()
+    assert y.cpu().tolist() == (np.arange(12).reshape(3, 4) * 2).tolist()
+    # And jax takes ours: a column converted on the device, read by jax on the same device.
+    c = dlframe.to_dlpack(pa.array([1.0, None, 3.0]), fill_value=0, device="cuda:0")
+    back = jax.dlpack.from_dlpack(c)
+    assert np.asarray(back).tolist() == [1.0, 0.0, 3.0]
+
+
+def test_jax_cuda_bfloat16_reaches_arrow_only_by_an_explicit_copy(gpu):
+    jax = jax_on_gpu()
+    x = jax.numpy.array([0.5, -1.25, 3.0e38, -0.0], dtype=jax.numpy.bfloat16)
+    with pytest.raises(BufferError, match="copy=True"):
+        dlframe.from_dlpack(x)
+    col = dlframe.from_dlpack(x, copy=True)
+    storage = col.storage if isinstance(col, pa.ExtensionArray) else col
+    bits = np.frombuffer(storage.buffers()[1], dtype=np.uint16, count=len(storage), offset=storage.offset * 2)
+    np.testing.assert_array_equal(bits, np.asarray(x).view(np.uint16))

@@ -1,68 +1,121 @@
 //! A device timing for the benchmarks only (feature `bench-internals`, not part of the public
-//! API): the `convert` kernel against a plain device-to-device copy, as `benches/gpu.py`
-//! reports it for the kernel-bandwidth target. Built on the transfers and launches.
+//! API): the `convert` kernel in the cases of the kernel-bandwidth target against a plain
+//! device-to-device copy, as `benches/gpu.py` reports it. Built on the transfers and launches.
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Float32Array};
+use arrow_array::{ArrayRef, BooleanArray, Float32Array, Int64Array};
 use arrow_schema::{DataType, Field, FieldRef};
 use cudarc::driver::sys;
 
 use super::driver::{cuda_err, gpu, guarded};
-use super::{launch, plan, transfer};
+use super::plan::{self, Plan};
+use super::staging::Uploads;
+use super::{launch, transfer};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::options::Scalar;
 use crate::options::{ExportOptions, NullPolicy};
 
-/// Device times in milliseconds (best of `reps`, CUDA events on our stream, on `cuda:ordinal`)
-/// of the `convert` kernel in its two modes over the same `4 n` bytes of f32, every tenth value
-/// null and filled with 0, against a device-to-device copy of those bytes:
-/// `(in_place, full, copy)`. `in_place` is what [`super::to_device`] runs after copying a
-/// column's values into the tensor (reads the validity, writes the null slots); `full` reads
-/// every value from the scratch buffer and writes every element, as for a cast or an
-/// interleave (here 8 columns of `n / 8` rows into a C-order matrix). It allocates about
-/// `12 n` bytes of device memory and copies the inputs to the device once.
+/// Launches timed together, per case and repetition.
+const BATCH: usize = 10;
+
+/// One timed case: its name, the bytes the kernel reads and writes at the least, and its best
+/// time in milliseconds.
+pub type Timing = (String, f64, f64);
+
+/// Device times (best of `reps`, each the mean of 10 launches queued back to back between CUDA
+/// events on our stream, on `cuda:ordinal`) of the `convert`
+/// kernel over `n` elements, every tenth one null and filled with 0, in the cases the
+/// kernel-bandwidth target names, then of a device-to-device copy of `4 n` bytes:
+///
+/// | case | reads | writes |
+/// |---|---|---|
+/// | `fill` | a float32 column's values and validity | float32, 0 in the null slots |
+/// | `bool unpack` | bit-packed bools and validity | one byte per element |
+/// | `cast` | int64 values and validity | float32 |
+/// | `interleave` | 8 float32 columns of `n / 8` rows and validity | an `(n / 8, 8)` C-order matrix |
+/// | `copy` | `4 n` bytes | `4 n` bytes |
+///
+/// The bytes of each are what it must read and write at the least. It allocates about `40 n`
+/// bytes of device memory and copies the inputs to the device once.
 ///
 /// # Errors
 /// [`Error::Cuda`] without a device, or when `n` is below 8.
-pub fn kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<(f64, f64, f64)> {
+pub fn kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<Vec<Timing>> {
     if n < 8 {
         return Err(Error::Cuda("n must be at least 8".into()));
     }
     let n = n / 8 * 8;
-    let column = |rows: usize, from: usize| -> ArrayRef {
-        Arc::new((from..from + rows).map(|i| (i % 10 != 0).then_some(i as f32)).collect::<Float32Array>())
+    let valid = |i: usize| i % 10 != 0;
+    let float = |rows: usize, from: usize| -> ArrayRef {
+        Arc::new((from..from + rows).map(|i| valid(i).then_some(i as f32)).collect::<Float32Array>())
     };
-    let field = |name: String| -> FieldRef { Arc::new(Field::new(name, DataType::Float32, true)) };
+    let field = |name: String, dt: DataType| -> FieldRef { Arc::new(Field::new(name, dt, true)) };
     let opts = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(0)), ..Default::default() };
-    let in_place = plan::column(&field("x".into()), &[column(n, 0)], &opts)?;
-    let rows = n / 8;
-    let fields: Vec<FieldRef> = (0..8).map(|j| field(format!("c{j}"))).collect();
-    let columns: Vec<Vec<ArrayRef>> = (0..8).map(|j| vec![column(rows, j * rows)]).collect();
-    let full = plan::matrix(&fields, &columns, &opts)?;
+    let (nf, bits) = (n as f64, n as f64 / 8.0);
+    let fields: Vec<FieldRef> = (0..8).map(|j| field(format!("c{j}"), DataType::Float32)).collect();
+    let columns: Vec<Vec<ArrayRef>> = (0..8).map(|j| vec![float(n / 8, j * n / 8)]).collect();
+    let bools: ArrayRef = Arc::new((0..n).map(|i| valid(i).then_some(i % 3 == 0)).collect::<BooleanArray>());
+    let ints: ArrayRef = Arc::new((0..n).map(|i| valid(i).then_some(i as i64)).collect::<Int64Array>());
+    let cast = ExportOptions { dtype: Some(DType::Float32), ..opts };
+    let cases: Vec<(&str, Plan, f64)> = vec![
+        (
+            "fill",
+            plan::column(&field("x".into(), DataType::Float32), &[float(n, 0)], &opts)?,
+            8.0 * nf + bits,
+        ),
+        (
+            "bool unpack",
+            plan::column(&field("b".into(), DataType::Boolean), &[bools], &opts)?,
+            2.0 * bits + nf,
+        ),
+        (
+            "cast",
+            plan::column(&field("i".into(), DataType::Int64), &[ints], &cast)?,
+            8.0 * nf + bits + 4.0 * nf,
+        ),
+        ("interleave", plan::matrix(&fields, &columns, &opts)?, 4.0 * nf + bits + 4.0 * nf),
+    ];
     let g = gpu(ordinal)?;
-    guarded(|| -> Result<(f64, f64, f64)> {
+    guarded(|| -> Result<Vec<Timing>> {
         g.bind()?;
         let s = &g.stream;
-        let scratch_in_place = transfer::upload_scratch(&g, &in_place)?;
-        let scratch_full = transfer::upload_scratch(&g, &full)?;
+        let mut up = Uploads::new(&g)?;
+        let scratch = cases
+            .iter()
+            .map(|(_, p, _)| transfer::upload_scratch(&g, p, &mut up))
+            .collect::<Result<Vec<_>>>()?;
+        drop(up);
         let mut a = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;
         let mut b = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;
         let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let mut best = [f64::INFINITY; 3];
+        let mut best = vec![f64::INFINITY; cases.len() + 1];
         for _ in 0..=reps {
-            let e0 = s.record_event(timing).map_err(cuda_err)?;
-            launch::convert(&g, &in_place, &mut a, None, &scratch_in_place)?;
-            let e1 = s.record_event(timing).map_err(cuda_err)?;
-            launch::convert(&g, &full, &mut a, None, &scratch_full)?;
-            let e2 = s.record_event(timing).map_err(cuda_err)?;
-            s.memcpy_dtod(&a, &mut b).map_err(cuda_err)?;
-            let e3 = s.record_event(timing).map_err(cuda_err)?;
-            for (i, (x, y)) in [(&e0, &e1), (&e1, &e2), (&e2, &e3)].into_iter().enumerate() {
-                best[i] = best[i].min(f64::from(x.elapsed_ms(y).map_err(cuda_err)?));
+            // BATCH launches back to back between two events: the device then runs them one
+            // after another, and the host's time to queue each is not counted.
+            let mut events = vec![s.record_event(timing).map_err(cuda_err)?];
+            for ((_, p, _), scratch) in cases.iter().zip(&scratch) {
+                for _ in 0..BATCH {
+                    launch::convert(&g, p, &mut a, None, scratch)?;
+                }
+                events.push(s.record_event(timing).map_err(cuda_err)?);
+            }
+            for _ in 0..BATCH {
+                s.memcpy_dtod(&a, &mut b).map_err(cuda_err)?;
+            }
+            events.push(s.record_event(timing).map_err(cuda_err)?);
+            for (i, w) in events.windows(2).enumerate() {
+                let ms = f64::from(w[0].elapsed_ms(&w[1]).map_err(cuda_err)?) / BATCH as f64;
+                best[i] = best[i].min(ms);
             }
         }
-        Ok((best[0], best[1], best[2]))
+        let names = cases.iter().map(|(name, _, bytes)| (name.to_string(), *bytes));
+        Ok(names
+            .chain(std::iter::once(("copy".to_string(), 8.0 * nf)))
+            .zip(best)
+            .map(|((name, bytes), ms)| (name, bytes, ms))
+            .collect())
     })
 }
 
@@ -78,10 +131,9 @@ mod tests {
             assert!(matches!(kernel_timing(0, 1000, 1).unwrap_err(), Error::Cuda(_)));
             return;
         }
-        let (in_place, full, copy) = kernel_timing(0, 1 << 16, 2).unwrap();
-        assert!(
-            [in_place, full, copy].iter().all(|t| t.is_finite() && *t >= 0.0),
-            "{in_place} {full} {copy}"
-        );
+        let t = kernel_timing(0, 1 << 16, 2).unwrap();
+        let names: Vec<&str> = t.iter().map(|(name, _, _)| name.as_str()).collect();
+        assert_eq!(names, ["fill", "bool unpack", "cast", "interleave", "copy"]);
+        assert!(t.iter().all(|(_, bytes, ms)| *bytes > 0.0 && ms.is_finite() && *ms >= 0.0), "{t:?}");
     }
 }

@@ -174,3 +174,58 @@ pub(super) unsafe fn memcpy_dtoh(host: &mut [u8], src: usize, stream: usize) -> 
     unsafe { result::memcpy_dtoh_async(host, src as sys::CUdeviceptr, stream as sys::CUstream) }
         .map_err(cuda_err)
 }
+
+/// Page-locked host memory from `cuMemHostAlloc` (no flags), freed on drop. The staging
+/// buffers of host-to-device copies (`staging.rs`); nothing else holds it.
+pub(super) struct Pinned {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: plain host memory with no thread affinity; access goes through `&mut self`.
+unsafe impl Send for Pinned {}
+
+impl Pinned {
+    /// `len` bytes of page-locked host memory in `ctx` (bound to this thread first).
+    pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Pinned> {
+        ctx.bind_to_thread().map_err(cuda_err)?;
+        // SAFETY: allocates `len` bytes (unset; this type hands them out only as `&mut [u8]` to
+        // be written, or after writing) in the context bound above.
+        let ptr = unsafe { result::malloc_host(len.max(1), 0) }.map_err(cuda_err)?;
+        let ptr = std::ptr::NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| Error::Cuda("cuMemHostAlloc gave null".into()))?;
+        Ok(Pinned { ptr, len, ctx: ctx.clone() })
+    }
+
+    /// The bytes `range`, to be written by the host. The caller makes sure no copy still reads
+    /// them (this type does not know the streams).
+    pub fn bytes_mut(&mut self, range: std::ops::Range<usize>) -> &mut [u8] {
+        assert!(range.start <= range.end && range.end <= self.len, "{range:?} of {}", self.len);
+        // SAFETY: within the allocation (checked above), borrowed mutably through `self`. The
+        // bytes may be unset: callers only write them (u8 has no invalid values either way).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(range.start), range.len()) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        self.ctx.record_err(self.ctx.bind_to_thread());
+        // SAFETY: allocated by cuMemHostAlloc in `new`, freed once; the owner (staging.rs) waits
+        // for every copy out of it before dropping it.
+        self.ctx.record_err(unsafe { result::free_host(self.ptr.as_ptr().cast()) });
+    }
+}
+
+/// Queues a copy of `src` to device address `dst` on `stream` (copies, host to device). From
+/// page-locked memory it runs asynchronously to the host; from pageable memory the driver
+/// stages it before returning.
+///
+/// # Safety
+/// `dst` holds `src.len()` writable bytes on the device of the context bound to this thread,
+/// alive until the copy is done; `stream` is a live stream of that context; page-locked `src`
+/// stays alive and unchanged until the copy is done.
+pub(super) unsafe fn memcpy_htod(dst: sys::CUdeviceptr, src: &[u8], stream: usize) -> Result<()> {
+    // SAFETY: per this function's contract.
+    unsafe { result::memcpy_htod_async(dst, src, stream as sys::CUstream) }.map_err(cuda_err)
+}

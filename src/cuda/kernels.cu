@@ -19,10 +19,13 @@ typedef long long i64;
 
 // One run of source slots written to out[out + i * stride] (src/cuda/plan.rs, `Seg`). Offsets
 // are bytes into the scratch buffer; bit offsets are those of sliced Arrow bitmaps. An `inplace`
-// segment's values were copied straight into the output (same dtype, stride 1): only its null
-// slots are written.
+// segment's values were copied straight into the output (same dtype, stride 1, no nulls): only
+// its mask bytes are written. `group` is the number of segments, this one and those after it,
+// whose slots are interleaved in the output (the columns of a C-order matrix over the same
+// rows: their slots are written in output order, so that neighbouring threads write
+// neighbouring elements), or 0 for a segment written as part of the group before it.
 struct Seg {
-    u64 src, src_bit, valid, valid_bit, rows, out, stride, dtype, inplace;
+    u64 src, src_bit, valid, valid_bit, rows, out, stride, dtype, inplace, group;
 };
 
 // A value on its way between types: exact for every integer and every float.
@@ -196,16 +199,6 @@ __device__ __forceinline__ void store(unsigned char* out, u64 dt, u64 at, Num n)
     }
 }
 
-// The element's bits, unchanged (same dtype in and out: NaN payloads kept, as the CPU copies them).
-__device__ __forceinline__ void store_same(unsigned char* out, u64 size, u64 at, const unsigned char* src, u64 r) {
-    switch (size) {
-        case 1: out[at] = src[r]; break;
-        case 2: ((unsigned short*)out)[at] = ((const unsigned short*)src)[r]; break;
-        case 4: ((unsigned int*)out)[at] = ((const unsigned int*)src)[r]; break;
-        default: ((u64*)out)[at] = ((const u64*)src)[r]; break;
-    }
-}
-
 __device__ __forceinline__ void store_fill(unsigned char* out, u64 size, u64 at, u64 fill) {
     switch (size) {
         case 1: out[at] = (unsigned char)fill; break;
@@ -215,25 +208,118 @@ __device__ __forceinline__ void store_fill(unsigned char* out, u64 size, u64 at,
     }
 }
 
+// The element's bits, unchanged (same dtype in and out: NaN payloads kept, as the CPU copies them).
+__device__ __forceinline__ u64 load_same(const unsigned char* src, u64 size, u64 r) {
+    switch (size) {
+        case 1: return src[r];
+        case 2: return ((const unsigned short*)src)[r];
+        case 4: return ((const unsigned int*)src)[r];
+        default: return ((const u64*)src)[r];
+    }
+}
+
+// Whether row r of segment g is valid (1 where it has no validity bitmap).
+__device__ __forceinline__ bool valid_row(const unsigned char* scratch, const Seg& g, u64 r) {
+    const u64 v = g.valid_bit + r;
+    return g.valid == NO_VALIDITY || ((scratch[g.valid + (v >> 3)] >> (v & 7)) & 1);
+}
+
+// Writes row r of segment g: `fill` where it is null, nothing over a valid in-place value,
+// otherwise the value in out_dt (its bits when the dtype does not change); and its mask byte
+// when there is a mask.
+__device__ __forceinline__ void convert_slot(unsigned char* out, unsigned char* mask, const unsigned char* scratch,
+        const Seg& g, u64 r, u64 out_dt, u64 out_size, u64 fill) {
+    const bool ok = valid_row(scratch, g, r);
+    const u64 at = g.out + r * g.stride;
+    if (!ok) store_fill(out, out_size, at, fill);
+    else if (g.inplace) {}
+    else if (g.dtype == out_dt && out_dt != DT_BOOL) store_fill(out, out_size, at, load_same(scratch + g.src, out_size, r));
+    else store(out, out_dt, at, load(scratch + g.src, g.dtype, r, g.src_bit));
+    if (mask) mask[at] = ok;
+}
+
+// The rows r0, r0 + rstep, ... of segment g whose values keep their dtype (T, out_size bytes)
+// and are not in place, with no mask: the values' bits, or `fill` where the validity bit is 0.
+// The common case (null fill, interleave) without the per-slot dtype dispatch of convert_slot,
+// four rows at a time with their loads issued before their stores, so that each thread has
+// several loads in flight (one at a time leaves the memory half idle).
+template <typename T>
+__device__ void copy_or_fill(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
+        u64 fill) {
+    const T* src = (const T*)(scratch + g.src);
+    T* dst = (T*)out + g.out;
+    const T f = (T)fill;
+    u64 r = r0;
+    for (; r + 3 * rstep < g.rows; r += 4 * rstep) {
+        T a[4];
+        bool ok[4];
+        for (int u = 0; u < 4; u++) {
+            a[u] = src[r + u * rstep];
+            ok[u] = valid_row(scratch, g, r + u * rstep);
+        }
+        for (int u = 0; u < 4; u++) dst[(r + u * rstep) * g.stride] = ok[u] ? a[u] : f;
+    }
+    for (; r < g.rows; r += rstep) dst[r * g.stride] = valid_row(scratch, g, r) ? src[r] : f;
+}
+
+// The same for bit-packed bools written as one byte each (0 or 1, `fill` where null).
+__device__ void unpack_or_fill(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
+        u64 fill) {
+    const unsigned char* bits = scratch + g.src;
+    unsigned char* dst = out + g.out;
+    u64 r = r0;
+    for (; r + 3 * rstep < g.rows; r += 4 * rstep) {
+        unsigned char a[4];
+        bool ok[4];
+        for (int u = 0; u < 4; u++) {
+            const u64 b = g.src_bit + r + u * rstep;
+            a[u] = (bits[b >> 3] >> (b & 7)) & 1;
+            ok[u] = valid_row(scratch, g, r + u * rstep);
+        }
+        for (int u = 0; u < 4; u++) dst[(r + u * rstep) * g.stride] = ok[u] ? a[u] : (unsigned char)fill;
+    }
+    for (; r < g.rows; r += rstep) {
+        const u64 b = g.src_bit + r;
+        dst[r * g.stride] = valid_row(scratch, g, r) ? (bits[b >> 3] >> (b & 7)) & 1 : (unsigned char)fill;
+    }
+}
+
 // Writes every slot of every segment: the value cast to out_dt, or `fill` (the fill value's
 // little-endian bytes in out_dt) where the segment's validity bit is 0; and, when `mask` is not
-// null, 1 or 0 for valid or null at the same element index. Blocks along y take segments,
-// blocks along x and threads take slots.
+// null, 1 or 0 for valid or null at the same element index. Blocks along y take groups of
+// segments; blocks along x and threads take the slots of a group in output order: slot f of a
+// group of k is row f / k of its segment f % k.
 extern "C" __global__ void convert(unsigned char* out, unsigned char* mask, const unsigned char* scratch,
         const Seg* segs, u64 nseg, u64 out_dt, u64 out_size, u64 fill) {
+    const u64 step = (u64)gridDim.x * blockDim.x;
+    const u64 first = blockIdx.x * (u64)blockDim.x + threadIdx.x;
     for (u64 s = blockIdx.y; s < nseg; s += gridDim.y) {
-        const Seg g = segs[s];
-        const unsigned char* src = g.inplace ? out + g.out * out_size : scratch + g.src;
-        const unsigned char* valid = g.valid == NO_VALIDITY ? 0 : scratch + g.valid;
-        for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < g.rows; i += (u64)gridDim.x * blockDim.x) {
-            u64 v = g.valid_bit + i;
-            bool ok = !valid || ((valid[v >> 3] >> (v & 7)) & 1);
-            u64 at = g.out + i * g.stride;
-            if (!ok) store_fill(out, out_size, at, fill);
-            else if (g.inplace) {}
-            else if (g.dtype == out_dt && out_dt != DT_BOOL) store_same(out, out_size, at, src, i);
-            else store(out, out_dt, at, load(src, g.dtype, i, g.src_bit));
-            if (mask) mask[at] = ok;
+        const u64 k = segs[s].group;
+        if (k == 0) continue;
+        if (step % k == 0) {
+            // The launch's usual case: the grid's width is a multiple of k, so each thread stays
+            // on one segment of the group, kept in registers, and takes every (step / k)-th row
+            // of it.
+            const Seg g = segs[s + first % k];
+            const u64 r0 = first / k, rstep = step / k;
+            if (!mask && g.dtype == DT_BOOL && out_dt == DT_BOOL) {
+                unpack_or_fill(out, scratch, g, r0, rstep, fill);
+                continue;
+            }
+            if (!mask && !g.inplace && g.dtype == out_dt && out_dt != DT_BOOL) {
+                switch (out_size) {
+                    case 1: copy_or_fill<unsigned char>(out, scratch, g, r0, rstep, fill); break;
+                    case 2: copy_or_fill<unsigned short>(out, scratch, g, r0, rstep, fill); break;
+                    case 4: copy_or_fill<unsigned int>(out, scratch, g, r0, rstep, fill); break;
+                    default: copy_or_fill<u64>(out, scratch, g, r0, rstep, fill); break;
+                }
+                continue;
+            }
+            for (u64 r = r0; r < g.rows; r += rstep) convert_slot(out, mask, scratch, g, r, out_dt, out_size, fill);
+        } else {
+            // Any other grid: slot by slot.
+            for (u64 f = first; f < segs[s].rows * k; f += step)
+                convert_slot(out, mask, scratch, segs[s + f % k], f / k, out_dt, out_size, fill);
         }
     }
 }

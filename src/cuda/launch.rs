@@ -80,11 +80,19 @@ pub(super) fn convert(
 ) -> Result<()> {
     let k = kernels(g)?;
     let (segs, table_at) = plan.segments();
-    let rows = segs.iter().map(|g| g.rows).max().unwrap_or(0);
-    // Blocks along y take segments, along x slots; both loops stride over the grid, so about
-    // 2^18 blocks in all are enough, however skewed the segments are.
+    let slots = segs.iter().map(|g| g.rows * g.group).max().unwrap_or(0);
+    // Blocks along y take segments (groups), along x slots; both loops stride over the grid.
+    // About 2^12 blocks of 256 threads in all (several times what a large GPU holds at once),
+    // however skewed the segments are: each thread then writes several slots. The grid's width
+    // is a multiple of every group's size, so that each thread stays on one segment of its
+    // group (the kernel's fast case).
     let gy = segs.len().clamp(1, 65535) as u64;
-    let gx = rows.div_ceil(256).clamp(1, ((1 << 18) / gy).max(1));
+    let gx = slots.div_ceil(256).clamp(1, ((1 << 12) / gy).max(1));
+    let unit = segs.iter().filter(|g| g.group > 1).fold(1, |unit, g| {
+        let need = g.group / gcd(g.group, 256);
+        unit / gcd(unit, need) * need
+    });
+    let gx = if unit <= 65535 { gx.div_ceil(unit) * unit } else { gx };
     let cfg =
         LaunchConfig { grid_dim: (gx as u32, gy as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let table = scratch.slice(table_at..);
@@ -102,6 +110,11 @@ pub(super) fn convert(
     // for which `out` (and `mask`) were allocated, and read only bytes placed in `scratch`.
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
     Ok(())
+}
+
+/// The greatest common divisor.
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Queues one launch of `gather` on the producer stream: the elements of the view `t` (any

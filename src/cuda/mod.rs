@@ -9,6 +9,10 @@
 //! | one dtype, no nulls, no bools (chunks, lists, tensor columns) | each chunk's values copied host-to-device straight into the tensor |
 //! | anything else: nulls, masks, bools, casts, list-level nulls, several columns | each chunk's raw values and validity copied host-to-device once into one scratch buffer, then one `convert` kernel writes the tensor (and its mask) |
 //!
+//! Pageable host memory goes up through two page-locked staging buffers of 32 MiB per device
+//! (`staging.rs`), filled by the kernel threads: the host blocks only when it needs a buffer
+//! whose last upload is still running. Page-locked memory is copied straight.
+//!
 //! The kernels (`kernels.cu`) are compiled with NVRTC when a kernel is first launched on a
 //! device; the unit tests also build them for the CPU and check them against the CPU kernels
 //! (`emulate.rs`).
@@ -16,8 +20,8 @@
 //! cudarc is loaded dynamically: without a driver, [`is_available`] is false (never a panic)
 //! and conversions return [`Error::Cuda`]. Each device has one producer stream; uploads and
 //! kernels run there, an event is recorded after them, and a consumer's stream is made to wait
-//! on it ([`DeviceSync::wait_on`](crate::tensor::DeviceSync::wait_on)); the host does not
-//! block. Device memory is freed on the producer stream after the streams consumers named have
+//! on it ([`DeviceSync::wait_on`](crate::tensor::DeviceSync::wait_on)); the host does not wait
+//! for the device (but for a staging buffer, above). Device memory is freed on the producer stream after the streams consumers named have
 //! finished their queued work.
 //!
 //! CUDA tensors imported through DLPack are adopted without a copy ([`adopt`]) and re-export
@@ -31,6 +35,7 @@
 //! |---|---|
 //! | `mod.rs` | the public entry points |
 //! | `transfer.rs` | host-to-device, device-to-host and device-to-device copies; a plan's uploads |
+//! | `staging.rs` | host-to-device copies through page-locked staging buffers |
 //! | `launch.rs` | the kernel source (dtype codes generated from `DType`), NVRTC, the launches |
 //! | `memory.rs` | the owners of device memory: readiness events, consumer fences, `Drop` |
 //! | `driver.rs` | the device registry and every raw `sys::`/`result::` driver call |
@@ -59,6 +64,7 @@ mod emulate;
 mod launch;
 mod memory;
 mod plan;
+mod staging;
 mod transfer;
 
 #[cfg(feature = "bench-internals")]
@@ -112,10 +118,10 @@ pub fn columns_to_device(
     transfer::run(gpu(ordinal)?, &plan::matrix(fields, columns, opts)?)
 }
 
-/// A C-contiguous host tensor copied to `cuda:ordinal` in one host-to-device transfer on the
-/// producer stream (copies, to the device). From page-locked or managed memory the host waits
-/// for the transfer, so the source may be freed on return. Used for results made on the CPU
-/// first, such as a multi-column matrix.
+/// A C-contiguous host tensor copied to `cuda:ordinal` on the producer stream (copies, to the
+/// device), through page-locked staging buffers when it is pageable. From page-locked or
+/// managed memory the host waits for the transfer, so the source may be freed on return. Used
+/// for results made on the CPU first, such as a multi-column matrix.
 ///
 /// # Errors
 /// [`Error::Cuda`] without a device; [`Error::CopyRequired`] for strided or device input.

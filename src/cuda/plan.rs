@@ -30,7 +30,9 @@ pub(crate) const NO_VALIDITY: u64 = u64::MAX;
 /// `src` of the scratch buffer (bit `src_bit` for bools), the validity at byte `valid` (bit
 /// `valid_bit`) or [`NO_VALIDITY`], `rows` slots written at elements `out + i * stride`, the
 /// source dtype's code, and whether the values were copied straight into their place in the
-/// output (`inplace`: same dtype, stride 1), where the kernel only writes the null slots.
+/// output (`inplace`: same dtype, stride 1, no nulls), where the kernel writes only the mask.
+/// `group` is how many segments, this one and the next ones, the kernel writes together in
+/// output order (the columns of a C-order matrix over the same rows), 0 for the next ones.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Seg {
@@ -43,6 +45,7 @@ pub(crate) struct Seg {
     pub stride: u64,
     pub dtype: u64,
     pub inplace: u64,
+    pub group: u64,
 }
 
 /// The kernel's code for a dtype (its declaration order, the `DT_*` of `kernels.cu`).
@@ -129,7 +132,12 @@ impl Plan {
         let values =
             data.buffers().first().ok_or_else(|| Error::layout("an array without a values buffer"))?;
         let item = dtype.itemsize();
-        let inplace = dtype == self.storage && stride == 1 && dtype != DType::Bool;
+        let validity = validity.or(data.nulls()).filter(|v| v.null_count() > 0);
+        // Values that keep their dtype and place go straight into the output, unless they have
+        // nulls: those the kernel writes whole from the scratch buffer, since filling the null
+        // slots in place would write parts of most of the output's sectors (one value in ten
+        // null touches nearly all of them) and so cost the device a read and a write of it.
+        let inplace = dtype == self.storage && stride == 1 && dtype != DType::Bool && validity.is_none();
         let (src, src_bit) = if dtype == DType::Bool {
             (self.place(values, off / 8..(off + len).div_ceil(8))?, (off % 8) as u64)
         } else if inplace {
@@ -140,7 +148,6 @@ impl Plan {
         } else {
             (self.place(values, off * item..(off + len) * item)?, 0)
         };
-        let validity = validity.or(data.nulls()).filter(|v| v.null_count() > 0);
         let (valid, valid_bit) = match validity {
             Some(v) => {
                 let (voff, vlen) = (v.offset(), v.len());
@@ -165,6 +172,7 @@ impl Plan {
             stride: stride as u64,
             dtype: code(dtype),
             inplace: inplace as u64,
+            group: 1,
         });
         Ok(())
     }
@@ -175,7 +183,7 @@ impl Plan {
             .segs
             .iter()
             .flat_map(|s| {
-                [s.src, s.src_bit, s.valid, s.valid_bit, s.rows, s.out, s.stride, s.dtype, s.inplace]
+                [s.src, s.src_bit, s.valid, s.valid_bit, s.rows, s.out, s.stride, s.dtype, s.inplace, s.group]
             })
             .flat_map(u64::to_le_bytes)
             .collect();
@@ -310,15 +318,30 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
         }
     }
     let mut plan = Plan::new(storage, target, shape, strides, mask, fill);
-    for (j, chunks) in columns.iter().enumerate() {
-        let mut start = 0;
-        for chunk in chunks {
-            let (out, stride) = match opts.order {
-                Order::C => (start * k + j, k),
-                Order::F => (j * n + start, 1),
-            };
-            plan.segment(chunk.as_ref(), None, out, stride)?;
-            start += chunk.len();
+    match opts.order {
+        // Each column's chunks go to a contiguous run of the output.
+        Order::F => {
+            for (j, chunks) in columns.iter().enumerate() {
+                let mut start = 0;
+                for chunk in chunks {
+                    plan.segment(chunk.as_ref(), None, j * n + start, 1)?;
+                    start += chunk.len();
+                }
+            }
+        }
+        // Rows interleave the columns: over each row range where every column is one chunk,
+        // the k segments form one group, written in output order.
+        Order::C => {
+            for seg in segments(columns) {
+                let first = plan.segs.len();
+                for (j, a) in seg.slices.iter().enumerate() {
+                    plan.segment(a.as_ref(), None, seg.start * k + j, k)?;
+                }
+                if plan.segs.len() == first + k && k > 1 {
+                    plan.segs[first].group = k as u64;
+                    plan.segs[first + 1..].iter_mut().for_each(|s| s.group = 0);
+                }
+            }
         }
     }
     Ok(plan.finish())

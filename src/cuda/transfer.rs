@@ -1,17 +1,19 @@
 //! Copies between the host and a device, and on a device: a plan's bytes up (straight into the
 //! output, or into one scratch buffer for the `convert` kernel), host tensors up, device
 //! tensors down, and strided device tensors into C order. Every function here copies; the
-//! memory it fills goes to an owner from `memory.rs`. Page-locked host sources are waited for
-//! (their copies run asynchronously to the host); pageable ones are staged by the driver.
+//! memory it fills goes to an owner from `memory.rs`. Host-to-device copies go through
+//! `staging.rs`: pageable sources through page-locked staging buffers, page-locked ones
+//! straight, and then the host waits for them (their copies run asynchronously to the host).
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DevicePtr, sys};
 
-use super::driver::{Gpu, cuda_err, guarded, is_page_locked, memcpy_dtoh};
+use super::driver::{Gpu, cuda_err, guarded, memcpy_dtoh};
 use super::launch;
 use super::memory::owned_tensor;
 use super::plan::Plan;
+use super::staging::Uploads;
 use crate::arrow::Converted;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -19,22 +21,28 @@ use crate::kernels::HostBuffer;
 use crate::tensor::{Tensor, c_strides};
 
 /// The plan's scratch buffer on the device (copies, host to device): its pieces and segment
-/// table copied on the producer stream. The caller binds the context and, when a source is
-/// page-locked, waits for the stream before the host memory may go.
-pub(super) fn upload_scratch(g: &Gpu, plan: &Plan) -> Result<CudaSlice<u8>> {
-    let s = &g.stream;
+/// table queued on the producer stream through `up`. The caller binds the context.
+pub(super) fn upload_scratch(g: &Gpu, plan: &Plan, up: &mut Uploads) -> Result<CudaSlice<u8>> {
     // SAFETY: the kernel reads only the placed bytes, all written by the copies below first.
-    let mut scratch = unsafe { s.alloc::<u8>(plan.scratch_len()) }.map_err(cuda_err)?;
-    for (at, bytes) in plan.uploads().filter(|(_, b)| !b.is_empty()) {
-        s.memcpy_htod(bytes, &mut scratch.slice_mut(at..at + bytes.len())).map_err(cuda_err)?;
+    let scratch = unsafe { g.stream.alloc::<u8>(plan.scratch_len()) }.map_err(cuda_err)?;
+    let base = address(g, &scratch);
+    for (at, bytes) in plan.uploads() {
+        // SAFETY: the plan places each piece within scratch_len bytes; the scratch buffer is
+        // freed on the producer stream, after the copies.
+        unsafe { up.copy(base + at as u64, bytes) }?;
     }
     Ok(scratch)
 }
 
+/// The device address of `slice` (its work is all on the producer stream).
+fn address(g: &Gpu, slice: &CudaSlice<u8>) -> sys::CUdeviceptr {
+    slice.device_ptr(&g.stream).0
+}
+
 /// Carries out a plan on `g`'s device (copies, host to device): the output (and mask)
-/// allocated on the producer stream, the values that keep their dtype copied straight into it,
-/// then (when there is more to do) the rest uploaded into one scratch buffer and one `convert`
-/// launch; the scratch buffer is freed on the stream after the kernel.
+/// allocated on the producer stream, the values that keep their dtype and have no nulls copied
+/// straight into it, then (when there is more to do) the rest uploaded into one scratch buffer
+/// and one `convert` launch; the scratch buffer is freed on the stream after the kernel.
 pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
     let item = plan.storage.itemsize();
     let (out, mask) = guarded(|| -> Result<(CudaSlice<u8>, Option<CudaSlice<u8>>)> {
@@ -47,14 +55,18 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
         // SAFETY: as above; the kernel writes one mask byte per element it writes.
         let mut mask =
             plan.mask.then(|| unsafe { s.alloc::<u8>(plan.len.max(1)) }).transpose().map_err(cuda_err)?;
+        let mut up = Uploads::new(&g)?;
+        let base = address(&g, &out);
         for (at, bytes) in plan.output_copies() {
-            s.memcpy_htod(bytes, &mut out.slice_mut(at..at + bytes.len())).map_err(cuda_err)?;
+            // SAFETY: the plan's output copies lie within the len * item bytes of `out`, which
+            // is freed on the producer stream, after the copies.
+            unsafe { up.copy(base + at as u64, bytes) }?;
         }
         if plan.needs_kernel() {
-            let scratch = upload_scratch(&g, plan)?;
+            let scratch = upload_scratch(&g, plan, &mut up)?;
             launch::convert(&g, plan, &mut out, mask.as_mut(), &scratch)?;
         }
-        if plan.output_copies().chain(plan.uploads()).any(|(_, b)| is_page_locked(b)) {
+        if up.copied_page_locked() {
             s.synchronize().map_err(cuda_err)?;
         }
         Ok((out, mask))
@@ -73,9 +85,9 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
     Ok(Converted { values, mask, index: None })
 }
 
-/// A C-contiguous host tensor copied to `g`'s device in one host-to-device transfer on the
-/// producer stream (copies). From page-locked or managed memory the host waits for the
-/// transfer, so the source may be freed on return.
+/// A C-contiguous host tensor copied to `g`'s device on the producer stream (copies), through
+/// the staging buffers when it is pageable. From page-locked or managed memory the host waits
+/// for the transfer, so the source may be freed on return.
 ///
 /// # Errors
 /// [`Error::CopyRequired`](crate::Error::CopyRequired) for strided or device input;
@@ -92,13 +104,13 @@ pub(super) fn upload(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
     let slice = guarded(|| -> Result<CudaSlice<u8>> {
         g.bind()?;
         // SAFETY: every byte is written by the copy below before the readiness event.
-        let mut out = unsafe { g.stream.alloc::<u8>(bytes.len().max(1)) }.map_err(cuda_err)?;
-        if !bytes.is_empty() {
-            let mut dst = out.slice_mut(..bytes.len());
-            g.stream.memcpy_htod(bytes, &mut dst).map_err(cuda_err)?;
-            if is_page_locked(bytes) {
-                g.stream.synchronize().map_err(cuda_err)?;
-            }
+        let out = unsafe { g.stream.alloc::<u8>(bytes.len().max(1)) }.map_err(cuda_err)?;
+        let mut up = Uploads::new(&g)?;
+        // SAFETY: `out` holds bytes.len() bytes and is freed on the producer stream, after the
+        // copy.
+        unsafe { up.copy(address(&g, &out), bytes) }?;
+        if up.copied_page_locked() {
+            g.stream.synchronize().map_err(cuda_err)?;
         }
         Ok(out)
     })?;
