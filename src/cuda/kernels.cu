@@ -262,25 +262,85 @@ __device__ void copy_or_fill(unsigned char* out, const unsigned char* scratch, c
     for (; r < g.rows; r += rstep) dst[r * g.stride] = valid_row(scratch, g, r) ? src[r] : f;
 }
 
-// The same for bit-packed bools written as one byte each (0 or 1, `fill` where null).
-__device__ void unpack_or_fill(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
+// The n (1 to 8) bits of an LSB-first bitmap from bit b on, in the low bits (reading the next
+// byte only when they reach into it).
+__device__ __forceinline__ unsigned int bits_at(const unsigned char* p, u64 b, u64 n) {
+    const u64 i = b >> 3;
+    const unsigned int shift = (unsigned int)(b & 7);
+    unsigned int x = p[i] >> shift;
+    if (shift + n > 8) x |= (unsigned int)p[i + 1] << (8 - shift);
+    return x;
+}
+
+// Bit-packed bools written as one byte each (0 or 1, `fill` where null), eight rows at a time:
+// the units u0, u0 + ustep, ... of eight rows each, from one byte of bits and one of validity,
+// written as one 8-byte word where the output is contiguous and aligned.
+__device__ void unpack_or_fill(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 u0, u64 ustep,
         u64 fill) {
     const unsigned char* bits = scratch + g.src;
     unsigned char* dst = out + g.out;
+    const unsigned char f = (unsigned char)fill;
+    const u64 units = (g.rows + 7) / 8;
+    for (u64 u = u0; u < units; u += ustep) {
+        const u64 r = 8 * u, n = g.rows - r < 8 ? g.rows - r : 8;
+        const unsigned int v = bits_at(bits, g.src_bit + r, n);
+        const unsigned int ok = g.valid == NO_VALIDITY ? 0xffu : bits_at(scratch + g.valid, g.valid_bit + r, n);
+        if (n == 8 && g.stride == 1 && ((g.out + r) & 7) == 0) {
+            u64 w = 0;
+            for (int i = 0; i < 8; i++) w |= (u64)(((ok >> i) & 1) ? (v >> i) & 1 : f) << (8 * i);
+            *(u64*)(dst + r) = w;
+        } else {
+            for (u64 i = 0; i < n; i++) dst[(r + i) * g.stride] = ((ok >> i) & 1) ? (v >> i) & 1 : f;
+        }
+    }
+}
+
+// The same for a cast between the common numeric types (In to Out, one C conversion each, as
+// store() makes them: integers to floats round to nearest, floats to integers truncate a value
+// the host checked to be whole and in range). `fill` holds Out's bits.
+template <typename In, typename Out>
+__device__ void cast_or_fill(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
+        u64 fill) {
+    const In* src = (const In*)(scratch + g.src);
+    Out* dst = (Out*)out + g.out;
+    union { u64 bits; Out value; } f;
+    f.bits = fill;
     u64 r = r0;
     for (; r + 3 * rstep < g.rows; r += 4 * rstep) {
-        unsigned char a[4];
+        In a[4];
         bool ok[4];
         for (int u = 0; u < 4; u++) {
-            const u64 b = g.src_bit + r + u * rstep;
-            a[u] = (bits[b >> 3] >> (b & 7)) & 1;
+            a[u] = src[r + u * rstep];
             ok[u] = valid_row(scratch, g, r + u * rstep);
         }
-        for (int u = 0; u < 4; u++) dst[(r + u * rstep) * g.stride] = ok[u] ? a[u] : (unsigned char)fill;
+        for (int u = 0; u < 4; u++) dst[(r + u * rstep) * g.stride] = ok[u] ? (Out)a[u] : f.value;
     }
-    for (; r < g.rows; r += rstep) {
-        const u64 b = g.src_bit + r;
-        dst[r * g.stride] = valid_row(scratch, g, r) ? (bits[b >> 3] >> (b & 7)) & 1 : (unsigned char)fill;
+    for (; r < g.rows; r += rstep) dst[r * g.stride] = valid_row(scratch, g, r) ? (Out)src[r] : f.value;
+}
+
+// cast_or_fill from In to out_dt, when out_dt is one of the common types; false otherwise.
+template <typename In>
+__device__ bool cast_from(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
+        u64 fill, u64 out_dt) {
+    switch (out_dt) {
+        case DT_INT32: cast_or_fill<In, int>(out, scratch, g, r0, rstep, fill); return true;
+        case DT_INT64: cast_or_fill<In, i64>(out, scratch, g, r0, rstep, fill); return true;
+        case DT_FLOAT32: cast_or_fill<In, float>(out, scratch, g, r0, rstep, fill); return true;
+        case DT_FLOAT64: cast_or_fill<In, double>(out, scratch, g, r0, rstep, fill); return true;
+        default: return false;
+    }
+}
+
+// cast_or_fill for segment g to out_dt when both are int32, int64, float32 or float64; false
+// (nothing written) for any other pair, which the general path takes.
+__device__ bool cast_common(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
+        u64 fill, u64 out_dt) {
+    switch (g.dtype) {
+        case DT_INT32: return cast_from<int>(out, scratch, g, r0, rstep, fill, out_dt);
+        case DT_INT64: return cast_from<i64>(out, scratch, g, r0, rstep, fill, out_dt);
+        case DT_FLOAT32: return cast_from<float>(out, scratch, g, r0, rstep, fill, out_dt);
+        case DT_FLOAT64: return cast_from<double>(out, scratch, g, r0, rstep, fill, out_dt);
+        default: return false;
     }
 }
 
@@ -315,6 +375,7 @@ extern "C" __global__ void convert(unsigned char* out, unsigned char* mask, cons
                 }
                 continue;
             }
+            if (!mask && !g.inplace && cast_common(out, scratch, g, r0, rstep, fill, out_dt)) continue;
             for (u64 r = r0; r < g.rows; r += rstep) convert_slot(out, mask, scratch, g, r, out_dt, out_size, fill);
         } else {
             // Any other grid: slot by slot.
