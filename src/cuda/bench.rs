@@ -82,10 +82,14 @@ pub fn kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<Vec<Timing
         g.bind()?;
         let s = &g.stream;
         let mut up = Uploads::new(&g)?;
-        let scratch = cases
-            .iter()
-            .map(|(_, p, _)| transfer::upload_scratch(&g, p, &mut up))
-            .collect::<Result<Vec<_>>>()?;
+        let mut scratch = Vec::new();
+        for (_, p, _) in &cases {
+            let (buffer, pieces) = transfer::scratch(&g, p)?;
+            // SAFETY: the plan's pieces lie apart within its scratch buffer, which lives to the
+            // end of this function, after the stream has run the copies (the timings wait).
+            unsafe { up.copy_all(&pieces) }?;
+            scratch.push(buffer);
+        }
         drop(up);
         let mut a = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;
         let mut b = s.alloc_zeros::<u8>(n * 4).map_err(cuda_err)?;

@@ -2,10 +2,15 @@
 //! memory (an Arrow buffer, a numpy array) would otherwise be staged by the driver, on one
 //! thread and in small steps, at about a quarter of the bandwidth of a copy from page-locked
 //! memory (measured on an H100: docs/benchmarks.md). Here each device has two page-locked
-//! buffers: the kernel threads copy a source into one, all at once, and its upload is queued
-//! while they fill the other. A buffer is written again only after the upload out of it is
+//! buffers: the kernel threads copy the sources of one conversion into one, together (a batch
+//! of eight columns is eight small pieces), and their uploads are queued while they fill the
+//! other. A buffer is written again only after the upload out of it is
 //! done (an event per buffer). Sources CUDA already knows (page-locked, registered, managed)
-//! are copied straight, with no staging. Built on `driver.rs`.
+//! are copied straight, with no staging. On a thread of a rayon pool (a batch converted ahead)
+//! the copy into a buffer stays on that thread, and when another conversion holds the buffers,
+//! pageable sources go to the driver as they are: a pool thread never waits for them, since
+//! rayon would run other queued conversions on it while it held them (`take`). Built on
+//! `driver.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -21,8 +26,11 @@ use crate::error::{Error, Result};
 const BUFFER: usize = 32 << 20;
 /// Staging buffers per device: one filled by the host while the other uploads.
 const BUFFERS: usize = 2;
-/// The least each kernel thread copies into a buffer.
-const PART: usize = 1 << 20;
+/// The least each kernel thread copies into a buffer: smaller fills stay on the calling thread.
+const PART: usize = 256 << 10;
+
+/// A host-to-device copy: the device address, and the bytes that go there.
+pub(super) type HostCopy<'a> = (sys::CUdeviceptr, &'a [u8]);
 
 /// One page-locked buffer and the event recorded after the last upload queued out of it.
 struct Slot {
@@ -65,20 +73,40 @@ fn buffers(g: &Gpu) -> Result<&'static Mutex<Buffers>> {
 
 /// A run of host-to-device copies on `g`'s producer stream. It holds the device's staging
 /// buffers until dropped, so runs on one device take turns (they share its one stream anyway).
+/// A run on a thread of a rayon pool never waits for them: when another run holds them, it
+/// leaves pageable sources to the driver's own staging (see [`take`]).
 pub(super) struct Uploads<'a> {
     g: &'a Gpu,
-    buffers: MutexGuard<'static, Buffers>,
+    /// None: the buffers were busy, and pageable sources go to the driver as they are.
+    buffers: Option<MutexGuard<'static, Buffers>>,
     /// Bytes of the current buffer queued for upload in this run (0: not written yet).
     used: usize,
     /// Whether a source was page-locked memory, copied straight.
     locked: bool,
 }
 
+/// The guard of `m`; on a thread of a rayon pool, None at once when another thread holds it.
+///
+/// A pool thread must not block on these buffers. The holder may be waiting for the pool (its
+/// copy runs there), and a pool thread that blocks while waiting for work of its own (rayon
+/// runs other queued jobs meanwhile, such as the next batch's conversion) would block on a lock
+/// that its own thread holds further up.
+fn take<T>(m: &'static Mutex<T>) -> Result<Option<MutexGuard<'static, T>>> {
+    let poisoned = || Error::Cuda("staging buffers poisoned".into());
+    if rayon::current_thread_index().is_none() {
+        return m.lock().map(Some).map_err(|_| poisoned());
+    }
+    match m.try_lock() {
+        Ok(guard) => Ok(Some(guard)),
+        Err(std::sync::TryLockError::WouldBlock) => Ok(None),
+        Err(std::sync::TryLockError::Poisoned(_)) => Err(poisoned()),
+    }
+}
+
 impl<'a> Uploads<'a> {
     /// Starts a run of copies to `g`'s device; the caller has bound its context.
     pub fn new(g: &'a Gpu) -> Result<Self> {
-        let buffers = buffers(g)?.lock().map_err(|_| Error::Cuda("staging buffers poisoned".into()))?;
-        Ok(Uploads { g, buffers, used: 0, locked: false })
+        Ok(Uploads { g, buffers: take(buffers(g)?)?, used: 0, locked: false })
     }
 
     /// Whether a source was page-locked memory, copied straight: it must outlive the copy, so
@@ -87,43 +115,72 @@ impl<'a> Uploads<'a> {
         self.locked
     }
 
-    /// Queues the copy of `src` to the device address `dst` on the producer stream (copies).
-    /// A pageable source may go when this returns: its bytes are in a staging buffer.
+    /// Queues the copy of each `(dst, src)` to its device address on the producer stream
+    /// (copies). Pageable sources are packed one after another into the staging buffers; the
+    /// pieces one buffer takes are copied there together, split over the kernel threads, and
+    /// each is then queued for upload. A pageable source may go when this returns: its bytes are
+    /// in a staging buffer.
     ///
     /// # Safety
-    /// `dst` holds `src.len()` writable bytes on `g`'s device, alive until the producer stream
-    /// has run the copy.
-    pub unsafe fn copy(&mut self, dst: sys::CUdeviceptr, src: &[u8]) -> Result<()> {
-        if src.is_empty() {
-            return Ok(());
-        }
+    /// Each `dst` holds its `src.len()` writable bytes on `g`'s device, alive until the
+    /// producer stream has run the copy; the destinations do not overlap.
+    pub unsafe fn copy_all(&mut self, items: &[HostCopy]) -> Result<()> {
         let stream = self.g.producer();
-        if is_page_locked(src) {
-            self.locked = true;
-            // SAFETY: per this function's contract; the caller waits for the stream before the
-            // page-locked source may go (`copied_page_locked`).
-            return unsafe { memcpy_htod(dst, src, stream) };
+        // The pageable pieces packed into the current buffer from byte `start` on, in order.
+        let mut batch: Vec<HostCopy> = Vec::new();
+        let mut start = self.used;
+        for &(dst, src) in items.iter().filter(|(_, src)| !src.is_empty()) {
+            if self.buffers.is_none() {
+                // SAFETY: per this function's contract; the driver stages a pageable source
+                // before returning, and the caller waits for a page-locked one.
+                unsafe { memcpy_htod(dst, src, stream) }?;
+                self.locked |= is_page_locked(src);
+                continue;
+            }
+            if is_page_locked(src) {
+                self.locked = true;
+                // SAFETY: per this function's contract; the caller waits for the stream before
+                // the page-locked source may go (`copied_page_locked`).
+                unsafe { memcpy_htod(dst, src, stream) }?;
+                continue;
+            }
+            let mut done = 0;
+            while done < src.len() {
+                if self.used == BUFFER {
+                    self.flush(start, &batch)?;
+                    batch.clear();
+                    self.next()?;
+                    start = 0;
+                }
+                let n = (BUFFER - self.used).min(src.len() - done);
+                batch.push((dst + done as u64, &src[done..done + n]));
+                self.used += n;
+                done += n;
+            }
         }
-        let mut done = 0;
-        while done < src.len() {
-            if self.used == BUFFER {
-                self.next()?;
-            }
-            let b = &mut *self.buffers;
-            let slot = &mut b.slots[b.current];
-            if self.used == 0 {
-                // The upload of an earlier run out of this buffer is done before it is written.
-                slot.uploaded.synchronize().map_err(cuda_err)?;
-            }
-            let n = (BUFFER - self.used).min(src.len() - done);
-            let staged = slot.memory.bytes_mut(self.used..self.used + n);
-            stage(staged, &src[done..done + n]);
-            // SAFETY: `dst + done` holds n bytes (this function's contract); `staged` is
+        self.flush(start, &batch)
+    }
+
+    /// Copies `batch`, packed in order from byte `start` of the current buffer, into it (on the
+    /// kernel threads), then queues each piece's upload to its destination.
+    fn flush(&mut self, start: usize, batch: &[HostCopy]) -> Result<()> {
+        let Some(b) = self.buffers.as_deref_mut().filter(|_| !batch.is_empty()) else { return Ok(()) };
+        let stream = self.g.producer();
+        let slot = &mut b.slots[b.current];
+        if start == 0 {
+            // The upload of an earlier run out of this buffer is done before it is written.
+            slot.uploaded.synchronize().map_err(cuda_err)?;
+        }
+        let len: usize = batch.iter().map(|(_, src)| src.len()).sum();
+        stage(slot.memory.bytes_mut(start..start + len), batch);
+        let mut at = start;
+        for &(dst, src) in batch {
+            let staged = slot.memory.bytes_mut(at..at + src.len());
+            // SAFETY: `dst` holds src.len() bytes (`copy_all`'s contract); `staged` is
             // page-locked, and not written again before the event recorded after this upload
             // (by `next`, here or in `drop`) has completed.
-            unsafe { memcpy_htod(dst + done as u64, staged, stream) }?;
-            self.used += n;
-            done += n;
+            unsafe { memcpy_htod(dst, staged, stream) }?;
+            at += src.len();
         }
         Ok(())
     }
@@ -131,7 +188,7 @@ impl<'a> Uploads<'a> {
     /// Records the current buffer's event after the uploads queued out of it, and moves on to
     /// the next buffer.
     fn next(&mut self) -> Result<()> {
-        let b = &mut *self.buffers;
+        let Some(b) = self.buffers.as_deref_mut() else { return Ok(()) };
         b.slots[b.current].uploaded.record(&self.g.stream).map_err(cuda_err)?;
         b.current = (b.current + 1) % b.slots.len();
         self.used = 0;
@@ -149,14 +206,60 @@ impl Drop for Uploads<'_> {
     }
 }
 
-/// Copies `src` into `staged` (as long), split evenly over the kernel threads (copies).
-fn stage(staged: &mut [u8], src: &[u8]) {
-    if src.len() <= PART {
-        staged.copy_from_slice(src);
+/// Copies the sources of `batch` one after another into `region` (as long as all of them),
+/// split evenly over the kernel threads, or on this thread when it is small or this is a
+/// thread of a rayon pool (copies).
+fn stage(region: &mut [u8], batch: &[HostCopy]) {
+    let total = region.len();
+    let mut rest = region;
+    // On a pool thread (a batch converted ahead), on this thread: waiting for the pool there
+    // would run other queued jobs on it while it holds the buffers (see `take`).
+    if total <= PART || rayon::current_thread_index().is_some() {
+        for (_, src) in batch {
+            let (to, tail) = rest.split_at_mut(src.len());
+            to.copy_from_slice(src);
+            rest = tail;
+        }
         return;
     }
     crate::kernels::install(|| {
-        let part = src.len().div_ceil(rayon::current_num_threads()).max(PART);
-        staged.par_chunks_mut(part).zip(src.par_chunks(part)).for_each(|(to, from)| to.copy_from_slice(from));
+        let part = total.div_ceil(rayon::current_num_threads()).max(PART);
+        let mut pieces: Vec<(&mut [u8], &[u8])> = Vec::new();
+        for (_, src) in batch {
+            let (to, tail) = rest.split_at_mut(src.len());
+            pieces.extend(to.chunks_mut(part).zip(src.chunks(part)));
+            rest = tail;
+        }
+        pieces.into_par_iter().for_each(|(to, from)| to.copy_from_slice(from));
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_pool_thread_never_waits_for_the_staging_buffers() {
+        static BUFFERS: Mutex<u32> = Mutex::new(0);
+        let held = BUFFERS.lock().unwrap();
+        // A conversion on a pool thread finds the buffers held: it goes on without them at once.
+        // (Were it to wait, this test would hang: bounded by the timeout below.)
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(crate::kernels::install(|| {
+                (rayon::current_thread_index().is_some(), take(&BUFFERS).map(|g| g.is_none()))
+            }));
+        });
+        let (on_pool, busy) =
+            rx.recv_timeout(Duration::from_secs(30)).expect("a pool thread waited for the buffers");
+        assert!(on_pool && matches!(busy, Ok(true)), "{busy:?}");
+        drop(held);
+        // Off the pool, a run waits its turn, and on the pool it takes free buffers.
+        assert!(matches!(take(&BUFFERS), Ok(Some(_))));
+        let free = crate::kernels::install(|| take(&BUFFERS).map(|g| g.is_some()));
+        assert!(matches!(free, Ok(true)));
+    }
 }

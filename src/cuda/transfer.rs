@@ -13,25 +13,22 @@ use super::driver::{Gpu, cuda_err, guarded, memcpy_dtoh};
 use super::launch;
 use super::memory::owned_tensor;
 use super::plan::Plan;
-use super::staging::Uploads;
+use super::staging::{HostCopy, Uploads};
 use crate::arrow::Converted;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernels::HostBuffer;
 use crate::tensor::{Tensor, c_strides};
 
-/// The plan's scratch buffer on the device (copies, host to device): its pieces and segment
-/// table queued on the producer stream through `up`. The caller binds the context.
-pub(super) fn upload_scratch(g: &Gpu, plan: &Plan, up: &mut Uploads) -> Result<CudaSlice<u8>> {
-    // SAFETY: the kernel reads only the placed bytes, all written by the copies below first.
+/// The plan's scratch buffer, allocated on the producer stream (the caller binds the
+/// context), and the copies that fill it: its pieces and segment table at their device
+/// addresses, for [`Uploads::copy_all`]. The kernel reads only those bytes.
+pub(super) fn scratch<'p>(g: &Gpu, plan: &'p Plan) -> Result<(CudaSlice<u8>, Vec<HostCopy<'p>>)> {
+    // SAFETY: the kernel reads only the placed bytes, all written by the copies returned first.
     let scratch = unsafe { g.stream.alloc::<u8>(plan.scratch_len()) }.map_err(cuda_err)?;
     let base = address(g, &scratch);
-    for (at, bytes) in plan.uploads() {
-        // SAFETY: the plan places each piece within scratch_len bytes; the scratch buffer is
-        // freed on the producer stream, after the copies.
-        unsafe { up.copy(base + at as u64, bytes) }?;
-    }
-    Ok(scratch)
+    let pieces = plan.uploads().map(|(at, bytes)| (base + at as u64, bytes)).collect();
+    Ok((scratch, pieces))
 }
 
 /// The device address of `slice` (its work is all on the producer stream).
@@ -55,16 +52,22 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
         // SAFETY: as above; the kernel writes one mask byte per element it writes.
         let mut mask =
             plan.mask.then(|| unsafe { s.alloc::<u8>(plan.len.max(1)) }).transpose().map_err(cuda_err)?;
-        let mut up = Uploads::new(&g)?;
         let base = address(&g, &out);
-        for (at, bytes) in plan.output_copies() {
-            // SAFETY: the plan's output copies lie within the len * item bytes of `out`, which
-            // is freed on the producer stream, after the copies.
-            unsafe { up.copy(base + at as u64, bytes) }?;
-        }
-        if plan.needs_kernel() {
-            let scratch = upload_scratch(&g, plan, &mut up)?;
-            launch::convert(&g, plan, &mut out, mask.as_mut(), &scratch)?;
+        let mut copies: Vec<_> = plan.output_copies().map(|(at, bytes)| (base + at as u64, bytes)).collect();
+        let scratch = if plan.needs_kernel() {
+            let (scratch, pieces) = scratch(&g, plan)?;
+            copies.extend(pieces);
+            Some(scratch)
+        } else {
+            None
+        };
+        let mut up = Uploads::new(&g)?;
+        // SAFETY: the plan's output copies lie apart within the len * item bytes of `out`, and
+        // its scratch pieces apart within the scratch buffer; both are freed on the producer
+        // stream, after the copies.
+        unsafe { up.copy_all(&copies) }?;
+        if let Some(scratch) = &scratch {
+            launch::convert(&g, plan, &mut out, mask.as_mut(), scratch)?;
         }
         if up.copied_page_locked() {
             s.synchronize().map_err(cuda_err)?;
@@ -108,7 +111,7 @@ pub(super) fn upload(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
         let mut up = Uploads::new(&g)?;
         // SAFETY: `out` holds bytes.len() bytes and is freed on the producer stream, after the
         // copy.
-        unsafe { up.copy(address(&g, &out), bytes) }?;
+        unsafe { up.copy_all(&[(address(&g, &out), bytes)]) }?;
         if up.copied_page_locked() {
             g.stream.synchronize().map_err(cuda_err)?;
         }
