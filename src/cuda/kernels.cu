@@ -238,30 +238,6 @@ __device__ __forceinline__ void convert_slot(unsigned char* out, unsigned char* 
     if (mask) mask[at] = ok;
 }
 
-// The rows r0, r0 + rstep, ... of segment g whose values keep their dtype (T, out_size bytes)
-// and are not in place, with no mask: the values' bits, or `fill` where the validity bit is 0.
-// The common case (null fill, interleave) without the per-slot dtype dispatch of convert_slot,
-// four rows at a time with their loads issued before their stores, so that each thread has
-// several loads in flight (one at a time leaves the memory half idle).
-template <typename T>
-__device__ void copy_or_fill(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
-        u64 fill) {
-    const T* src = (const T*)(scratch + g.src);
-    T* dst = (T*)out + g.out;
-    const T f = (T)fill;
-    u64 r = r0;
-    for (; r + 3 * rstep < g.rows; r += 4 * rstep) {
-        T a[4];
-        bool ok[4];
-        for (int u = 0; u < 4; u++) {
-            a[u] = src[r + u * rstep];
-            ok[u] = valid_row(scratch, g, r + u * rstep);
-        }
-        for (int u = 0; u < 4; u++) dst[(r + u * rstep) * g.stride] = ok[u] ? a[u] : f;
-    }
-    for (; r < g.rows; r += rstep) dst[r * g.stride] = valid_row(scratch, g, r) ? src[r] : f;
-}
-
 // The n (1 to 8) bits of an LSB-first bitmap from bit b on, in the low bits (reading the next
 // byte only when they reach into it).
 __device__ __forceinline__ unsigned int bits_at(const unsigned char* p, u64 b, u64 n) {
@@ -295,11 +271,16 @@ __device__ void unpack_or_fill(unsigned char* out, const unsigned char* scratch,
     }
 }
 
-// The same for a cast between the common numeric types (In to Out, one C conversion each, as
-// store() makes them: integers to floats round to nearest, floats to integers truncate a value
-// the host checked to be whole and in range). `fill` holds Out's bits.
+// The rows r0, r0 + rstep, ... of segment g, not in place and with no mask: each value as Out,
+// or `fill` (Out's bits) where the validity bit is 0. Without the per-slot dtype dispatch of
+// convert_slot, four rows at a time with their loads issued before their stores, so that each
+// thread has several loads in flight (one at a time leaves the memory half idle). With In and
+// Out the same unsigned type of the element's size it copies the bits (a null fill, an
+// interleave: NaN payloads kept); otherwise it is one C conversion between the common numeric
+// types, as store() makes it (integers to floats round to nearest, floats to integers truncate
+// a value the host checked to be whole and in range).
 template <typename In, typename Out>
-__device__ void cast_or_fill(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
+__device__ void rows_or_fill(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
         u64 fill) {
     const In* src = (const In*)(scratch + g.src);
     Out* dst = (Out*)out + g.out;
@@ -318,20 +299,20 @@ __device__ void cast_or_fill(unsigned char* out, const unsigned char* scratch, c
     for (; r < g.rows; r += rstep) dst[r * g.stride] = valid_row(scratch, g, r) ? (Out)src[r] : f.value;
 }
 
-// cast_or_fill from In to out_dt, when out_dt is one of the common types; false otherwise.
+// rows_or_fill from In to out_dt, when out_dt is one of the common types; false otherwise.
 template <typename In>
 __device__ bool cast_from(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
         u64 fill, u64 out_dt) {
     switch (out_dt) {
-        case DT_INT32: cast_or_fill<In, int>(out, scratch, g, r0, rstep, fill); return true;
-        case DT_INT64: cast_or_fill<In, i64>(out, scratch, g, r0, rstep, fill); return true;
-        case DT_FLOAT32: cast_or_fill<In, float>(out, scratch, g, r0, rstep, fill); return true;
-        case DT_FLOAT64: cast_or_fill<In, double>(out, scratch, g, r0, rstep, fill); return true;
+        case DT_INT32: rows_or_fill<In, int>(out, scratch, g, r0, rstep, fill); return true;
+        case DT_INT64: rows_or_fill<In, i64>(out, scratch, g, r0, rstep, fill); return true;
+        case DT_FLOAT32: rows_or_fill<In, float>(out, scratch, g, r0, rstep, fill); return true;
+        case DT_FLOAT64: rows_or_fill<In, double>(out, scratch, g, r0, rstep, fill); return true;
         default: return false;
     }
 }
 
-// cast_or_fill for segment g to out_dt when both are int32, int64, float32 or float64; false
+// rows_or_fill for segment g to out_dt when both are int32, int64, float32 or float64; false
 // (nothing written) for any other pair, which the general path takes.
 __device__ bool cast_common(unsigned char* out, const unsigned char* scratch, const Seg& g, u64 r0, u64 rstep,
         u64 fill, u64 out_dt) {
@@ -368,10 +349,10 @@ extern "C" __global__ void convert(unsigned char* out, unsigned char* mask, cons
             }
             if (!mask && !g.inplace && g.dtype == out_dt && out_dt != DT_BOOL) {
                 switch (out_size) {
-                    case 1: copy_or_fill<unsigned char>(out, scratch, g, r0, rstep, fill); break;
-                    case 2: copy_or_fill<unsigned short>(out, scratch, g, r0, rstep, fill); break;
-                    case 4: copy_or_fill<unsigned int>(out, scratch, g, r0, rstep, fill); break;
-                    default: copy_or_fill<u64>(out, scratch, g, r0, rstep, fill); break;
+                    case 1: rows_or_fill<unsigned char, unsigned char>(out, scratch, g, r0, rstep, fill); break;
+                    case 2: rows_or_fill<unsigned short, unsigned short>(out, scratch, g, r0, rstep, fill); break;
+                    case 4: rows_or_fill<unsigned int, unsigned int>(out, scratch, g, r0, rstep, fill); break;
+                    default: rows_or_fill<u64, u64>(out, scratch, g, r0, rstep, fill); break;
                 }
                 continue;
             }

@@ -130,17 +130,13 @@ impl<'a> Uploads<'a> {
         let mut batch: Vec<HostCopy> = Vec::new();
         let mut start = self.used;
         for &(dst, src) in items.iter().filter(|(_, src)| !src.is_empty()) {
-            if self.buffers.is_none() {
+            // Page-locked sources go straight, and all of them when the buffers were busy.
+            let locked = is_page_locked(src);
+            if locked || self.buffers.is_none() {
+                self.locked |= locked;
                 // SAFETY: per this function's contract; the driver stages a pageable source
-                // before returning, and the caller waits for a page-locked one.
-                unsafe { memcpy_htod(dst, src, stream) }?;
-                self.locked |= is_page_locked(src);
-                continue;
-            }
-            if is_page_locked(src) {
-                self.locked = true;
-                // SAFETY: per this function's contract; the caller waits for the stream before
-                // the page-locked source may go (`copied_page_locked`).
+                // before returning, and the caller waits for the stream before a page-locked
+                // one may go (`copied_page_locked`).
                 unsafe { memcpy_htod(dst, src, stream) }?;
                 continue;
             }
@@ -211,27 +207,32 @@ impl Drop for Uploads<'_> {
 /// thread of a rayon pool (copies).
 fn stage(region: &mut [u8], batch: &[HostCopy]) {
     let total = region.len();
-    let mut rest = region;
     // On a pool thread (a batch converted ahead), on this thread: waiting for the pool there
     // would run other queued jobs on it while it holds the buffers (see `take`).
     if total <= PART || rayon::current_thread_index().is_some() {
-        for (_, src) in batch {
-            let (to, tail) = rest.split_at_mut(src.len());
-            to.copy_from_slice(src);
-            rest = tail;
-        }
+        pieces(region, batch, total).for_each(|(to, from)| to.copy_from_slice(from));
         return;
     }
     crate::kernels::install(|| {
         let part = total.div_ceil(rayon::current_num_threads()).max(PART);
-        let mut pieces: Vec<(&mut [u8], &[u8])> = Vec::new();
-        for (_, src) in batch {
-            let (to, tail) = rest.split_at_mut(src.len());
-            pieces.extend(to.chunks_mut(part).zip(src.chunks(part)));
-            rest = tail;
-        }
+        let pieces: Vec<_> = pieces(region, batch, part).collect();
         pieces.into_par_iter().for_each(|(to, from)| to.copy_from_slice(from));
     });
+}
+
+/// `region` cut into each source's place, in `batch` order, and each cut into parts of at most
+/// `part` bytes (at least 1), paired with the source bytes that go there.
+fn pieces<'r, 's>(
+    region: &'r mut [u8],
+    batch: &'s [HostCopy<'s>],
+    part: usize,
+) -> impl Iterator<Item = (&'r mut [u8], &'s [u8])> {
+    let mut rest = region;
+    batch.iter().flat_map(move |(_, src)| {
+        let (to, tail) = std::mem::take(&mut rest).split_at_mut(src.len());
+        rest = tail;
+        to.chunks_mut(part.max(1)).zip(src.chunks(part.max(1)))
+    })
 }
 
 #[cfg(test)]
