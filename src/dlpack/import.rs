@@ -11,25 +11,42 @@ use crate::ffi::dlpack::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
     DLPACK_MAJOR_VERSION,
 };
-use crate::tensor::{MAX_NDIM, Tensor, c_strides, check_layout};
+use crate::tensor::{Dims, MAX_NDIM, Tensor, c_strides, check_layout};
 
 enum Raw {
     Legacy(NonNull<DLManagedTensor>),
     Versioned(NonNull<DLManagedTensorVersioned>),
 }
 
-/// A validated foreign managed tensor. It owns the tensor: `Drop` calls the producer's
-/// deleter exactly once, on whichever thread drops it.
-pub struct ForeignTensor {
-    raw: Raw,
-    tensor: Option<Tensor>,
-}
+/// The producer's managed tensor, released through its deleter exactly once: when the last
+/// tensor (or Arrow buffer) over its memory drops, on whichever thread that is.
+struct Managed(Raw);
 
 // SAFETY: DLPack lets the consumer call the deleter from any thread (producers that need the
-// GIL take it inside their deleter), and the validated view is plain data.
-unsafe impl Send for ForeignTensor {}
-// SAFETY: shared access only reads the validated, immutable view.
-unsafe impl Sync for ForeignTensor {}
+// GIL take it inside their deleter); nothing else is read through the pointer after import.
+unsafe impl Send for Managed {}
+// SAFETY: shared access never touches the pointer; only the single drop does.
+unsafe impl Sync for Managed {}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        // SAFETY: we own the managed tensor (taken over by the importer) and drop once.
+        unsafe {
+            match self.0 {
+                Raw::Legacy(p) => DLManagedTensor::delete(p),
+                Raw::Versioned(p) => DLManagedTensorVersioned::delete(p),
+            }
+        }
+    }
+}
+
+/// A validated foreign managed tensor. It owns the tensor: the producer's deleter runs exactly
+/// once, when this and every tensor taken from it have dropped.
+pub struct ForeignTensor {
+    /// The validated view, already kept alive by the managed tensor: one allocation per import
+    /// (the shared owner), none for up to two extents and strides.
+    tensor: Tensor,
+}
 
 impl ForeignTensor {
     /// Takes ownership of a `DLManagedTensorVersioned` and validates it.
@@ -62,11 +79,10 @@ impl ForeignTensor {
         }
         let readonly = flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0;
         let copied = flags & DLPACK_FLAG_BITMASK_IS_COPIED != 0;
-        let mut me = ForeignTensor { raw: Raw::Versioned(ptr), tensor: None };
-        // SAFETY: the caller's contract covers the view; `me` now owns the tensor, so an error
-        // below drops `me` and releases it.
-        me.tensor = Some(unsafe { view(ptr, readonly, copied) }?);
-        Ok(me)
+        // From here the owner releases the tensor, on an error below as well.
+        let owner = Arc::new(Managed(Raw::Versioned(ptr)));
+        // SAFETY: the caller's contract covers the view; `owner` keeps it alive.
+        Ok(ForeignTensor { tensor: unsafe { view(ptr, readonly, copied, owner) }? })
     }
 
     /// Takes ownership of a legacy `DLManagedTensor` and validates it. Legacy tensors carry no
@@ -79,62 +95,35 @@ impl ForeignTensor {
     /// As [`ForeignTensor::from_versioned`].
     pub unsafe fn from_legacy(ptr: *mut DLManagedTensor) -> Result<Self> {
         let ptr = NonNull::new(ptr).ok_or_else(|| Error::InvalidDlpack("NULL managed tensor".into()))?;
-        let mut me = ForeignTensor { raw: Raw::Legacy(ptr), tensor: None };
+        let owner = Arc::new(Managed(Raw::Legacy(ptr)));
         // SAFETY: as in from_versioned.
-        me.tensor = Some(unsafe { view(ptr, false, false) }?);
-        Ok(me)
+        Ok(ForeignTensor { tensor: unsafe { view(ptr, false, false, owner) }? })
     }
 
-    /// The validated view. Its owner is not this ForeignTensor: use [`Self::into_tensor`] to get
-    /// a tensor that keeps the foreign memory alive.
+    /// The validated view, over the foreign memory.
     pub fn view(&self) -> &Tensor {
-        self.tensor.as_ref().expect("a constructed ForeignTensor always has a view")
+        &self.tensor
     }
 
     /// A tensor that keeps this foreign tensor (and so its memory) alive (without copying).
     /// The deleter runs when the last clone of the tensor, or of anything built from it such
     /// as an Arrow buffer, is dropped.
-    pub fn into_tensor(mut self) -> Tensor {
-        let view = self.tensor.take().expect("a constructed ForeignTensor always has a view");
-        let owner = Arc::new(self);
-        // SAFETY: the view was validated from the managed tensor that `owner` now keeps alive
-        // until its last reference drops; flags and the logical field carry over.
-        let t = unsafe {
-            Tensor::from_raw_parts(
-                view.data_ptr() as *mut u8,
-                view.shape().to_vec(),
-                Some(view.strides().to_vec()),
-                view.dtype(),
-                view.device(),
-                view.readonly(),
-                owner,
-            )
-        };
-        t.expect("a validated view is a valid layout")
-            .with_copied(view.copied())
-            .with_readonly(view.readonly())
-            .with_logical(view.logical().cloned())
+    pub fn into_tensor(self) -> Tensor {
+        self.tensor
     }
 }
 
-impl Drop for ForeignTensor {
-    fn drop(&mut self) {
-        self.tensor = None;
-        // SAFETY: we own the managed tensor (taken over in the constructor) and drop once.
-        unsafe {
-            match self.raw {
-                Raw::Legacy(p) => DLManagedTensor::delete(p),
-                Raw::Versioned(p) => DLManagedTensorVersioned::delete(p),
-            }
-        }
-    }
-}
-
-/// Validates the `DLTensor` of a managed tensor and builds a view with a dummy owner.
+/// Validates the `DLTensor` of a managed tensor and builds the tensor over it, kept alive by
+/// `owner` (the managed tensor itself: dropping the last reference on an error releases it).
 ///
 /// # Safety
-/// As `ForeignTensor::from_versioned`; `ptr` stays live for the call.
-unsafe fn view<M: ManagedTensor>(ptr: NonNull<M>, readonly: bool, copied: bool) -> Result<Tensor> {
+/// As `ForeignTensor::from_versioned`; `ptr` stays live until `owner` drops.
+unsafe fn view<M: ManagedTensor>(
+    ptr: NonNull<M>,
+    readonly: bool,
+    copied: bool,
+    owner: Arc<Managed>,
+) -> Result<Tensor> {
     // SAFETY: the caller guarantees a live managed tensor.
     let managed = unsafe { ptr.as_ref() };
     let dl = managed.dl_tensor();
@@ -148,17 +137,17 @@ unsafe fn view<M: ManagedTensor>(ptr: NonNull<M>, readonly: bool, copied: bool) 
     }
     let dtype = DType::from_dlpack(dl.dtype)?;
     let device = Device::from_dlpack(dl.device)?;
-    let shape: Vec<i64> = if ndim == 0 {
-        Vec::new()
+    let shape: Dims = if ndim == 0 {
+        Dims::new()
     } else {
         // SAFETY: the header promises `ndim` readable extents behind a non-NULL shape.
-        unsafe { std::slice::from_raw_parts(dl.shape, ndim) }.to_vec()
+        Dims::from_slice(unsafe { std::slice::from_raw_parts(dl.shape, ndim) })
     };
     let strides = if dl.strides.is_null() || ndim == 0 {
-        c_strides(&shape)
+        Dims::from_vec(c_strides(&shape))
     } else {
         // SAFETY: as for shape.
-        unsafe { std::slice::from_raw_parts(dl.strides, ndim) }.to_vec()
+        Dims::from_slice(unsafe { std::slice::from_raw_parts(dl.strides, ndim) })
     };
     let extent = check_layout(&shape, &strides, dtype.itemsize())?;
     let offset = usize::try_from(dl.byte_offset)
@@ -171,7 +160,7 @@ unsafe fn view<M: ManagedTensor>(ptr: NonNull<M>, readonly: bool, copied: bool) 
         if dl.data.is_null() {
             return bad(format!("NULL data for {} elements", extent.numel));
         }
-        // The span of the layout around this address is checked by Tensor::from_raw_parts.
+        // The span of the layout around this address is checked by Tensor::from_raw_dims.
         (dl.data as usize).checked_add(offset).ok_or_else(|| {
             Error::InvalidDlpack(format!("data {:p} + byte_offset {offset} overflows", dl.data))
         })?;
@@ -186,10 +175,8 @@ unsafe fn view<M: ManagedTensor>(ptr: NonNull<M>, readonly: bool, copied: bool) 
         None
     };
     // SAFETY: the layout was checked above and the producer keeps the data alive until its
-    // deleter runs; the view is only used while the ForeignTensor lives, and into_tensor
-    // rebuilds it with the ForeignTensor as owner.
-    let t =
-        unsafe { Tensor::from_raw_parts(data, shape, Some(strides), dtype, device, readonly, Arc::new(())) }?;
+    // deleter runs, which only the last reference to `owner` calls.
+    let t = unsafe { Tensor::from_raw_dims(data, shape, strides, dtype, device, readonly, owner) }?;
     Ok(t.with_copied(copied).with_readonly(readonly && !copied).with_logical(logical))
 }
 

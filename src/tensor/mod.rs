@@ -59,7 +59,7 @@ native!(bool => Bool, i8 => Int8, i16 => Int16, i32 => Int32, i64 => Int64, u8 =
 /// Extents or strides: inline up to 2 dimensions (columns and tables), in the space of a Vec,
 /// so that cloning such a tensor (each export does) allocates nothing. Their address moves with
 /// the tensor.
-type Dims = SmallVec<[i64; 2]>;
+pub(crate) type Dims = SmallVec<[i64; 2]>;
 
 /// A strided, typed view of memory on some device, kept alive by its owner.
 pub struct Tensor {
@@ -104,7 +104,32 @@ impl Tensor {
         readonly: bool,
         owner: Arc<dyn Owner>,
     ) -> Result<Self> {
-        let strides = strides.unwrap_or_else(|| c_strides(&shape));
+        let strides = match strides {
+            Some(s) => Dims::from_vec(s),
+            None => Dims::from_vec(c_strides(&shape)),
+        };
+        // SAFETY: the caller's contract, passed on.
+        unsafe { Self::from_raw_dims(data, Dims::from_vec(shape), strides, dtype, device, readonly, owner) }
+    }
+
+    /// [`Tensor::from_raw_parts`] with extents and strides already in their inline form: a
+    /// tensor of up to two dimensions is built without allocating for them (a DLPack import
+    /// reads them from the producer's arrays).
+    ///
+    /// # Errors
+    /// As [`Tensor::from_raw_parts`].
+    ///
+    /// # Safety
+    /// As [`Tensor::from_raw_parts`].
+    pub(crate) unsafe fn from_raw_dims(
+        data: *mut u8,
+        shape: Dims,
+        strides: Dims,
+        dtype: DType,
+        device: Device,
+        readonly: bool,
+        owner: Arc<dyn Owner>,
+    ) -> Result<Self> {
         let extent = check_layout(&shape, &strides, dtype.itemsize())?;
         if data.is_null() && extent.numel > 0 {
             return Err(Error::layout(format!("NULL data pointer for {} elements", extent.numel)));
@@ -122,8 +147,8 @@ impl Tensor {
         }
         Ok(Tensor {
             data,
-            shape: Dims::from_vec(shape),
-            strides: Dims::from_vec(strides),
+            shape,
+            strides,
             dtype,
             device,
             readonly,
