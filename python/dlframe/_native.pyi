@@ -214,5 +214,9 @@ def datafusion_udfs() -> list[ScalarUDF]:
 def _dtype_name(dtype: DTypeLike | None, /) -> str | None:
     """dlframe's name for a dtype-like (np.float32 -> "float32"); None for None."""
 
+def _series_view(s: Any, /) -> Tensor | None:
+    """A Polars Series' values as a read-only tensor over its memory (no copy), or None when
+    Polars has no such view (nulls, several chunks, booleans, temporal data)."""
+
 def datafusion_version() -> str:
     """The DataFusion version the SQL functions are built against."""

@@ -9,7 +9,8 @@ use std::ffi::{CStr, c_void};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCapsule, PyDict};
 
 use dlframe::ForeignTensor;
 use dlframe::dlpack::{Export, ExportedLegacy, ExportedVersioned, ManagedTensor};
@@ -93,6 +94,22 @@ pub fn from_export(py: Python<'_>, export: Export) -> Result<Bound<'_, PyAny>> {
         Export::Versioned(e) => versioned(py, e)?,
         Export::Legacy(e) => legacy(py, e)?,
     })
+}
+
+/// `{"max_version": (1, 3)}`, built once.
+static VERSIONED_REQUEST: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+
+/// The keywords of `__dlpack__(max_version=(1, 3))`, one dict for every call: handed as it is
+/// only to known producers (numpy, pyarrow), whose `__dlpack__` reads its keywords and keeps
+/// no reference to them (building the dict anew was a fifth of a small export); copied for
+/// any other.
+pub fn versioned_request(py: Python<'_>) -> PyResult<&Bound<'_, PyDict>> {
+    let kw = VERSIONED_REQUEST.get_or_try_init(py, || -> PyResult<_> {
+        let kw = PyDict::new(py);
+        kw.set_item("max_version", (1, 3))?;
+        Ok(kw.unbind())
+    })?;
+    Ok(kw.bind(py))
 }
 
 /// Consumes a DLPack capsule of either version: renames it to `used_*` and takes ownership.

@@ -3,7 +3,7 @@
 use arrow_schema::DataType;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3::types::{PyCapsule, PyDict, PyTuple, PyType};
 use pyo3_arrow::PyArray;
 use pyo3_arrow::input::AnyArray;
 
@@ -22,6 +22,7 @@ use crate::error::{Binding, Error, Result};
 use crate::exchange;
 use crate::gil;
 use crate::interface;
+use crate::per_type::PerType;
 use crate::tensor::PyTensor;
 use crate::to_python::to_pyarrow;
 
@@ -139,6 +140,20 @@ pub fn to_dlpack<'py>(
             .into());
         }
     };
+    let defaults = nulls == "error"
+        && fill_value.is_none()
+        && copy.is_none()
+        && dtype.is_none()
+        && order.0 == dlframe::options::Order::C
+        && target == Device::Cpu
+        && columns.0 == dlframe::table::Columns::Stack
+        && stream.is_none()
+        && ragged == "error"
+        && pad_value.is_none()
+        && max_len.is_none();
+    if defaults && let Some(t) = pyarrow_numeric(obj) {
+        return Ok(Py::new(py, PyTensor::new(t))?.into_any());
+    }
     let opts = export_options(nulls, fill_value, copy, dtype, order, ragged, pad_value, max_len)?;
     let nulls = opts.nulls;
     // A LazyFrame has no Arrow interface: it is looked for only when the object has none.
@@ -195,6 +210,47 @@ pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
         // Buffers and other objects pyo3-arrow accepts without the protocol methods.
         obj.extract()
     }
+}
+
+/// pyarrow's arrays of numbers: the types whose own `__dlpack__` exports what dlframe's Arrow
+/// path makes of them (the values buffer, shared).
+const PYARROW_NUMERIC: [&str; 11] = [
+    "Int8Array",
+    "Int16Array",
+    "Int32Array",
+    "Int64Array",
+    "UInt8Array",
+    "UInt16Array",
+    "UInt32Array",
+    "UInt64Array",
+    "HalfFloatArray",
+    "FloatArray",
+    "DoubleArray",
+];
+
+/// Whether a type is one of [`PYARROW_NUMERIC`], learnt once per type.
+static IS_PYARROW_NUMERIC: PerType<bool> = PerType::new();
+
+/// A pyarrow array of numbers without nulls as a read-only tensor over its values (no copy),
+/// through pyarrow's own DLPack export: the tensor the Arrow path makes of it, without the Arrow
+/// C data interface's schema and array export and import (most of a small call). None for
+/// anything else (pyarrow refuses nulls, which the Arrow path then reports, as it would also
+/// for a pyarrow that has no `__dlpack__`); nothing is raised here.
+fn pyarrow_numeric(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
+    let py = obj.py();
+    let numeric = IS_PYARROW_NUMERIC
+        .get(&obj.get_type(), |ty| -> PyResult<bool> {
+            Ok(ty.module()?.to_cow()? == "pyarrow.lib" && PYARROW_NUMERIC.contains(&&*ty.name()?.to_cow()?))
+        })
+        .ok()?;
+    if !numeric {
+        return None;
+    }
+    let cap =
+        obj.call_method(intern!(py, "__dlpack__"), (), Some(capsule::versioned_request(py).ok()?)).ok()?;
+    let t = capsule::consume(cap.cast::<PyCapsule>().ok()?).ok()?.into_tensor();
+    // Arrow memory is immutable, whatever the producer's flags say.
+    t.device().is_host_accessible().then(|| t.with_readonly(true))
 }
 
 /// True for a Polars LazyFrame, which has no Arrow interface of its own until it is collected.
@@ -293,9 +349,13 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
     }
     // Interned names: this runs once per imported tensor, and building and hashing the strings
     // anew was most of its cost next to the producer's own __dlpack__.
-    let (ty, id): (i32, i32) = match x.getattr(intern!(py, "__dlpack_device__")) {
-        Ok(f) => f.call0()?.extract()?,
-        Err(_) => (1, 0),
+    let (ty, id): (i32, i32) = if HOST_ONLY.get(&x.get_type(), host_only)? {
+        (1, 0)
+    } else {
+        match x.getattr(intern!(py, "__dlpack_device__")) {
+            Ok(f) => f.call0()?.extract()?,
+            Err(_) => (1, 0),
+        }
     };
     let host =
         Device::from_dlpack(DLDevice { device_type: ty, device_id: 0 }).is_ok_and(|d| d.is_host_accessible());
@@ -311,8 +371,8 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
     }
     // Device data is asked for on the CPU, copied by the producer.
     let (dl_device, copy_arg) = if host { (None, copy) } else { (Some((1i32, 0i32)), Some(true)) };
-    let kw = PyDict::new(py);
-    kw.set_item(intern!(py, "max_version"), (1, 3))?;
+    // A copy of the shared keywords: an unknown producer may keep or change the dict it gets.
+    let kw = capsule::versioned_request(py)?.copy()?;
     if let Some(d) = dl_device {
         kw.set_item(intern!(py, "dl_device"), d)?;
     }
@@ -328,6 +388,15 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
         .into());
     }
     Ok(t)
+}
+
+/// Whether a type's tensors are always in host memory, learnt once per type.
+static HOST_ONLY: PerType<bool> = PerType::new();
+
+/// numpy's ndarray, whose `__dlpack_device__` is always the CPU: asking it was a fifth of a
+/// small import.
+fn host_only(ty: &Bound<'_, PyType>) -> PyResult<bool> {
+    Ok(ty.name()?.to_cow()? == "ndarray" && ty.module()?.to_cow()? == "numpy")
 }
 
 /// Imports a host tensor through `__dlpack__`; when the producer refuses with BufferError (numpy

@@ -11,7 +11,6 @@
 
 use std::ffi::{CStr, CString, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
 
 use pyo3::ffi;
 use pyo3::intern;
@@ -29,6 +28,7 @@ use dlframe::ffi::exchange::{
 use dlframe::{DType, Device, ForeignTensor, Tensor, transfer};
 
 use crate::error::{Binding, Error, Result, exception_name, panic_exception};
+use crate::per_type::PerType;
 use crate::tensor::PyTensor;
 
 /// dlframe's table: one for the whole process.
@@ -235,10 +235,8 @@ pub struct Table {
     stream: Option<DLPackCurrentWorkStream>,
 }
 
-/// Types seen, with their table or none: most programs exchange a handful of types.
-static TABLES: Mutex<Vec<(Py<PyType>, Option<Table>)>> = Mutex::new(Vec::new());
-/// The most types kept; past it the cache starts again.
-const MAX_TYPES: usize = 64;
+/// Types seen, with their table or none.
+static TABLES: PerType<Option<Table>> = PerType::new();
 
 /// The exchange table of `x`'s type, if it publishes one that dlframe reads (looked up once per
 /// type): `__dlpack_c_exchange_api__` first, then DLPack 1.2's `__c_dlpack_exchange_api__`.
@@ -248,21 +246,7 @@ const MAX_TYPES: usize = 64;
 /// `ValueError` for a malformed table: not a capsule or int, a wrong capsule name, a NULL
 /// pointer, or a NULL export function.
 pub fn table_of(x: &Bound<'_, PyAny>) -> Result<Option<Table>> {
-    let ty = x.get_type();
-    let cached =
-        TABLES.lock().ok().and_then(|t| t.iter().find(|(k, _)| k.as_ptr() == ty.as_ptr()).map(|(_, v)| *v));
-    if let Some(table) = cached {
-        return Ok(table);
-    }
-    // Outside the lock: the lookup may run Python code (a metaclass) that imports again.
-    let table = lookup(&ty)?;
-    if let Ok(mut tables) = TABLES.lock() {
-        if tables.len() >= MAX_TYPES {
-            tables.clear();
-        }
-        tables.push((ty.unbind(), table));
-    }
-    Ok(table)
+    TABLES.get(&x.get_type(), lookup)
 }
 
 fn lookup(ty: &Bound<'_, PyType>) -> Result<Option<Table>> {

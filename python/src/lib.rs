@@ -11,7 +11,9 @@ mod error;
 mod exchange;
 mod gil;
 mod interface;
+mod per_type;
 mod readers;
+mod series;
 mod sql_udfs;
 mod tensor;
 mod to_python;
@@ -63,6 +65,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::to_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(series::series_view, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(args::dtype_name, m)?)?;
     m.add_function(wrap_pyfunction!(_cuda_kernel_timing, m)?)?;

@@ -22,7 +22,7 @@ def test_namespaces_are_registered_and_polars_methods_are_never_replaced():
     assert pl.DataFrame.to_numpy.__module__.startswith("polars")
     for cls in (pl.DataFrame, pl.Series, pl.LazyFrame):
         own = cls.__dict__.get("to_dlpack")
-        assert own is None or own is dlpl.to_dlpack or own.__module__.startswith("polars")
+        assert own is None or own in (dlpl.to_dlpack, dlpl._series_to_dlpack) or own.__module__.startswith("polars")
 
 
 def test_dataframe_is_a_c_order_matrix_like_to_torch():
@@ -49,6 +49,29 @@ def test_series_of_each_dtype_shares_memory(dtype):
     for attr in ("dtype", "shape", "strides", "readonly", "copied"):
         assert getattr(fast, attr) == getattr(arrow, attr), attr
     assert fast.readonly and not fast.copied
+
+
+def test_a_series_changed_after_export_leaves_the_tensor_as_it_was():
+    # The shared view holds its own reference to Polars' buffer, so a later in-place write to
+    # the Series copies first: the tensor keeps the values it was exported with.
+    s = pl.Series("x", [1.0, 2.0, 3.0])
+    t = s.to_dlpack()
+    before = np.from_dlpack(t).ctypes.data
+    s.scatter(0, 99.0)
+    s[1] = -5.0
+    assert s.to_list() == [99.0, -5.0, 3.0]
+    x = np.from_dlpack(t)
+    assert x.ctypes.data == before
+    np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])
+
+
+def test_series_options_skip_the_shared_view_only_when_they_change_the_result():
+    s = pl.Series("x", [1, 2, 3], dtype=pl.Int32)
+    shared = np.from_dlpack(s.to_dlpack()).ctypes.data
+    assert np.from_dlpack(s.to_dlpack(nulls="error")).ctypes.data == shared
+    cast = s.to_dlpack(dtype="float64")
+    assert cast.copied and np.from_dlpack(cast).dtype == np.float64
+    assert s.to_dlpack(copy=True).copied
 
 
 def test_temporal_series_keep_their_arrow_meaning():

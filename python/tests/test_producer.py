@@ -30,6 +30,33 @@ def test_signature_is_keyword_only():  # item 1
         assert t.__dlpack__(**kw) is not None
 
 
+@pytest.mark.parametrize("dtype", INT_FLOAT)
+def test_a_pyarrow_array_makes_the_tensor_the_arrow_path_makes(dtype):
+    # A pyarrow array of numbers without nulls is read through pyarrow's own DLPack export, a
+    # one-chunk ChunkedArray of it through the Arrow C stream: the same tensor either way,
+    # read-only over the same memory, offset included.
+    arr = column(dtype, 10).slice(3)
+    fast, arrow = dlframe.to_dlpack(arr), dlframe.to_dlpack(pa.chunked_array([arr]))
+    for attr in ("dtype", "shape", "strides", "readonly", "copied", "device"):
+        assert getattr(fast, attr) == getattr(arrow, attr), attr
+    assert fast.readonly and not fast.copied
+    assert fast.__array_interface__ == arrow.__array_interface__
+    assert fast.__array_interface__["data"][0] == arr.buffers()[1].address + 3 * arr.type.byte_width
+    assert fast.to_arrow().equals(arr) and pa.array(fast).equals(arr)
+    np.testing.assert_array_equal(np.from_dlpack(fast), np.arange(3, 10).astype(dtype))
+
+
+def test_pyarrow_arrays_pyarrow_cannot_export_keep_their_arrow_path():
+    # pyarrow's own export refuses these; dlframe's answers are unchanged by trying it first.
+    with pytest.raises(BufferError, match="null"):
+        dlframe.to_dlpack(pa.array([1.0, None]))
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.to_dlpack(pa.array([1.0, None]), nulls="fill", fill_value=0)), [1, 0])
+    b = dlframe.to_dlpack(pa.array([True, False]))
+    assert b.copied and np.from_dlpack(b).tolist() == [True, False]
+    ts = dlframe.to_dlpack(pa.array([1, 2], pa.timestamp("ms")))
+    assert ts.to_arrow().type == pa.timestamp("ms")
+
+
 def test_dlpack_device_is_cpu():  # item 2
     t = dlframe.to_dlpack(column("float32"))
     assert t.__dlpack_device__() == (1, 0)

@@ -1,0 +1,41 @@
+//! A Polars Series' own memory as a `dlframe.Tensor` (without copying), without the Arrow
+//! stream: what `series.to_dlpack()` takes first.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use dlframe::DType;
+
+use crate::capsule;
+use crate::tensor::PyTensor;
+
+/// The Series' values as a read-only tensor over Polars' memory (no copy, constant time), or
+/// None when it has no such view: nulls, several chunks, non-numeric or temporal data, or a
+/// Polars without the private methods used here. None sends the caller to the Arrow path,
+/// which handles every case; nothing is raised here.
+///
+/// Polars hands out the view that `Series.to_numpy()` returns without copying (a numpy array
+/// that keeps the Series' memory alive, read-only); its DLPack capsule becomes the tensor. The
+/// view is the raw values buffer, null slots included: only a Series without nulls qualifies.
+/// Temporal views (`datetime64`) have no DLPack form and take the Arrow path, which knows their
+/// units; so do booleans, which Polars stores as bits.
+#[pyfunction]
+#[pyo3(name = "_series_view", signature = (s, /))]
+pub fn series_view(s: &Bound<'_, PyAny>) -> Option<PyTensor> {
+    let py = s.py();
+    let inner = s.getattr(intern!(py, "_s")).ok()?;
+    let nulls: usize = inner.call_method0(intern!(py, "null_count")).ok()?.extract().ok()?;
+    if nulls != 0 {
+        return None;
+    }
+    let view = inner.call_method0(intern!(py, "to_numpy_view")).ok()?;
+    if view.is_none() {
+        return None;
+    }
+    let cap =
+        view.call_method(intern!(py, "__dlpack__"), (), Some(capsule::versioned_request(py).ok()?)).ok()?;
+    let t = capsule::consume(cap.cast::<PyCapsule>().ok()?).ok()?.into_tensor();
+    // Every dtype dlframe imports is a number but bool (complex is refused by the import).
+    (t.dtype() != DType::Bool).then(|| PyTensor::new(t))
+}
