@@ -24,7 +24,7 @@ use crate::gil;
 use crate::interface;
 use crate::per_type::PerType;
 use crate::tensor::PyTensor;
-use crate::to_python::to_pyarrow;
+use crate::to_python::{plain_to_pyarrow, to_pyarrow};
 
 /// The Python result of a conversion: the values, or `(values, mask)` under `nulls="mask"`
 /// (an all-true mask, on the values' device, when there were no nulls); a ragged column adds
@@ -525,6 +525,11 @@ pub fn from_dlpack<'py>(
             tensor.device()
         ))
         .into());
+    }
+    if copy != Some(true)
+        && let Some(shared) = plain_to_pyarrow(py, &tensor)
+    {
+        return Ok(shared);
     }
     let policy = CopyPolicy::from(copy);
     let (field, array) = gil::run_over(py, &tensor, || tensor_to_column_with(&tensor, "", policy))?;

@@ -23,6 +23,37 @@ def test_numpy_round_trip_is_zero_copy_and_keeps_producer_alive():  # items 16, 
     assert arr.to_pylist() == list(map(float, range(10)))
 
 
+NUMERIC = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_a_plain_tensor_reaches_arrow_as_the_arrow_path_makes_it(dtype):
+    # A writable, contiguous 1-D tensor is handed to pyarrow's DLPack importer; a read-only one
+    # takes the Arrow C interface. Both share the producer's memory and make the same array,
+    # which keeps the producer alive.
+    src = np.arange(3, 13).astype(dtype)
+    ro = src.copy()
+    ro.flags.writeable = False
+    fast, arrow = dlframe.from_dlpack(src), dlframe.from_dlpack(ro)
+    assert fast.type == arrow.type and fast.equals(arrow)
+    assert fast.buffers()[1].address == src.ctypes.data and arrow.buffers()[1].address == ro.ctypes.data
+    assert fast.offset == 0 and fast.null_count == 0
+    sliced = dlframe.from_dlpack(src[2:])
+    assert sliced.buffers()[1].address == src[2:].ctypes.data
+    del src, ro
+    gc.collect()
+    assert fast.to_pylist() == arrow.to_pylist() == np.arange(3, 13).astype(dtype).tolist()
+    assert sliced.to_pylist() == np.arange(5, 13).astype(dtype).tolist()
+
+
+def test_copy_true_still_copies_a_plain_tensor():
+    src = np.arange(4, dtype=np.int32)
+    out = dlframe.from_dlpack(src, copy=True)
+    assert out.buffers()[1].address != src.ctypes.data
+    src[0] = 99
+    assert out.to_pylist() == [0, 1, 2, 3]
+
+
 class OldProducer:
     """A producer from before DLPack 1.0: __dlpack__ takes no keywords."""
 
