@@ -160,7 +160,7 @@ unsafe fn view<M: ManagedTensor>(
         if dl.data.is_null() {
             return bad(format!("NULL data for {} elements", extent.numel));
         }
-        // The span of the layout around this address is checked by Tensor::from_raw_dims.
+        // The span of the layout around this address is checked by Tensor::from_checked_dims.
         (dl.data as usize).checked_add(offset).ok_or_else(|| {
             Error::InvalidDlpack(format!("data {:p} + byte_offset {offset} overflows", dl.data))
         })?;
@@ -174,9 +174,10 @@ unsafe fn view<M: ManagedTensor>(
     } else {
         None
     };
-    // SAFETY: the layout was checked above and the producer keeps the data alive until its
-    // deleter runs, which only the last reference to `owner` calls.
-    let t = unsafe { Tensor::from_raw_dims(data, shape, strides, dtype, device, readonly, owner) }?;
+    // SAFETY: `extent` is the layout's, checked above, and the producer keeps the data alive
+    // until its deleter runs, which only the last reference to `owner` calls.
+    let t =
+        unsafe { Tensor::from_checked_dims(data, shape, strides, extent, dtype, device, readonly, owner) }?;
     Ok(t.with_copied(copied).with_readonly(readonly && !copied).with_logical(logical))
 }
 

@@ -108,29 +108,44 @@ impl Tensor {
             Some(s) => Dims::from_vec(s),
             None => Dims::from_vec(c_strides(&shape)),
         };
-        // SAFETY: the caller's contract, passed on.
-        unsafe { Self::from_raw_dims(data, Dims::from_vec(shape), strides, dtype, device, readonly, owner) }
+        let extent = check_layout(&shape, &strides, dtype.itemsize())?;
+        // SAFETY: the caller's contract, passed on; `extent` is the layout's, checked above.
+        unsafe {
+            Self::from_checked_dims(
+                data,
+                Dims::from_vec(shape),
+                strides,
+                extent,
+                dtype,
+                device,
+                readonly,
+                owner,
+            )
+        }
     }
 
-    /// [`Tensor::from_raw_parts`] with extents and strides already in their inline form: a
-    /// tensor of up to two dimensions is built without allocating for them (a DLPack import
-    /// reads them from the producer's arrays).
+    /// [`Tensor::from_raw_parts`] of a layout its caller has checked already (a DLPack import
+    /// needs the extent before it builds the tensor), with extents and strides in their inline
+    /// form: a tensor of up to two dimensions is built without allocating for them.
     ///
     /// # Errors
-    /// As [`Tensor::from_raw_parts`].
+    /// [`Error::InvalidLayout`] for a NULL pointer with elements or a layout that reaches
+    /// outside the address space.
     ///
     /// # Safety
-    /// As [`Tensor::from_raw_parts`].
-    pub(crate) unsafe fn from_raw_dims(
+    /// As [`Tensor::from_raw_parts`], and `extent` is what [`check_layout`] returned for
+    /// `shape`, `strides` and `dtype`'s item size.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn from_checked_dims(
         data: *mut u8,
         shape: Dims,
         strides: Dims,
+        extent: Extent,
         dtype: DType,
         device: Device,
         readonly: bool,
         owner: Arc<dyn Owner>,
     ) -> Result<Self> {
-        let extent = check_layout(&shape, &strides, dtype.itemsize())?;
         if data.is_null() && extent.numel > 0 {
             return Err(Error::layout(format!("NULL data pointer for {} elements", extent.numel)));
         }
