@@ -197,8 +197,9 @@ def _series_to_dlpack(self: pl.Series, **options: Any) -> Any:
     # (binding them took a third of the call).
     if not options:
         t = _native._series_view(self)
-        if t is not None:
-            return t
+        # Without a shared view, the Arrow path with every option at its default (`to_dlpack`
+        # would only ask for the view again).
+        return t if t is not None else _native.to_dlpack(self)
     return to_dlpack(self, **options)
 
 

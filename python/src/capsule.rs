@@ -8,16 +8,17 @@
 use std::ffi::{CStr, c_void};
 
 use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict};
 
-use dlframe::ForeignTensor;
 use dlframe::dlpack::{Export, ExportedLegacy, ExportedVersioned, ManagedTensor};
 use dlframe::ffi::dlpack::{
     DLManagedTensor, DLManagedTensorVersioned, DLTENSOR, DLTENSOR_VERSIONED, USED_DLTENSOR,
     USED_DLTENSOR_VERSIONED,
 };
+use dlframe::{ForeignTensor, Tensor};
 
 use crate::error::{Binding, Error, Result};
 
@@ -110,6 +111,15 @@ pub fn versioned_request(py: Python<'_>) -> PyResult<&Bound<'_, PyDict>> {
         Ok(kw.unbind())
     })?;
     Ok(kw.bind(py))
+}
+
+/// A known producer's (numpy's, pyarrow's) versioned DLPack export of `x` as a tensor (no
+/// copy), asked for with the shared [`versioned_request`]. None when the producer refuses or
+/// returns something dlframe does not import; nothing is raised.
+pub fn versioned_from_known(x: &Bound<'_, PyAny>) -> Option<Tensor> {
+    let py = x.py();
+    let cap = x.call_method(intern!(py, "__dlpack__"), (), Some(versioned_request(py).ok()?)).ok()?;
+    Some(consume(cap.cast::<PyCapsule>().ok()?).ok()?.into_tensor())
 }
 
 /// Consumes a DLPack capsule of either version: renames it to `used_*` and takes ownership.

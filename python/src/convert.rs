@@ -140,21 +140,14 @@ pub fn to_dlpack<'py>(
             .into());
         }
     };
-    let defaults = nulls == "error"
-        && fill_value.is_none()
-        && copy.is_none()
-        && dtype.is_none()
-        && order.0 == dlframe::options::Order::C
+    let opts = export_options(nulls, fill_value, copy, dtype, order, ragged, pad_value, max_len)?;
+    let defaults = opts == ExportOptions::default()
         && target == Device::Cpu
         && columns.0 == dlframe::table::Columns::Stack
-        && stream.is_none()
-        && ragged == "error"
-        && pad_value.is_none()
-        && max_len.is_none();
+        && stream.is_none();
     if defaults && let Some(t) = pyarrow_numeric(obj) {
         return Ok(Py::new(py, PyTensor::new(t))?.into_any());
     }
-    let opts = export_options(nulls, fill_value, copy, dtype, order, ragged, pad_value, max_len)?;
     let nulls = opts.nulls;
     // A LazyFrame has no Arrow interface: it is looked for only when the object has none.
     let collected;
@@ -237,7 +230,6 @@ static IS_PYARROW_NUMERIC: PerType<bool> = PerType::new();
 /// anything else (pyarrow refuses nulls, which the Arrow path then reports, as it would also
 /// for a pyarrow that has no `__dlpack__`); nothing is raised here.
 fn pyarrow_numeric(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
-    let py = obj.py();
     let numeric = IS_PYARROW_NUMERIC
         .get(&obj.get_type(), |ty| -> PyResult<bool> {
             Ok(ty.module()?.to_cow()? == "pyarrow.lib" && PYARROW_NUMERIC.contains(&&*ty.name()?.to_cow()?))
@@ -246,9 +238,7 @@ fn pyarrow_numeric(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
     if !numeric {
         return None;
     }
-    let cap =
-        obj.call_method(intern!(py, "__dlpack__"), (), Some(capsule::versioned_request(py).ok()?)).ok()?;
-    let t = capsule::consume(cap.cast::<PyCapsule>().ok()?).ok()?.into_tensor();
+    let t = capsule::versioned_from_known(obj)?;
     // Arrow memory is immutable, whatever the producer's flags say.
     t.device().is_host_accessible().then(|| t.with_readonly(true))
 }

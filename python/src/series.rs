@@ -3,7 +3,6 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
 
 use dlframe::DType;
 
@@ -33,9 +32,7 @@ pub fn series_view(s: &Bound<'_, PyAny>) -> Option<PyTensor> {
     if view.is_none() {
         return None;
     }
-    let cap =
-        view.call_method(intern!(py, "__dlpack__"), (), Some(capsule::versioned_request(py).ok()?)).ok()?;
-    let t = capsule::consume(cap.cast::<PyCapsule>().ok()?).ok()?.into_tensor();
+    let t = capsule::versioned_from_known(&view)?;
     // Every dtype dlframe imports is a number but bool (complex is refused by the import).
     (t.dtype() != DType::Bool).then(|| PyTensor::new(t))
 }

@@ -22,14 +22,10 @@ static IMPORT: PyOnceLock<Option<Py<PyAny>>> = PyOnceLock::new();
 /// capsules handed straight to pyarrow's importer, without `pyarrow.array`'s search for what
 /// kind of input it was given (a third of the call for a small array).
 pub fn to_pyarrow<'py>(py: Python<'py>, field: FieldRef, array: ArrayRef) -> Result<Bound<'py, PyAny>> {
-    let import = IMPORT.get_or_try_init(py, || -> PyResult<_> {
-        let array_type = py.import("pyarrow")?.getattr("Array")?;
-        Ok(array_type.getattr("_import_from_c_capsule").ok().map(Bound::unbind))
-    })?;
-    match import {
+    match array_method(py, &IMPORT, "_import_from_c_capsule")? {
         Some(import) => {
             let capsules: Bound<'py, PyTuple> = to_array_pycapsules(py, field, array.as_ref(), None)?;
-            Ok(import.bind(py).call1(capsules)?)
+            Ok(import.call1(capsules)?)
         }
         None => Ok(PyArray::try_new(array, field)?.to_pyarrow(py)?.unbind().into_bound(py)),
     }
@@ -55,13 +51,20 @@ pub fn plain_to_pyarrow<'py>(py: Python<'py>, t: &Tensor) -> Option<Bound<'py, P
     if !plain {
         return None;
     }
-    let from_dlpack = FROM_DLPACK
-        .get_or_try_init(py, || -> PyResult<_> {
-            let array_type = py.import("pyarrow")?.getattr("Array")?;
-            Ok(array_type.getattr("from_dlpack").ok().map(Bound::unbind))
-        })
-        .ok()?
-        .as_ref()?;
+    let from_dlpack = array_method(py, &FROM_DLPACK, "from_dlpack").ok()??;
     let tensor = Bound::new(py, PyTensor::new(t.clone())).ok()?;
-    from_dlpack.bind(py).call1((tensor,)).ok()
+    from_dlpack.call1((tensor,)).ok()
+}
+
+/// `pyarrow.Array.<name>`, looked up once into `cell`; None for a pyarrow without it.
+fn array_method<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Option<Py<PyAny>>>,
+    name: &str,
+) -> PyResult<Option<&'py Bound<'py, PyAny>>> {
+    let method = cell.get_or_try_init(py, || -> PyResult<_> {
+        let array_type = py.import("pyarrow")?.getattr("Array")?;
+        Ok(array_type.getattr(name).ok().map(Bound::unbind))
+    })?;
+    Ok(method.as_ref().map(|m| m.bind(py)))
 }
