@@ -8,7 +8,7 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Float32Array};
+use arrow_array::{Array, ArrayRef, Float32Array};
 use arrow_schema::{DataType, Field, FieldRef};
 use criterion::{
     BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main, measurement::WallTime,
@@ -205,6 +205,36 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("jagged_zero_copy", |b| {
         b.iter(|| black_box(to_tensor(&list_field, std::slice::from_ref(&list), &jagged).expect("jagged")))
+    });
+    g.finish();
+
+    // A tensor column of 1M rows of (4, 4) f32 cells (64 MB) laid out in F order: one gather
+    // with the rows innermost, against a copy of the same bytes.
+    let rows = 1_000_000;
+    let leaf = Arc::new(Field::new("item", DataType::Float32, false));
+    let inner = arrow_array::FixedSizeListArray::new(
+        leaf,
+        4,
+        Arc::new(Float32Array::from(floats(rows * 16, 14))),
+        None,
+    );
+    let inner_field = Arc::new(Field::new("item", inner.data_type().clone(), false));
+    let cells: ArrayRef =
+        Arc::new(arrow_array::FixedSizeListArray::new(inner_field, 4, Arc::new(inner), None));
+    let cells_field: FieldRef = Arc::new(Field::new("cells", cells.data_type().clone(), false));
+    let fortran = ExportOptions { order: Order::F, ..opts };
+    let flat = floats(rows * 16, 15);
+    let mut out = vec![0f32; rows * 16];
+    let mut g = group(c, "tensor_column_f_order_1Mx4x4_f32", rows * 16 * 4);
+    g.bench_function("memcpy", |b| b.iter(|| memcpy(&flat, &mut out)));
+    g.bench_function("memcpy_fresh", |b| b.iter(|| fresh_copy(&flat)));
+    g.bench_function("kernel", |b| {
+        pool.install(|| {
+            b.iter(|| black_box(to_tensor(&cells_field, std::slice::from_ref(&cells), &fortran).expect("F")))
+        })
+    });
+    g.bench_function("kernel_parallel", |b| {
+        b.iter(|| black_box(to_tensor(&cells_field, std::slice::from_ref(&cells), &fortran).expect("F")))
     });
     g.finish();
 }

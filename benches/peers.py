@@ -113,6 +113,17 @@ t_stream = best(lambda: np.from_dlpack(lazy.collect(engine="streaming").to_serie
 row("8 f32 x 2M: the to_tensor query on the streaming engine / the in-memory engine", t_stream, t_plug, None,
     "streaming output comes in chunks, joined in one more pass")
 
+# 4c. A tensor column in F order (1M rows of (4, 4) f32): one tiled gather, against numpy's own
+# asfortranarray of the same C-ordered values and a plain copy of the 64 MB.
+cells = pa.FixedSizeListArray.from_arrays(
+    pa.FixedSizeListArray.from_arrays(pa.array(rng.random(16 * 1_000_000, dtype=np.float32)), 4), 4)
+c_view = np.from_dlpack(dlframe.to_dlpack(cells))
+t_ours = best(lambda: np.from_dlpack(dlframe.to_dlpack(cells, order="F")), 7)
+t_np = best(lambda: np.asfortranarray(c_view), 7)
+t_copy = best(lambda: c_view.copy(), 7)
+row("tensor column 1M x (4, 4) f32, order='F': dlframe / np.asfortranarray of the C view", t_ours, t_np, None)
+row("tensor column 1M x (4, 4) f32, order='F': dlframe / numpy copy of the 64 MB", t_ours, t_copy, None)
+
 # 5. Chunked column, 100 chunks of 100K.
 ch = pa.chunked_array([pa.array(rng.random(100_000, dtype=np.float32)) for _ in range(100)])
 t_ours = best(lambda: np.from_dlpack(dlframe.to_dlpack(ch)))

@@ -23,6 +23,7 @@ ROWS = [
     ("chunk_concat_100x100k_f32", "arrow_to_tensor", "memcpy_fresh", 1.2, "same from Arrow chunks, new tensor / copy into fresh memory"),
     ("ragged_pad_1M_rows_f32", "kernel", "memcpy_fresh", 1.5, "ragged List<f32> 1M rows -> (1M, 64) padded + lengths / copy into fresh memory"),
     ("ragged_pad_1M_rows_f32", "jagged_zero_copy", "memcpy", None, "the same read jagged (LargeList, zero-copy) / memcpy of the padded bytes (info)"),
+    ("tensor_column_f_order_1Mx4x4_f32", "kernel", "memcpy", None, "tensor column 1M x (4, 4) f32 -> F order, one tiled gather into a new tensor / memcpy of 64 MB (info)"),
     ("null_fill_f32_10M_10pct", "kernel_parallel", "memcpy", None, "null fill on all cores / 1-thread memcpy (info)"),
     ("bool_unpack_10M", "kernel_parallel", "memcpy", None, "bool unpack on all cores / 1-thread memcpy (info)"),
     ("interleave_8xf32_2M_c", "kernel_parallel", "memcpy", None, "interleave on all cores / 1-thread memcpy (info)"),

@@ -19,11 +19,11 @@ use std::sync::OnceLock;
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
 
-use crate::arrow::{Converted, columns_to_tensor, is_ragged, to_tensor};
+use crate::arrow::{Converted, columns_to_tensor, is_list_like, is_ragged, to_tensor};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::options::ExportOptions;
+use crate::options::{ExportOptions, Order};
 use crate::tensor::Tensor;
 
 #[cfg(feature = "cuda")]
@@ -186,7 +186,8 @@ pub fn copy_on_device(t: &Tensor) -> Result<Tensor> {
 
 /// One Arrow column as a tensor on `device`: [`crate::arrow::to_tensor`] on the CPU, one
 /// transfer and one kernel on a CUDA device (which copies). A ragged list column
-/// ([`crate::arrow::is_ragged`]) is made on the host and each of its tensors moved (copies).
+/// ([`crate::arrow::is_ragged`]), and a list or tensor column in F order, is made on the host
+/// and each of its tensors moved (copies).
 ///
 /// # Errors
 /// The conversion's errors first, then [`Error::DeviceUnavailable`] or
@@ -199,7 +200,7 @@ pub fn column_on(
 ) -> Result<Converted> {
     match device {
         Device::Cpu => to_tensor(field, chunks, opts),
-        Device::Cuda(_) if is_ragged(field, opts) => {
+        Device::Cuda(_) if made_on_host(field, opts) => {
             let host = to_tensor(field, chunks, opts)?;
             let on = |t: Option<Tensor>| t.map(|t| move_to(&t, device)).transpose();
             Ok(Converted {
@@ -214,6 +215,13 @@ pub fn column_on(
         }
         d => Err(unsupported(d)),
     }
+}
+
+/// Whether a column's tensors are made on the host and then moved to a device: a ragged list
+/// column, and a list or tensor column under `order="F"`, neither of which the device plan lays
+/// out.
+fn made_on_host(field: &FieldRef, opts: &ExportOptions) -> bool {
+    is_ragged(field, opts) || (opts.order == Order::F && is_list_like(field.data_type()))
 }
 
 /// Several Arrow columns as one `(n, k)` tensor on `device`: [`crate::arrow::columns_to_tensor`]

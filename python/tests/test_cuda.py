@@ -244,6 +244,18 @@ def test_device_tensors_reach_the_host_only_by_an_explicit_copy(gpu):
     np.testing.assert_array_equal(f.to_arrow(copy=True).to_numpy_ndarray(), [[1.0, 3.0], [2.0, 0.0]])
 
 
+def test_tensor_columns_in_f_order_reach_the_device_in_f_order(torch):
+    # Made on the host in F order (the device plan writes C order) and uploaded once.
+    col = pa.array([[[1, 2, 3], [4, 5, None]], [[7, 8, 9], [10, 11, 12]]], pa.list_(pa.list_(pa.int32(), 3), 2))
+    t = dlframe.to_dlpack(col, fill_value=0, order="F", device="cuda:0")
+    x = torch.from_dlpack(t)
+    assert x.is_cuda and x.stride() == (1, 2, 4)
+    want = [[[1, 2, 3], [4, 5, 0]], [[7, 8, 9], [10, 11, 12]]]
+    np.testing.assert_array_equal(x.cpu().numpy(), want)
+    for b in dlframe.batches(col, 1, fill_value=0, order="F", device="cuda:0"):
+        assert torch.from_dlpack(b).is_cuda
+
+
 def test_torch_tensors_reach_the_host_only_by_an_explicit_copy(torch):
     x = torch.arange(5, dtype=torch.int32, device="cuda")
     with pytest.raises(BufferError, match="copy=True"):

@@ -76,6 +76,52 @@ def test_fixed_shape_tensor_column_from_pyarrow():
     np.testing.assert_array_equal(back.to_numpy_ndarray(), pcol.to_numpy_ndarray())
 
 
+def test_order_f_lays_out_tensor_columns_as_numpy_asfortranarray():
+    # (4, 2, 3) cells from nested FixedSizeLists, a permuted fixed_shape_tensor, a Polars
+    # Array column: order="F" gives numpy's F layout of the same values, as one copy.
+    leaf = pa.array(np.arange(24, dtype=np.int32))
+    nested = pa.FixedSizeListArray.from_arrays(pa.FixedSizeListArray.from_arrays(leaf, 3), 2)
+    perm = pa.ExtensionArray.from_storage(
+        pa.fixed_shape_tensor(pa.int32(), [2, 3], permutation=[1, 0]),
+        pa.FixedSizeListArray.from_arrays(leaf, 6),
+    )
+    series = pl.Series("a", np.arange(24, dtype=np.int32).reshape(4, 2, 3))
+    for col in (nested, perm, series):
+        want = np.from_dlpack(dlframe.to_dlpack(col))
+        t = dlframe.to_dlpack(col, order="F")
+        got = np.from_dlpack(t)
+        assert got.flags.f_contiguous and t.copied, type(col)
+        np.testing.assert_array_equal(got, want)
+        assert np.shares_memory(got, np.from_dlpack(dlframe.to_dlpack(col, order="F"))) is False
+        with pytest.raises(BufferError, match="order='F'"):
+            dlframe.to_dlpack(col, order="F", copy=False)
+    # Nulls filled or masked, chunks and a cast: the mask is laid out like the values.
+    ty = pa.list_(pa.list_(pa.float64(), 3), 2)
+    chunked = pa.chunked_array([[[[1, None, 3], [4, 5, 6]]], [[[7, 8, 9], [10, 11, None]]]], ty)
+    filled = np.from_dlpack(dlframe.to_dlpack(chunked, nulls="fill", fill_value=-1, dtype="float32", order="F"))
+    assert filled.flags.f_contiguous and filled.dtype == np.float32
+    np.testing.assert_array_equal(filled, [[[1, -1, 3], [4, 5, 6]], [[7, 8, 9], [10, 11, -1]]])
+    values, mask = dlframe.to_dlpack(chunked, nulls="mask", order="F")
+    assert np.from_dlpack(mask).flags.f_contiguous and np.from_dlpack(values).flags.f_contiguous
+    np.testing.assert_array_equal(np.from_dlpack(mask).sum(), 10)
+    assert not np.from_dlpack(mask)[0, 0, 1] and not np.from_dlpack(mask)[1, 1, 2]
+    # A table with columns="dict": each tensor column in F order, scalars shared as they are.
+    tbl = pa.table({"m": nested, "s": pa.array(np.arange(4.0))})
+    d = dlframe.to_dlpack(tbl, columns="dict", order="F")
+    assert np.from_dlpack(d["m"]).flags.f_contiguous and not d["s"].copied
+    # Ragged rows padded (a null row is empty), then laid out in F order.
+    ragged = pa.array([[1, 2, 3], [4], None, [5, 6]], pa.list_(pa.int64()))
+    padded, lengths = dlframe.to_dlpack(ragged, ragged="pad", pad_value=0, nulls="fill", fill_value=0, order="F")
+    p = np.from_dlpack(padded)
+    assert p.flags.f_contiguous
+    np.testing.assert_array_equal(p, [[1, 2, 3], [4, 0, 0], [0, 0, 0], [5, 6, 0]])
+    np.testing.assert_array_equal(np.from_dlpack(lengths), [3, 1, 0, 2])
+    # Batches of a tensor column: every batch in F order, the same values as C.
+    for b_c, b_f in zip(dlframe.batches(nested, 3), dlframe.batches(nested, 3, order="F")):
+        assert np.from_dlpack(b_f).flags.f_contiguous
+        np.testing.assert_array_equal(np.from_dlpack(b_f), np.from_dlpack(b_c))
+
+
 def test_table_stacks_into_a_matrix_with_promotion():
     tbl = pa.table({"a": pa.array([1, 2, 3], pa.int32()), "b": pa.array([0.5, 1.5, 2.5], pa.float32())})
     m = np.from_dlpack(dlframe.to_dlpack(tbl))

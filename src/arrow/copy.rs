@@ -17,7 +17,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef};
 use crate::options::{CopyPolicy, ExportOptions, Order, Scalar};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, is_f_contiguous};
 
 /// A tensor and, under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask), its validity
 /// (bool, same shape, true = valid); for a ragged list column also its lengths or offsets.
@@ -45,7 +45,7 @@ pub struct Converted {
 /// that does not fit a lossy cast.
 pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
     if is_ragged(field, opts) {
-        return ragged_to_tensor(field, chunks, opts);
+        return ragged_to_tensor(field, chunks, opts).and_then(|c| in_order(c, opts.order));
     }
     let spec = ColumnSpec::new(field, chunks, opts)?;
     let values = match &spec.copy_reason {
@@ -53,10 +53,26 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
         Some(reason) if opts.copy == CopyPolicy::Never => {
             return Err(Error::CopyRequired { reason: reason.clone() });
         }
+        // The F-order copy below is the one copy.
+        Some(_) if spec.fortran && spec.shareable => shared(&spec)?,
         Some(_) => copy_column(&spec)?,
     };
     let mask = spec.mask.then(|| validity_mask(&spec)).transpose()?;
-    Ok(Converted { values, mask, index: None })
+    in_order(Converted { values, mask, index: None }, opts.order)
+}
+
+/// Under [`Order::F`], the values and the mask (two or more dimensions: a tensor column's
+/// `(n, *cell)`, a padded ragged column) in F order, as numpy's `asfortranarray` lays them out:
+/// one gather each, unless they already are. The index (lengths, offsets) is 1-D. Under
+/// [`Order::C`], unchanged (copies only to reorder).
+fn in_order(c: Converted, order: Order) -> Result<Converted> {
+    let reorder = |t: Tensor| -> Result<Tensor> {
+        if order == Order::C || is_f_contiguous(t.shape(), t.strides()) {
+            return Ok(t);
+        }
+        kernels::ordered_copy(&t, Order::F)
+    };
+    Ok(Converted { values: reorder(c.values)?, mask: c.mask.map(reorder).transpose()?, index: c.index })
 }
 
 /// The one chunk of a column that needs no copy, as a tensor over its leaf values (the slots of
@@ -432,6 +448,114 @@ mod tests {
         let to_bool = ExportOptions { dtype: Some(DType::Bool), ..zero };
         let err = matrix(mixed, &to_bool).unwrap_err();
         assert!(err.to_string().contains("'r' is int16"), "{err}");
+    }
+
+    /// A tensor's values in C order, whatever its layout (a copy), as f64.
+    fn logical(t: &Tensor) -> Vec<f64> {
+        let c = kernels::contiguous_copy(t).unwrap();
+        match c.dtype() {
+            DType::Int32 => c.as_slice::<i32>().unwrap().iter().map(|&v| f64::from(v)).collect(),
+            DType::Float64 => c.as_slice::<f64>().unwrap().to_vec(),
+            DType::Bool => c.as_slice::<bool>().unwrap().iter().map(|&v| f64::from(u8::from(v))).collect(),
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn f_order_lays_out_tensor_columns_with_the_first_index_fastest() {
+        use std::collections::HashMap;
+
+        use arrow_array::{FixedSizeListArray, Int32Array};
+
+        use crate::arrow::extension::{EXTENSION_METADATA_KEY, EXTENSION_NAME_KEY};
+        use crate::tensor::f_strides;
+
+        // (rows, 2, 3) int32 cells, values 0.. in C order, with a null at leaf slot 4.
+        let cells = |rows: usize, first: i32, null_at: Option<usize>| -> ArrayRef {
+            let leaf = Arc::new(Field::new("item", DataType::Int32, true));
+            let values: Int32Array =
+                (0..rows * 6).map(|i| (Some(i) != null_at).then_some(first + i as i32)).collect();
+            let inner = FixedSizeListArray::new(leaf, 3, Arc::new(values), None);
+            let inner_field = Arc::new(Field::new("item", inner.data_type().clone(), true));
+            Arc::new(FixedSizeListArray::new(inner_field, 2, Arc::new(inner), None))
+        };
+        let one = [cells(4, 0, None)];
+        let f = field("m", one[0].data_type().clone());
+        let c_opts = ExportOptions::default();
+        let f_opts = ExportOptions { order: Order::F, ..Default::default() };
+
+        let c = to_tensor(&f, &one, &c_opts).unwrap().values;
+        let t = to_tensor(&f, &one, &f_opts).unwrap().values;
+        assert!(!c.copied() && t.copied() && !t.readonly());
+        assert_eq!((t.shape(), t.strides()), (&[4, 2, 3][..], &f_strides(&[4, 2, 3])[..]));
+        assert_eq!(logical(&t), logical(&c));
+        // Row i, cell [j, k] holds 6i + 3j + k, at element i + 4j + 8k of F memory.
+        let got: Vec<i32> = {
+            // The F buffer read in memory order.
+            // SAFETY: the 24 elements of `t`'s own allocation, kept alive by its owner.
+            let raw = unsafe {
+                Tensor::from_raw_parts(
+                    t.data_ptr() as *mut u8,
+                    vec![24],
+                    None,
+                    DType::Int32,
+                    t.device(),
+                    true,
+                    t.owner().clone(),
+                )
+            }
+            .unwrap();
+            raw.as_slice::<i32>().unwrap().to_vec()
+        };
+        for i in 0..4 {
+            for j in 0..2 {
+                for k in 0..3 {
+                    assert_eq!(got[i + 4 * j + 8 * k], (6 * i + 3 * j + k) as i32, "[{i}, {j}, {k}]");
+                }
+            }
+        }
+        // copy=True makes one copy, F-ordered; copy=False refuses, saying why.
+        let always = ExportOptions { copy: CopyPolicy::Always, ..f_opts };
+        let again = to_tensor(&f, &one, &always).unwrap().values;
+        assert_eq!((again.strides(), logical(&again)), (t.strides(), logical(&c)));
+        let never = ExportOptions { copy: CopyPolicy::Never, ..f_opts };
+        let e = to_tensor(&f, &one, &never).unwrap_err();
+        assert!(matches!(&e, Error::CopyRequired { reason } if reason.contains("order='F'")), "{e}");
+
+        // Two chunks, a null filled and a cast, with and without a mask: the same values as C.
+        let chunks = vec![cells(3, 0, Some(4)), cells(2, 100, None)];
+        for nulls in [NullPolicy::Fill(Scalar::Int(-1)), NullPolicy::Mask] {
+            let cast = ExportOptions { nulls, dtype: Some(DType::Float64), ..Default::default() };
+            let c = to_tensor(&f, &chunks, &cast).unwrap();
+            let t = to_tensor(&f, &chunks, &ExportOptions { order: Order::F, ..cast }).unwrap();
+            assert_eq!(t.values.strides(), &f_strides(&[5, 2, 3])[..], "{nulls:?}");
+            assert_eq!(logical(&t.values), logical(&c.values), "{nulls:?}");
+            if let (Some(cm), Some(tm)) = (&c.mask, &t.mask) {
+                assert_eq!(tm.strides(), t.values.strides());
+                assert_eq!(logical(tm), logical(cm));
+                assert_eq!(logical(tm).iter().filter(|&&v| v == 0.0).count(), 1);
+            } else {
+                assert!(c.mask.is_none() && t.mask.is_none(), "{nulls:?}");
+            }
+        }
+
+        // A permuted fixed_shape_tensor: the same logical values, in F order.
+        let meta = HashMap::from([
+            (EXTENSION_NAME_KEY.to_string(), crate::arrow::FIXED_SHAPE_TENSOR.to_string()),
+            (EXTENSION_METADATA_KEY.to_string(), r#"{"shape":[2,3],"permutation":[1,0]}"#.to_string()),
+        ]);
+        let leaf = Arc::new(Field::new("item", DataType::Int32, false));
+        let flat = FixedSizeListArray::new(leaf, 6, Arc::new(Int32Array::from_iter_values(0..24)), None);
+        let pf = Arc::new(Field::new("t", flat.data_type().clone(), false).with_metadata(meta));
+        let chunk: [ArrayRef; 1] = [Arc::new(flat)];
+        let c = to_tensor(&pf, &chunk, &c_opts).unwrap().values;
+        let t = to_tensor(&pf, &chunk, &f_opts).unwrap().values;
+        assert_eq!((c.shape(), t.shape()), (&[4, 3, 2][..], &[4, 3, 2][..]));
+        assert_eq!((t.strides(), logical(&t)), (&f_strides(&[4, 3, 2])[..], logical(&c)));
+
+        // A scalar column is in F order already: shared, not copied.
+        let a: ArrayRef = Arc::new(Int32Array::from(vec![1, 2, 3]));
+        assert!(!to_tensor(&field("a", DataType::Int32), &[a], &f_opts).unwrap().values.copied());
     }
 
     #[test]

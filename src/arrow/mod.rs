@@ -5,6 +5,7 @@
 //! | int/uint/float 8-64 (and float16), no nulls | 1-D, same dtype | zero-copy, slice offset folded into `data` |
 //! | date32, time32 / date64, time64, timestamp, duration | 1-D int32 / int64, Arrow type kept | zero-copy |
 //! | FixedSizeList (nested too) | `(n, d1, d2, ...)` C order | zero-copy |
+//! | any of these with two or more dimensions, under `order="F"` | F order | one gather (`copy.rs`) |
 //! | List / LargeList with equal lengths | `(n, d)` | zero-copy; ragged rows are an error naming the row |
 //! | List / LargeList under `ragged="pad"` / `"jagged"` | `(n, width)` + lengths / `(total,)` + offsets | `ragged.rs` |
 //! | `arrow.fixed_shape_tensor` (with `permutation`) | `(n, *logical_shape)`, permuted strides | zero-copy |

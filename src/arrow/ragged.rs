@@ -25,7 +25,7 @@ use super::read::check_chunk_types;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, HostBuffer};
-use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Ragged, Scalar};
+use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Ragged, Scalar};
 use crate::tensor::Tensor;
 
 /// True when `opts` asks for a ragged form and the column is a List or LargeList: the one test
@@ -72,7 +72,10 @@ pub fn ragged_to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOpti
             if opts.copy == CopyPolicy::Never {
                 return Err(Error::CopyRequired { reason: "padding ragged rows makes a new tensor".into() });
             }
-            let child_opts = ExportOptions { ragged: Ragged::Error, copy: CopyPolicy::IfNeeded, ..*opts };
+            // The rows are padded from the C-ordered values; `to_tensor` lays the result out
+            // in the asked order.
+            let child_opts =
+                ExportOptions { ragged: Ragged::Error, copy: CopyPolicy::IfNeeded, order: Order::C, ..*opts };
             let flat = to_tensor(&child_field, &pieces, &child_opts)?;
             let width = max_len.unwrap_or_else(|| rows.lengths.iter().copied().max().unwrap_or(0));
             pad_all(flat, &rows.lengths, width, pad, opts.nulls == NullPolicy::Mask)

@@ -14,7 +14,7 @@ use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar};
-use crate::tensor::c_strides;
+use crate::tensor::{c_strides, is_f_contiguous};
 
 /// One column (in one or more chunks) as one tensor, checked.
 #[derive(Debug, Clone)]
@@ -44,6 +44,12 @@ pub(crate) struct ColumnSpec {
     pub fill: Option<Scalar>,
     /// Why the column cannot be shared as it is (`None`: zero-copy is possible and allowed).
     pub copy_reason: Option<String>,
+    /// Whether the chunk's own memory holds the tensor as `shape` and `strides` say (one chunk,
+    /// no cast, no nulls to fill, no bit-packed bools), whatever the copy policy and order ask.
+    pub shareable: bool,
+    /// Whether `order="F"` asks for another layout than `strides`: the result is then the
+    /// F-ordered copy of the tensor those describe.
+    pub fortran: bool,
 }
 
 impl ColumnSpec {
@@ -77,9 +83,8 @@ impl ColumnSpec {
         let fill = checked_fill(opts.nulls, target, null_count)?;
         let rows: usize = chunks.iter().map(|c| c.len()).sum();
         let (shape, strides) = layout.column(rows);
-        let copy_reason = if opts.copy == CopyPolicy::Always {
-            Some("copy=True".to_string())
-        } else if chunks.len() != 1 {
+        let fortran = opts.order == Order::F && !is_f_contiguous(&shape, &strides);
+        let needs_copy = if chunks.len() != 1 {
             Some(format!("column '{}' has {} chunks; a tensor needs one buffer", field.name(), chunks.len()))
         } else if target != leaf {
             Some(format!("column '{}' is {leaf} and {target} was asked for", field.name()))
@@ -90,6 +95,20 @@ impl ColumnSpec {
         } else {
             None
         };
+        let shareable = needs_copy.is_none();
+        let copy_reason = needs_copy.or_else(|| {
+            if opts.copy == CopyPolicy::Always {
+                Some("copy=True".to_string())
+            } else {
+                fortran.then(|| {
+                    format!(
+                        "order='F' asks for column '{}' of shape {shape:?} with its rows innermost, \
+                         and Arrow stores it row by row",
+                        field.name()
+                    )
+                })
+            }
+        });
         Ok(ColumnSpec {
             field: field.clone(),
             chunks: chunks.to_vec(),
@@ -103,6 +122,8 @@ impl ColumnSpec {
             mask: null_count > 0 && opts.nulls == NullPolicy::Mask,
             fill,
             copy_reason,
+            shareable,
+            fortran,
         })
     }
 

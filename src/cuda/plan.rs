@@ -247,6 +247,13 @@ fn fill_bits(dtype: DType, fill: Option<Scalar>) -> Result<u64> {
 /// As [`crate::arrow::to_tensor`] for a copy.
 pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Plan> {
     let spec = ColumnSpec::new(field, chunks, opts)?;
+    if spec.fortran {
+        // `transfer::column_on` makes these on the host; refuse rather than write C order.
+        return Err(Error::InvalidArgument(format!(
+            "column '{}' in F order is laid out on the host, not by the device plan",
+            spec.field.name()
+        )));
+    }
     let (leaf, target) = (spec.leaf, spec.target);
     let fill = fill_bits(target, spec.fill)?;
     let mut plan = Plan::new(target, target, spec.shape.clone(), spec.strides.clone(), spec.mask, fill);

@@ -10,7 +10,8 @@ use rayon::prelude::*;
 use super::alloc::HostBuffer;
 use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::options::Order;
+use crate::tensor::{Tensor, f_strides};
 
 /// Copies the elements of the strided view at `base` into `out` in C order (copies).
 /// `strides` are in elements and may be negative or zero (broadcast); `shape` may be empty
@@ -48,6 +49,11 @@ pub unsafe fn gather_strided<T: Copy + Send + Sync>(
     }
     let dims = coalesce(shape, strides);
     let (&(len, step), outer) = dims.split_last().unwrap_or((&(1, 0), &[]));
+    if transposes(len, step, numel / len, size_of::<T>()) {
+        // SAFETY: as for the rows below; the caller's promise covers every element.
+        unsafe { gather_tiled(base, outer, len, step, out) };
+        return Ok(());
+    }
     let src = Source(base);
     let rows = |first: usize, dst: &mut [T]| {
         // SAFETY: `dst` is whole rows (out.len() = rows * len, split in multiples of len), so
@@ -95,6 +101,88 @@ fn coalesce(shape: &[usize], strides: &[isize]) -> Vec<(usize, isize)> {
     dims
 }
 
+/// Bytes of source a tile of [`gather_tiled`] spans: its rows' elements stay in the core's
+/// cache while every output row takes its run from them.
+const TILE_BYTES: usize = 256 * 1024;
+/// The most output rows a tiled gather walks (it keeps one offset per row).
+const MAX_TILED_ROWS: usize = 1 << 16;
+
+/// The elements per tile of [`gather_tiled`] for a row stride of `step` elements of `item` bytes.
+fn tile(step: isize, item: usize) -> usize {
+    (TILE_BYTES / (step.unsigned_abs() * item).max(1)).max(64)
+}
+
+/// Whether a gather is a transpose worth tiling: the innermost dimension is strided (not
+/// contiguous, not broadcast), long enough for two tiles, under a bounded number of rows.
+fn transposes(len: usize, step: isize, rows: usize, item: usize) -> bool {
+    step != 1 && step != 0 && rows > 1 && rows <= MAX_TILED_ROWS && len >= 2 * tile(step, item)
+}
+
+/// The multi-index of row `first` over the outer dimensions, and its element offset.
+fn row_start(outer: &[(usize, isize)], first: usize) -> (Vec<usize>, isize) {
+    let mut index = vec![0usize; outer.len()];
+    let mut offset = 0isize;
+    let mut rest = first;
+    for (k, &(size, stride)) in outer.iter().enumerate().rev() {
+        index[k] = rest % size;
+        offset += index[k] as isize * stride;
+        rest /= size;
+    }
+    (index, offset)
+}
+
+/// The output pointer, shared between the tasks of one tiled gather, which write disjoint
+/// elements.
+#[derive(Clone, Copy)]
+struct Dest<T>(*mut T);
+// SAFETY: each task of `gather_tiled` writes only the elements of its own tile in every row,
+// so no element is written by two threads, and T: Send lets the values cross threads.
+unsafe impl<T: Send> Send for Dest<T> {}
+// SAFETY: as for Send: shared only to hand each task its own disjoint elements.
+unsafe impl<T: Send> Sync for Dest<T> {}
+impl<T> Dest<T> {
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// A transposing gather (the innermost dimension strided, as in an F-order copy): the
+/// innermost dimension is cut into tiles, and each tile is written for every row before the
+/// next, so the source elements a tile reads are loaded once and not once per row. Tiles run
+/// in parallel for large outputs.
+///
+/// # Safety
+/// As [`gather_rows`], for every row of `out` (`out.len()` a multiple of `len`).
+unsafe fn gather_tiled<T: Copy + Send + Sync>(
+    base: *const T,
+    outer: &[(usize, isize)],
+    len: usize,
+    step: isize,
+    out: &mut [T],
+) {
+    let rows = out.len() / len;
+    let offsets: Vec<isize> = (0..rows).map(|r| row_start(outer, r).1).collect();
+    let per_tile = tile(step, size_of::<T>());
+    let (src, dst) = (Source(base), Dest(out.as_mut_ptr()));
+    let write = |t: usize| {
+        let columns = t * per_tile..((t + 1) * per_tile).min(len);
+        for (r, &offset) in offsets.iter().enumerate() {
+            for j in columns.clone() {
+                // SAFETY: row r's element j is in the index space, so the caller promised it
+                // readable; r * len + j < rows * len = out.len(), and only this tile writes
+                // columns `columns` of any row.
+                unsafe { *dst.get().add(r * len + j) = *src.get().offset(offset + j as isize * step) };
+            }
+        }
+    };
+    let tiles = len.div_ceil(per_tile);
+    if std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES {
+        super::pool::install(|| (0..tiles).into_par_iter().for_each(write));
+    } else {
+        (0..tiles).for_each(write);
+    }
+}
+
 /// Writes rows `first..` (each `len` elements along `step`) of the index space into `out`,
 /// walking the outer dimensions with an odometer.
 ///
@@ -108,15 +196,7 @@ unsafe fn gather_rows<T: Copy>(
     first: usize,
     out: &mut [T],
 ) {
-    // The multi-index of row `first` over the outer dimensions, and its element offset.
-    let mut index = vec![0usize; outer.len()];
-    let mut offset = 0isize;
-    let mut rest = first;
-    for (k, &(size, stride)) in outer.iter().enumerate().rev() {
-        index[k] = rest % size;
-        offset += index[k] as isize * stride;
-        rest /= size;
-    }
+    let (mut index, mut offset) = row_start(outer, first);
     for dst in out.chunks_exact_mut(len) {
         // SAFETY: `offset` is the offset of element 0 of an in-bounds row; the row's other
         // elements are at offset + i * step for i < len, all inside the validated extent.
@@ -154,6 +234,16 @@ unsafe fn gather_rows<T: Copy>(
 /// [`Error::CopyRequired`] for memory the CPU cannot read; layout errors as
 /// [`gather_strided`].
 pub fn contiguous_copy(t: &Tensor) -> Result<Tensor> {
+    ordered_copy(t, Order::C)
+}
+
+/// As [`contiguous_copy`], laid out in `order`: C, or F (the first index fastest, as numpy's
+/// `asfortranarray`), whose strides the copy carries (copies). An F copy is the C-order gather
+/// of the tensor with its dimensions reversed.
+///
+/// # Errors
+/// As [`contiguous_copy`].
+pub fn ordered_copy(t: &Tensor, order: Order) -> Result<Tensor> {
     if !t.device().is_host_accessible() {
         return Err(Error::CopyRequired {
             reason: format!("the tensor is on {}; copy it to the host first", t.device()),
@@ -161,8 +251,16 @@ pub fn contiguous_copy(t: &Tensor) -> Result<Tensor> {
     }
     // The gather below writes every element, so a recycled buffer is fine.
     let mut buf = HostBuffer::for_overwrite(t.nbytes())?;
-    let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
-    let strides: Vec<isize> = t.strides().iter().map(|&s| s as isize).collect();
+    let mut shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
+    let mut strides: Vec<isize> = t.strides().iter().map(|&s| s as isize).collect();
+    let out_strides = match order {
+        Order::C => None,
+        Order::F => {
+            shape.reverse();
+            strides.reverse();
+            Some(f_strides(t.shape()))
+        }
+    };
     let out = buf.as_mut_slice();
     match t.dtype().itemsize() {
         1 => gather_bytes::<1>(t, &shape, &strides, out)?,
@@ -171,7 +269,7 @@ pub fn contiguous_copy(t: &Tensor) -> Result<Tensor> {
         8 => gather_bytes::<8>(t, &shape, &strides, out)?,
         n => return Err(Error::layout(format!("no gather for {n}-byte elements"))),
     }
-    let copy = Tensor::from_buffer(buf.into_buffer(), 0, t.shape().to_vec(), None, t.dtype())?;
+    let copy = Tensor::from_buffer(buf.into_buffer(), 0, t.shape().to_vec(), out_strides, t.dtype())?;
     Ok(copy.with_copied(true).with_logical(t.logical().cloned()))
 }
 
@@ -297,6 +395,54 @@ mod tests {
         let s = contiguous_copy(&view(&base, 7, vec![], vec![])).unwrap();
         assert_eq!(s.as_slice::<i32>().unwrap(), &[7]);
         assert_eq!(contiguous_copy(&view(&base, 0, vec![0, 3], vec![3, 1])).unwrap().numel(), 0);
+    }
+
+    #[test]
+    fn tiled_transposes_match_the_reference() {
+        let data: Vec<i32> = (0..400_000).collect();
+        let cases: &[(isize, &[usize], &[isize])] = &[
+            // The F copy of a (100000, 3) C matrix, and of (25000, 3, 4) cells.
+            (0, &[3, 100_000], &[1, 3]),
+            (0, &[4, 3, 25_000], &[1, 4, 12]),
+            // Reversed rows, an offset start, a ragged last tile.
+            (399_999, &[2, 199_999], &[-1, -2]),
+            (5, &[7, 50_000], &[1, 7]),
+        ];
+        for &(start, shape, strides) in cases {
+            let rows: usize = shape[..shape.len() - 1].iter().product();
+            let dims = coalesce(shape, strides);
+            let &(len, step) = dims.last().unwrap();
+            assert!(transposes(len, step, rows, 4), "{shape:?} {strides:?} takes the tiled path");
+            assert_eq!(
+                gather(&data, start, shape, strides),
+                reference(&data, start, shape, strides),
+                "{shape:?}"
+            );
+        }
+        // A 4 MB transpose runs its tiles in parallel.
+        let big: Vec<i32> = (0..1 << 20).collect();
+        let got = gather(&big, 0, &[16, 1 << 16], &[1, 16]);
+        assert_eq!(got, reference(&big, 0, &[16, 1 << 16], &[1, 16]));
+    }
+
+    #[test]
+    fn f_copies_put_the_first_index_fastest() {
+        let base = Tensor::from_vec((0..24).collect::<Vec<i32>>(), vec![2, 3, 4]).unwrap();
+        let f = ordered_copy(&base, Order::F).unwrap();
+        assert_eq!((f.shape(), f.strides()), (&[2, 3, 4][..], &[1, 2, 6][..]));
+        assert!(f.copied() && !f.readonly() && !f.is_c_contiguous());
+        let memory = view(&f, 0, vec![24], vec![1]);
+        let memory = memory.as_slice::<i32>().unwrap();
+        for (i, j, k) in (0..2).flat_map(|i| (0..3).flat_map(move |j| (0..4).map(move |k| (i, j, k)))) {
+            assert_eq!(memory[i + 2 * j + 6 * k], (12 * i + 4 * j + k) as i32, "[{i}, {j}, {k}]");
+        }
+        // A transposed view's F copy is the C copy of the original.
+        let t = ordered_copy(&view(&base, 0, vec![4, 6], vec![1, 4]), Order::F).unwrap();
+        assert_eq!(
+            view(&t, 0, vec![24], vec![1]).as_slice::<i32>().unwrap(),
+            base.as_slice::<i32>().unwrap()
+        );
+        assert_eq!(ordered_copy(&view(&base, 0, vec![0, 3], vec![3, 1]), Order::F).unwrap().numel(), 0);
     }
 
     #[test]

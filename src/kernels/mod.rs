@@ -8,7 +8,7 @@
 //! | [`unpack_bits`], [`unpack_bits_fill`] | bit-packed bools or validity | one byte (0/1) per bit |
 //! | [`pack_bits`] | one byte per bool | an LSB-first bitmap |
 //! | [`concat_into`], [`concat_fill_into`] | chunks (with validity) | one preallocated buffer |
-//! | [`gather_strided`], [`contiguous_copy`] | a strided view (negative, zero strides) | C order |
+//! | [`gather_strided`], [`contiguous_copy`], [`ordered_copy`] | a strided view (negative, zero strides) | C or F order |
 //! | [`interleave`] | `k` columns of any numeric types (with validity) | an `(n, k)` matrix, C or F order, cast |
 //! | [`pad_rows`] | ragged rows end to end | an `(n, width)` matrix, padded |
 //!
@@ -46,7 +46,7 @@ pub use cast::{
 pub use column::{Column, ColumnRef, Typed};
 pub use concat::{concat_fill_into, concat_into};
 pub use fill::fill_nulls;
-pub use gather::{contiguous_copy, gather_strided};
+pub use gather::{contiguous_copy, gather_strided, ordered_copy};
 pub use interleave::interleave;
 pub use pad::pad_rows;
 pub(crate) use pool::{install, spawn};

@@ -44,6 +44,25 @@ pub fn c_strides(shape: &[i64]) -> Vec<i64> {
     strides
 }
 
+/// Column-major (F order, numpy's `asfortranarray`) strides in elements for `shape`: the
+/// first index varies fastest.
+pub fn f_strides(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut acc = 1i64;
+    for (s, &d) in strides.iter_mut().zip(shape) {
+        *s = acc;
+        acc = acc.saturating_mul(d.max(1));
+    }
+    strides
+}
+
+/// True when `strides` walk `shape` in F order with no gaps (as [`is_c_contiguous`], with the
+/// dimensions reversed).
+pub fn is_f_contiguous(shape: &[i64], strides: &[i64]) -> bool {
+    let rev = |v: &[i64]| v.iter().rev().copied().collect::<Vec<_>>();
+    is_c_contiguous(&rev(shape), &rev(strides))
+}
+
 /// True when `strides` walk `shape` in C order with no gaps. Dimensions of extent 1 may have
 /// any stride, and an empty tensor is contiguous.
 pub fn is_c_contiguous(shape: &[i64], strides: &[i64]) -> bool {
@@ -118,6 +137,18 @@ mod tests {
         assert!(is_c_contiguous(&[0, 3], &[7, 7]));
         assert_eq!(c_strides(&[2, 3, 4]), vec![12, 4, 1]);
         assert_eq!(c_strides(&[]), Vec::<i64>::new());
+    }
+
+    #[test]
+    fn f_order_is_c_order_reversed() {
+        assert_eq!(f_strides(&[2, 3, 4]), vec![1, 2, 6]);
+        assert_eq!(f_strides(&[5, 0, 2]), vec![1, 5, 5]);
+        assert!(is_f_contiguous(&[2, 3, 4], &[1, 2, 6]));
+        assert!(!is_f_contiguous(&[2, 3, 4], &c_strides(&[2, 3, 4])));
+        // One row, or cells of one element, are both orders at once.
+        assert!(is_f_contiguous(&[1, 3], &[3, 1]) && is_c_contiguous(&[1, 3], &[3, 1]));
+        assert!(is_f_contiguous(&[4, 1], &[1, 1]) && is_c_contiguous(&[4, 1], &[1, 1]));
+        assert!(is_f_contiguous(&[0, 3], &[3, 1]));
     }
 
     #[test]

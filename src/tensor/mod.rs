@@ -15,7 +15,9 @@ use arrow_buffer::Buffer;
 use arrow_schema::FieldRef;
 use smallvec::SmallVec;
 
-pub use layout::{Extent, MAX_NDIM, c_strides, check as check_layout, is_c_contiguous};
+pub use layout::{
+    Extent, MAX_NDIM, c_strides, check as check_layout, f_strides, is_c_contiguous, is_f_contiguous,
+};
 
 use crate::device::Device;
 use crate::dtype::DType;
