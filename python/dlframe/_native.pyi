@@ -218,5 +218,9 @@ def _series_view(s: Any, /) -> Tensor | None:
     """A Polars Series' values as a read-only tensor over its memory (no copy), or None when
     Polars has no such view (nulls, several chunks, booleans, temporal data)."""
 
+def _plain_ndarray(x: Any, /) -> bool:
+    """Whether x is a numpy.ndarray that from_dlpack hands to pyarrow.Array.from_dlpack as it
+    is (1-D, non-empty, aligned, writable, contiguous, integers or IEEE floats); for tests."""
+
 def datafusion_version() -> str:
     """The DataFusion version the SQL functions are built against."""

@@ -3,7 +3,7 @@
 use arrow_schema::DataType;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyTuple, PyType};
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3_arrow::PyArray;
 use pyo3_arrow::input::AnyArray;
 
@@ -22,9 +22,10 @@ use crate::error::{Binding, Error, Result};
 use crate::exchange;
 use crate::gil;
 use crate::interface;
+use crate::ndarray;
 use crate::per_type::PerType;
 use crate::tensor::PyTensor;
-use crate::to_python::{plain_to_pyarrow, to_pyarrow};
+use crate::to_python::{plain_to_pyarrow, pyarrow_from_dlpack, to_pyarrow};
 
 /// The Python result of a conversion: the values, or `(values, mask)` under `nulls="mask"`
 /// (an all-true mask, on the values' device, when there were no nulls); a ragged column adds
@@ -339,7 +340,9 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
     }
     // Interned names: this runs once per imported tensor, and building and hashing the strings
     // anew was most of its cost next to the producer's own __dlpack__.
-    let (ty, id): (i32, i32) = if HOST_ONLY.get(&x.get_type(), host_only)? {
+    // numpy's ndarray is always on the CPU: asking its `__dlpack_device__` was a fifth of a
+    // small import.
+    let (ty, id): (i32, i32) = if ndarray::is_ndarray(x)? {
         (1, 0)
     } else {
         match x.getattr(intern!(py, "__dlpack_device__")) {
@@ -378,15 +381,6 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
         .into());
     }
     Ok(t)
-}
-
-/// Whether a type's tensors are always in host memory, learnt once per type.
-static HOST_ONLY: PerType<bool> = PerType::new();
-
-/// numpy's ndarray, whose `__dlpack_device__` is always the CPU: asking it was a fifth of a
-/// small import.
-fn host_only(ty: &Bound<'_, PyType>) -> PyResult<bool> {
-    Ok(ty.name()?.to_cow()? == "ndarray" && ty.module()?.to_cow()? == "numpy")
 }
 
 /// Imports a host tensor through `__dlpack__`; when the producer refuses with BufferError (numpy
@@ -490,6 +484,15 @@ pub fn from_dlpack<'py>(
 ) -> Result<Bound<'py, PyAny>> {
     // `HostDevice` has refused every device but the CPU.
     let _ = device;
+    // A plain numpy array goes to pyarrow's own DLPack import as it is: what dlframe's import
+    // of it would hand pyarrow, without making and exporting a tensor in between.
+    if copy != Some(true)
+        && ndarray::is_ndarray(x)?
+        && ndarray::is_plain_1d(x)
+        && let Some(shared) = pyarrow_from_dlpack(py, x)
+    {
+        return Ok(shared);
+    }
     let (tensor, copy) = if let Ok(t) = x.cast::<PyTensor>() {
         let t = &t.get().inner;
         let (host, fresh) = gil::run_over(py, t, || transfer::on_host(t, copy))?;

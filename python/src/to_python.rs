@@ -51,9 +51,14 @@ pub fn plain_to_pyarrow<'py>(py: Python<'py>, t: &Tensor) -> Option<Bound<'py, P
     if !plain {
         return None;
     }
-    let from_dlpack = array_method(py, &FROM_DLPACK, "from_dlpack").ok()??;
     let tensor = Bound::new(py, PyTensor::new(t.clone())).ok()?;
-    from_dlpack.call1((tensor,)).ok()
+    pyarrow_from_dlpack(py, &tensor)
+}
+
+/// `pyarrow.Array.from_dlpack(x)` (no copy); None for a pyarrow without it or that refuses
+/// `x`. For producers of what [`plain_to_pyarrow`] hands on.
+pub fn pyarrow_from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    array_method(py, &FROM_DLPACK, "from_dlpack").ok()??.call1((x,)).ok()
 }
 
 /// `pyarrow.Array.<name>`, looked up once into `cell`; None for a pyarrow without it.

@@ -46,6 +46,62 @@ def test_a_plain_tensor_reaches_arrow_as_the_arrow_path_makes_it(dtype):
     assert sliced.to_pylist() == np.arange(5, 13).astype(dtype).tolist()
 
 
+def _numpy_says_plain(x):
+    return (
+        type(x) is np.ndarray
+        and x.ndim == 1
+        and x.size > 0
+        and x.flags.c_contiguous
+        and x.flags.aligned
+        and x.flags.writeable
+        and x.dtype.kind in "iuf"
+        and x.dtype.isnative
+        and x.dtype != np.longdouble
+    )
+
+
+def test_numpy_arrays_handed_to_pyarrow_as_they_are_are_the_ones_numpy_calls_plain():
+    # dlframe reads an ndarray's struct (numpy's C API layout) to decide whether pyarrow's own
+    # DLPack import takes it as it is; the answers must be numpy's own, and every array must
+    # come out with the same values whichever way it went.
+    base = np.arange(64, dtype=np.float64)
+    ro = base.copy()
+    ro.flags.writeable = False
+    raw = np.zeros(8 * 9 + 1, dtype=np.uint8)
+    cases = [np.arange(5).astype(d) for d in NUMERIC] + [
+        base[::2],  # strided
+        base[::-1],  # reversed
+        base.reshape(8, 8),  # 2-D
+        base.reshape(8, 8)[:, 0],  # a column, strided
+        base[:0],  # empty
+        np.array(3.0),  # 0-d
+        ro,  # read-only
+        raw[1:].view(np.float64),  # misaligned
+        np.arange(5, dtype=">i4"),  # byte-swapped
+        np.arange(5, dtype=np.longdouble),
+        np.array([True, False]),
+        np.arange(3).astype("datetime64[s]"),
+        np.arange(3, dtype=np.complex64),
+        np.ma.masked_array(np.arange(3.0)),  # a subclass
+        np.asfortranarray(np.arange(3.0)),
+    ]
+    for x in cases:
+        assert dlframe._native._plain_ndarray(x) == _numpy_says_plain(x), (x.dtype, x.shape, x.strides)
+    assert sum(map(_numpy_says_plain, cases)) == len(NUMERIC) + 1
+    for x in cases:
+        try:
+            got = dlframe.from_dlpack(x)
+        except (BufferError, TypeError, ValueError):
+            assert not _numpy_says_plain(x)
+            continue
+        want = np.asarray(x)
+        if x.ndim == 1:
+            np.testing.assert_array_equal(np.asarray(got.to_pylist(), dtype=want.dtype), want)
+        if _numpy_says_plain(x):
+            assert got.buffers()[1].address == x.ctypes.data
+    assert not dlframe._native._plain_ndarray([1.0, 2.0]) and not dlframe._native._plain_ndarray(pa.array([1.0]))
+
+
 def test_copy_true_still_copies_a_plain_tensor():
     src = np.arange(4, dtype=np.int32)
     out = dlframe.from_dlpack(src, copy=True)
