@@ -338,11 +338,20 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
         }
         .into());
     }
+    // numpy's ndarray is read from its struct, as its DLPack export would describe it, without
+    // the export; what that read does not take is asked of `__dlpack__` below.
+    let is_ndarray = ndarray::is_ndarray(x)?;
+    if is_ndarray
+        && copy != Some(true)
+        && let Some(t) = ndarray::import(x)
+    {
+        return Ok(t);
+    }
     // Interned names: this runs once per imported tensor, and building and hashing the strings
     // anew was most of its cost next to the producer's own __dlpack__.
     // numpy's ndarray is always on the CPU: asking its `__dlpack_device__` was a fifth of a
     // small import.
-    let (ty, id): (i32, i32) = if ndarray::is_ndarray(x)? {
+    let (ty, id): (i32, i32) = if is_ndarray {
         (1, 0)
     } else {
         match x.getattr(intern!(py, "__dlpack_device__")) {

@@ -14,10 +14,10 @@ use dlframe::{Device, Tensor};
 use crate::error::{Binding, Error, Result};
 
 /// Keeps a Python object alive from Rust; dropped without the GIL, pyo3 defers the decref.
-struct PyOwner(Option<Py<PyAny>>);
+pub(crate) struct PyOwner(Option<Py<PyAny>>);
 
 impl PyOwner {
-    fn new(obj: &Bound<'_, PyAny>) -> Self {
+    pub(crate) fn new(obj: &Bound<'_, PyAny>) -> Self {
         PyOwner(Some(obj.clone().unbind()))
     }
 }

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use dlframe::DType;
 
 use crate::capsule;
+use crate::ndarray;
 use crate::tensor::PyTensor;
 
 /// The Series' values as a read-only tensor over Polars' memory (no copy, constant time), or
@@ -15,7 +16,8 @@ use crate::tensor::PyTensor;
 /// which handles every case; nothing is raised here.
 ///
 /// Polars hands out the view that `Series.to_numpy()` returns without copying (a numpy array
-/// that keeps the Series' memory alive, read-only); its DLPack capsule becomes the tensor. The
+/// that keeps the Series' memory alive, read-only), which becomes the tensor as numpy's DLPack
+/// export would describe it (read from the array's struct, `ndarray.rs`). The
 /// view is the raw values buffer, null slots included: only a Series without nulls qualifies.
 /// Temporal views (`datetime64`) have no DLPack form and take the Arrow path, which knows their
 /// units; so do booleans, which Polars stores as bits.
@@ -32,7 +34,10 @@ pub fn series_view(s: &Bound<'_, PyAny>) -> Option<PyTensor> {
     if view.is_none() {
         return None;
     }
-    let t = capsule::versioned_from_known(&view)?;
+    // Polars' view is an exact ndarray: read from its struct, or, should that ever refuse it,
+    // through numpy's DLPack export.
+    let t = if ndarray::is_ndarray(&view).ok()? { ndarray::import(&view) } else { None };
+    let t = t.or_else(|| capsule::versioned_from_known(&view))?;
     // Every dtype dlframe imports is a number but bool (complex is refused by the import).
     (t.dtype() != DType::Bool).then(|| PyTensor::new(t))
 }

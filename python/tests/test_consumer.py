@@ -102,6 +102,75 @@ def test_numpy_arrays_handed_to_pyarrow_as_they_are_are_the_ones_numpy_calls_pla
     assert not dlframe._native._plain_ndarray([1.0, 2.0]) and not dlframe._native._plain_ndarray(pa.array([1.0]))
 
 
+def _np_cases():
+    base = np.arange(64, dtype=np.float64)
+    ro = base.copy()
+    ro.flags.writeable = False
+    raw = np.zeros(8 * 9 + 1, dtype=np.uint8)
+    cube = np.arange(24, dtype=np.int16).reshape(2, 3, 4)
+    return [np.arange(5).astype(d) for d in NUMERIC] + [
+        np.array([True, False, True]),
+        np.arange(6, dtype=np.intc),
+        np.arange(6, dtype=np.int_),
+        np.arange(6, dtype=np.uint),
+        np.arange(6, dtype=np.longlong),
+        base[::3],
+        base[::-2],
+        base.reshape(8, 8).T,
+        cube,
+        cube[:, ::-1, 1:3],
+        np.asfortranarray(cube),
+        base[:0],
+        base.reshape(8, 8)[:0],
+        np.array(3.5),
+        ro,
+        ro[5:],
+        raw[1:].view(np.float64),
+        np.lib.stride_tricks.as_strided(base, (4, 3), (8, 0)),  # broadcast
+        np.lib.stride_tricks.as_strided(raw, (3,), (3,)),
+        np.ndarray((3,), dtype=np.float32, buffer=raw, offset=2, strides=(6,)),  # stride not a whole element
+        np.arange(5, dtype=">i4"),
+        np.arange(5, dtype=np.longdouble),
+        np.arange(3).astype("datetime64[s]"),
+        np.arange(3, dtype=np.complex64),
+    ]
+
+
+def test_numpy_arrays_read_from_their_struct_are_what_their_dlpack_export_gives():
+    # dlframe.tensor(ndarray) reads the array's struct instead of asking numpy for a capsule;
+    # it must give what the capsule gives: dtype, shape, strides, read-only flag, the same
+    # memory and values, and the array kept alive. What numpy refuses to export keeps the
+    # answer it had (the array interface, or the same error).
+    for x in _np_cases():
+        try:
+            want = dlframe.tensor(x.__dlpack__(max_version=(1, 3)))
+        except (BufferError, TypeError, ValueError) as e:
+            want = e
+        what = (x.dtype, x.shape, x.strides)
+        if isinstance(want, Exception):
+            # numpy refuses DLPack (byte-swapped, datetime, complex, long double, a stride that
+            # is not a whole element): dlframe answers through the array interface or refuses.
+            try:
+                got = dlframe.tensor(x)
+            except (BufferError, TypeError, ValueError):
+                continue
+            assert got.to_numpy().tobytes() == np.ascontiguousarray(x).tobytes(), what
+            continue
+        got = dlframe.tensor(x)
+        assert (got.dtype, got.shape, got.strides) == (want.dtype, want.shape, want.strides), what
+        assert got.readonly == want.readonly == (not x.flags.writeable), what
+        assert not got.copied, what
+        if x.size:
+            assert got.__array_interface__["data"][0] == want.__array_interface__["data"][0], what
+        np.testing.assert_array_equal(got.to_numpy(), x)
+    # The tensor keeps the array alive; a Series' view goes the same way.
+    x = np.arange(1000, dtype=np.float32) * 2
+    t = dlframe.tensor(x)
+    del x
+    gc.collect()
+    np.testing.assert_array_equal(t.to_numpy(), np.arange(1000, dtype=np.float32) * 2)
+
+
 def test_copy_true_still_copies_a_plain_tensor():
     src = np.arange(4, dtype=np.int32)
     out = dlframe.from_dlpack(src, copy=True)
