@@ -12,7 +12,7 @@ use dlframe::dlpack::request::consumer_stream;
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, split_struct, table_on};
-use dlframe::{Device, Tensor, transfer};
+use dlframe::{DType, Device, Tensor, transfer};
 
 use crate::args::{
     ColumnsArg, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, export_options,
@@ -80,10 +80,25 @@ pub(crate) fn wrap_table(
     }
 }
 
-/// A mask of `true`s shaped like `values`, on its device (copies, to a device).
+/// A mask of `true`s shaped like `values` and, when they are in F order, laid out like them
+/// (C order otherwise), on its device (copies, to a device).
 fn all_valid(values: &Tensor) -> dlframe::Result<Tensor> {
-    let host = Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?.with_copied(true);
-    transfer::move_to(&host, values.device())
+    let c = Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?;
+    let strides = values.dense_strides().unwrap_or_else(|| c.strides().to_vec());
+    // SAFETY: the same allocation of numel bools, kept by its owner; a dense layout of the same
+    // shape (C or F order) reaches exactly those numel elements, and every one is true.
+    let host = unsafe {
+        Tensor::from_raw_parts(
+            c.data_ptr() as *mut u8,
+            values.shape().to_vec(),
+            Some(strides),
+            DType::Bool,
+            Device::Cpu,
+            false,
+            c.owner().clone(),
+        )
+    }?;
+    transfer::move_to(&host.with_copied(true), values.device())
 }
 
 /// Any Arrow producer (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow: anything with

@@ -245,15 +245,18 @@ def test_device_tensors_reach_the_host_only_by_an_explicit_copy(gpu):
 
 
 def test_tensor_columns_in_f_order_reach_the_device_in_f_order(torch):
-    # Made on the host in F order (the device plan writes C order) and uploaded once.
+    # Made on the host in F order (the device plan writes C order) and uploaded once, as it is.
     col = pa.array([[[1, 2, 3], [4, 5, None]], [[7, 8, 9], [10, 11, 12]]], pa.list_(pa.list_(pa.int32(), 3), 2))
     t = dlframe.to_dlpack(col, fill_value=0, order="F", device="cuda:0")
     x = torch.from_dlpack(t)
     assert x.is_cuda and x.stride() == (1, 2, 4)
     want = [[[1, 2, 3], [4, 5, 0]], [[7, 8, 9], [10, 11, 12]]]
     np.testing.assert_array_equal(x.cpu().numpy(), want)
-    for b in dlframe.batches(col, 1, fill_value=0, order="F", device="cuda:0"):
-        assert torch.from_dlpack(b).is_cuda
+    values, mask = dlframe.to_dlpack(col, nulls="mask", order="F", device="cuda:0")
+    assert torch.from_dlpack(values).stride() == torch.from_dlpack(mask).stride() == (1, 2, 4)
+    assert int(torch.from_dlpack(mask).sum()) == 11 and not bool(torch.from_dlpack(mask)[0, 1, 2])
+    (b,) = dlframe.batches(col, 2, fill_value=0, order="F", device="cuda:0")
+    assert torch.from_dlpack(b).is_cuda and torch.from_dlpack(b).stride() == (1, 2, 4)
 
 
 def test_torch_tensors_reach_the_host_only_by_an_explicit_copy(torch):

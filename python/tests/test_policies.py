@@ -105,6 +105,8 @@ def test_order_f_lays_out_tensor_columns_as_numpy_asfortranarray():
     assert np.from_dlpack(mask).flags.f_contiguous and np.from_dlpack(values).flags.f_contiguous
     np.testing.assert_array_equal(np.from_dlpack(mask).sum(), 10)
     assert not np.from_dlpack(mask)[0, 0, 1] and not np.from_dlpack(mask)[1, 1, 2]
+    _, no_nulls_mask = dlframe.to_dlpack(nested, nulls="mask", order="F")
+    assert np.from_dlpack(no_nulls_mask).flags.f_contiguous and np.from_dlpack(no_nulls_mask).all()
     # A table with columns="dict": each tensor column in F order, scalars shared as they are.
     tbl = pa.table({"m": nested, "s": pa.array(np.arange(4.0))})
     d = dlframe.to_dlpack(tbl, columns="dict", order="F")

@@ -118,8 +118,8 @@ pub fn columns_to_device(
     transfer::run(gpu(ordinal)?, &plan::matrix(fields, columns, opts)?)
 }
 
-/// A C-contiguous host tensor copied to `cuda:ordinal` on the producer stream (copies, to the
-/// device), through page-locked staging buffers when it is pageable. From page-locked or
+/// A host tensor in C or F order copied to `cuda:ordinal` on the producer stream (copies, to
+/// the device), its layout kept, through page-locked staging buffers when it is pageable. From page-locked or
 /// managed memory the host waits for the transfer, so the source may be freed on return. Used
 /// for results made on the CPU first, such as a multi-column matrix.
 ///
@@ -127,7 +127,7 @@ pub fn columns_to_device(
 /// [`Error::Cuda`] without a device; [`Error::CopyRequired`] for strided or device input.
 pub fn upload(t: &Tensor, ordinal: usize) -> Result<Tensor> {
     // Refused before any device is touched.
-    t.check_host_contiguous()?;
+    t.check_host_dense()?;
     transfer::upload(gpu(ordinal)?, t)
 }
 

@@ -88,20 +88,20 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
     Ok(Converted { values, mask, index: None })
 }
 
-/// A C-contiguous host tensor copied to `g`'s device on the producer stream (copies), through
-/// the staging buffers when it is pageable. From page-locked or managed memory the host waits
+/// A host tensor in C or F order copied to `g`'s device on the producer stream (copies), its
+/// layout kept, through the staging buffers when it is pageable. From page-locked or managed memory the host waits
 /// for the transfer, so the source may be freed on return.
 ///
 /// # Errors
 /// [`Error::CopyRequired`](crate::Error::CopyRequired) for strided or device input;
 /// [`Error::Cuda`](crate::Error::Cuda) from the driver.
 pub(super) fn upload(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
-    t.check_host_contiguous()?;
+    let strides = t.check_host_dense()?;
     let bytes: &[u8] = if t.numel() == 0 {
         &[]
     } else {
-        // SAFETY: a host-readable, C-contiguous tensor (checked above) of nbytes bytes, alive
-        // for this call through `t`.
+        // SAFETY: a host-readable tensor in C or F order (checked above), so its elements are
+        // the nbytes bytes from its data pointer, alive for this call through `t`.
         unsafe { std::slice::from_raw_parts(t.data_ptr(), t.nbytes()) }
     };
     let slice = guarded(|| -> Result<CudaSlice<u8>> {
@@ -117,7 +117,7 @@ pub(super) fn upload(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
         }
         Ok(out)
     })?;
-    owned_tensor(g, slice, t.shape().to_vec(), c_strides(t.shape()), t.dtype(), t.logical().cloned())
+    owned_tensor(g, slice, t.shape().to_vec(), strides, t.dtype(), t.logical().cloned())
 }
 
 /// A host copy of a C-contiguous CUDA tensor on `g`'s device (copies, device to host): our

@@ -307,6 +307,17 @@ impl Tensor {
     pub fn is_c_contiguous(&self) -> bool {
         is_c_contiguous(&self.shape, &self.strides)
     }
+    /// The canonical strides of the dense order the elements are in: C order (also when they
+    /// are in both), or F order (numpy's `asfortranarray`); None when they are in neither.
+    pub fn dense_strides(&self) -> Option<Vec<i64>> {
+        if self.is_c_contiguous() {
+            Some(c_strides(&self.shape))
+        } else if is_f_contiguous(&self.shape, &self.strides) {
+            Some(f_strides(&self.shape))
+        } else {
+            None
+        }
+    }
     /// True when the data pointer is aligned to the element size.
     pub fn is_aligned(&self) -> bool {
         (self.data as usize) % self.dtype.itemsize() == 0
@@ -436,19 +447,41 @@ impl Tensor {
 
     /// The reason a zero-copy view as one contiguous host slice is impossible, if any.
     pub fn check_host_contiguous(&self) -> Result<()> {
-        if !self.device.is_host_accessible() {
-            return Err(Error::CopyRequired { reason: format!("the tensor is on {}", self.device) });
-        }
-        if self.numel() == 0 {
-            return Ok(());
-        }
-        if !self.is_aligned() {
-            return Err(Error::Misaligned { ptr: self.data as usize, align: self.dtype.itemsize() });
-        }
-        if !self.is_c_contiguous() {
+        self.check_host_slice()?;
+        if self.numel() > 0 && !self.is_c_contiguous() {
             return Err(Error::CopyRequired {
                 reason: format!("shape {:?} with strides {:?} is not C-contiguous", self.shape, self.strides),
             });
+        }
+        Ok(())
+    }
+
+    /// As [`Tensor::check_host_contiguous`], in C or F order: the canonical strides of that
+    /// order ([`Tensor::dense_strides`]), which a copy of the `nbytes` bytes at `data` keeps.
+    ///
+    /// # Errors
+    /// As [`Tensor::check_host_contiguous`], for a tensor in neither order.
+    pub fn check_host_dense(&self) -> Result<Vec<i64>> {
+        self.check_host_slice()?;
+        match self.dense_strides() {
+            Some(strides) => Ok(strides),
+            None if self.numel() == 0 => Ok(c_strides(&self.shape)),
+            None => Err(Error::CopyRequired {
+                reason: format!(
+                    "shape {:?} with strides {:?} is in neither C nor F order",
+                    self.shape, self.strides
+                ),
+            }),
+        }
+    }
+
+    /// Host memory, aligned unless empty.
+    fn check_host_slice(&self) -> Result<()> {
+        if !self.device.is_host_accessible() {
+            return Err(Error::CopyRequired { reason: format!("the tensor is on {}", self.device) });
+        }
+        if self.numel() > 0 && !self.is_aligned() {
+            return Err(Error::Misaligned { ptr: self.data as usize, align: self.dtype.itemsize() });
         }
         Ok(())
     }
@@ -545,6 +578,28 @@ mod tests {
         }
         assert!(Tensor::zeros(DType::Float32, vec![0]).unwrap().data_ptr().is_null());
         assert!(Tensor::zeros(DType::Float32, vec![-1]).is_err());
+    }
+
+    #[test]
+    fn dense_layouts_are_c_or_f_order_and_nothing_else() {
+        let buf = Buffer::from_vec((0..24).collect::<Vec<i32>>());
+        let view = |shape: Vec<i64>, strides: Vec<i64>| {
+            Tensor::from_buffer(buf.clone(), 0, shape, Some(strides), DType::Int32).unwrap()
+        };
+        let c = view(vec![2, 3, 4], vec![12, 4, 1]);
+        let f = view(vec![2, 3, 4], vec![1, 2, 6]);
+        let permuted = view(vec![2, 3, 4], vec![12, 1, 3]);
+        let gappy = view(vec![2, 3], vec![12, 4]);
+        assert_eq!(c.dense_strides(), Some(vec![12, 4, 1]));
+        assert_eq!(f.dense_strides(), Some(vec![1, 2, 6]));
+        assert_eq!((permuted.dense_strides(), gappy.dense_strides()), (None, None));
+        // Both orders at once (a vector, unit dimensions): C, the canonical answer.
+        assert_eq!(view(vec![4, 1], vec![1, 1]).dense_strides(), Some(vec![1, 1]));
+        assert_eq!(f.check_host_dense().unwrap(), vec![1, 2, 6]);
+        assert!(f.check_host_contiguous().is_err());
+        let e = permuted.check_host_dense().unwrap_err();
+        assert!(e.to_string().contains("neither C nor F order"), "{e}");
+        assert_eq!(view(vec![0, 3], vec![7, 7]).check_host_dense().unwrap(), vec![3, 1]);
     }
 
     #[test]
