@@ -49,7 +49,7 @@ pub unsafe fn gather_strided<T: Copy + Send + Sync>(
     }
     let dims = coalesce(shape, strides);
     let (&(len, step), outer) = dims.split_last().unwrap_or((&(1, 0), &[]));
-    if transposes(len, step, numel / len, size_of::<T>()) {
+    if transposes(outer, len, step, numel / len, size_of::<T>()) {
         // SAFETY: as for the rows below; the caller's promise covers every element.
         unsafe { gather_tiled(base, outer, len, step, out) };
         return Ok(());
@@ -113,9 +113,17 @@ fn tile(step: isize, item: usize) -> usize {
 }
 
 /// Whether a gather is a transpose worth tiling: the innermost dimension is strided (not
-/// contiguous, not broadcast), long enough for two tiles, under a bounded number of rows.
-fn transposes(len: usize, step: isize, rows: usize, item: usize) -> bool {
-    step != 1 && step != 0 && rows > 1 && rows <= MAX_TILED_ROWS && len >= 2 * tile(step, item)
+/// contiguous, not broadcast) by more than some outer dimension, so that rows read the same
+/// cache lines, and long enough for two tiles, under a bounded number of rows. A plain strided
+/// slice (`x[:, ::2]`), whose rows share nothing, is not.
+fn transposes(outer: &[(usize, isize)], len: usize, step: isize, rows: usize, item: usize) -> bool {
+    let shares_lines = outer.iter().any(|&(_, stride)| stride.unsigned_abs() < step.unsigned_abs());
+    step != 1
+        && step != 0
+        && shares_lines
+        && rows > 1
+        && rows <= MAX_TILED_ROWS
+        && len >= 2 * tile(step, item)
 }
 
 /// The multi-index of row `first` over the outer dimensions, and its element offset.
@@ -411,14 +419,16 @@ mod tests {
         for &(start, shape, strides) in cases {
             let rows: usize = shape[..shape.len() - 1].iter().product();
             let dims = coalesce(shape, strides);
-            let &(len, step) = dims.last().unwrap();
-            assert!(transposes(len, step, rows, 4), "{shape:?} {strides:?} takes the tiled path");
+            let (&(len, step), outer) = dims.split_last().unwrap();
+            assert!(transposes(outer, len, step, rows, 4), "{shape:?} {strides:?} takes the tiled path");
             assert_eq!(
                 gather(&data, start, shape, strides),
                 reference(&data, start, shape, strides),
                 "{shape:?}"
             );
         }
+        // A strided slice whose rows share no cache lines keeps the row path.
+        assert!(!transposes(&[(100, 100_000)], 50_000, 2, 100, 4));
         // A 4 MB transpose runs its tiles in parallel.
         let big: Vec<i32> = (0..1 << 20).collect();
         let got = gather(&big, 0, &[16, 1 << 16], &[1, 16]);
