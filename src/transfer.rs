@@ -126,8 +126,8 @@ fn unsupported(device: Device) -> Error {
 
 /// The tensor on `device`: the same tensor when it is already there (no copy; host-readable
 /// memory counts as the CPU), otherwise one copy. A host tensor goes to a CUDA device in one
-/// transfer, in its own C or F order (another layout is gathered into C order on the host
-/// first); a CUDA tensor comes to the CPU in
+/// transfer, in its own dense layout (C, F or another order of its dimensions; a layout with
+/// gaps is gathered into C order on the host first); a CUDA tensor comes to the CPU in
 /// one transfer, after which the host has waited for it.
 ///
 /// # Errors
@@ -142,8 +142,8 @@ pub fn move_to(t: &Tensor, device: Device) -> Result<Tensor> {
         (true, Device::Cuda(_)) => {
             let ordinal = cuda_ordinal(device)?;
             require_cuda(ordinal)?;
-            // C or F order goes up as it is (an F-ordered tensor column keeps its layout); other
-            // layouts are gathered into C order first.
+            // A dense layout goes up as it is (an F-ordered or permuted tensor column keeps its
+            // layout); others are gathered into C order first.
             let gathered;
             let src = if t.dense_strides().is_some() {
                 t

@@ -80,13 +80,13 @@ pub(crate) fn wrap_table(
     }
 }
 
-/// A mask of `true`s shaped like `values` and, when they are in F order, laid out like them
-/// (C order otherwise), on its device (copies, to a device).
+/// A mask of `true`s shaped like `values` and, when they are dense (C or F order, a permuted
+/// tensor column), laid out like them (C order otherwise), on its device (copies, to a device).
 fn all_valid(values: &Tensor) -> dlframe::Result<Tensor> {
     let c = Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?;
     let strides = values.dense_strides().unwrap_or_else(|| c.strides().to_vec());
     // SAFETY: the same allocation of numel bools, kept by its owner; a dense layout of the same
-    // shape (C or F order) reaches exactly those numel elements, and every one is true.
+    // shape (any order of its dimensions) reaches exactly those numel elements, all true.
     let host = unsafe {
         Tensor::from_raw_parts(
             c.data_ptr() as *mut u8,

@@ -74,6 +74,10 @@ def test_fixed_shape_tensor_column_from_pyarrow():
     back = dlframe.from_dlpack(dlframe.to_dlpack(pcol))
     assert back.type.permutation == [1, 0]
     np.testing.assert_array_equal(back.to_numpy_ndarray(), pcol.to_numpy_ndarray())
+    # nulls="mask" without nulls: the all-true mask is laid out like the permuted values.
+    values, mask = dlframe.to_dlpack(pcol, nulls="mask")
+    assert mask.strides == values.strides and not np.from_dlpack(values).flags.c_contiguous
+    assert np.from_dlpack(mask).all()
 
 
 def test_order_f_lays_out_tensor_columns_as_numpy_asfortranarray():

@@ -118,8 +118,8 @@ pub fn columns_to_device(
     transfer::run(gpu(ordinal)?, &plan::matrix(fields, columns, opts)?)
 }
 
-/// A host tensor in C or F order copied to `cuda:ordinal` on the producer stream (copies, to
-/// the device), its layout kept, through page-locked staging buffers when it is pageable. From page-locked or
+/// A dense host tensor (C, F or another order of its dimensions) copied to `cuda:ordinal` on
+/// the producer stream (copies, to the device), its layout kept, through page-locked staging buffers when it is pageable. From page-locked or
 /// managed memory the host waits for the transfer, so the source may be freed on return. Used
 /// for results made on the CPU first, such as a multi-column matrix.
 ///

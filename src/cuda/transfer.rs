@@ -88,8 +88,8 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
     Ok(Converted { values, mask, index: None })
 }
 
-/// A host tensor in C or F order copied to `g`'s device on the producer stream (copies), its
-/// layout kept, through the staging buffers when it is pageable. From page-locked or managed memory the host waits
+/// A dense host tensor (C, F or another order of its dimensions) copied to `g`'s device on
+/// the producer stream (copies), its layout kept, through the staging buffers when it is pageable. From page-locked or managed memory the host waits
 /// for the transfer, so the source may be freed on return.
 ///
 /// # Errors
@@ -100,8 +100,8 @@ pub(super) fn upload(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
     let bytes: &[u8] = if t.numel() == 0 {
         &[]
     } else {
-        // SAFETY: a host-readable tensor in C or F order (checked above), so its elements are
-        // the nbytes bytes from its data pointer, alive for this call through `t`.
+        // SAFETY: a host-readable dense tensor (checked above), so its elements are the nbytes
+        // bytes from its data pointer, alive for this call through `t`.
         unsafe { std::slice::from_raw_parts(t.data_ptr(), t.nbytes()) }
     };
     let slice = guarded(|| -> Result<CudaSlice<u8>> {

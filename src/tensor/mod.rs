@@ -307,16 +307,36 @@ impl Tensor {
     pub fn is_c_contiguous(&self) -> bool {
         is_c_contiguous(&self.shape, &self.strides)
     }
-    /// The canonical strides of the dense order the elements are in: C order (also when they
-    /// are in both), or F order (numpy's `asfortranarray`); None when they are in neither.
+    /// The strides of a dense layout the elements are in, when they fill exactly the `nbytes`
+    /// bytes from the data pointer: C order's canonical strides (also when they are in both),
+    /// F order's (numpy's `asfortranarray`), or the tensor's own when they are another order of
+    /// the dimensions (a permuted `fixed_shape_tensor`); None for gaps, overlaps, negative
+    /// strides or an empty tensor in neither C nor F order.
     pub fn dense_strides(&self) -> Option<Vec<i64>> {
         if self.is_c_contiguous() {
-            Some(c_strides(&self.shape))
-        } else if is_f_contiguous(&self.shape, &self.strides) {
-            Some(f_strides(&self.shape))
-        } else {
-            None
+            return Some(c_strides(&self.shape));
         }
+        if is_f_contiguous(&self.shape, &self.strides) {
+            return Some(f_strides(&self.shape));
+        }
+        // Another order: the dimensions, innermost first by stride, must each step over
+        // exactly the ones inside them.
+        let mut dims: Vec<(i64, i64)> = self
+            .shape
+            .iter()
+            .zip(self.strides.iter())
+            .filter(|(d, _)| **d != 1)
+            .map(|(&d, &s)| (s, d))
+            .collect();
+        dims.sort_unstable();
+        let mut inner = 1i64;
+        for (stride, size) in dims {
+            if size == 0 || stride != inner {
+                return None;
+            }
+            inner = inner.checked_mul(size)?;
+        }
+        Some(self.strides.to_vec())
     }
     /// True when the data pointer is aligned to the element size.
     pub fn is_aligned(&self) -> bool {
@@ -456,8 +476,8 @@ impl Tensor {
         Ok(())
     }
 
-    /// As [`Tensor::check_host_contiguous`], in C or F order: the canonical strides of that
-    /// order ([`Tensor::dense_strides`]), which a copy of the `nbytes` bytes at `data` keeps.
+    /// As [`Tensor::check_host_contiguous`], in any dense order: the strides
+    /// ([`Tensor::dense_strides`]) that a copy of the `nbytes` bytes at `data` keeps.
     ///
     /// # Errors
     /// As [`Tensor::check_host_contiguous`], for a tensor in neither order.
@@ -467,10 +487,7 @@ impl Tensor {
             Some(strides) => Ok(strides),
             None if self.numel() == 0 => Ok(c_strides(&self.shape)),
             None => Err(Error::CopyRequired {
-                reason: format!(
-                    "shape {:?} with strides {:?} is in neither C nor F order",
-                    self.shape, self.strides
-                ),
+                reason: format!("shape {:?} with strides {:?} is not dense", self.shape, self.strides),
             }),
         }
     }
@@ -581,7 +598,7 @@ mod tests {
     }
 
     #[test]
-    fn dense_layouts_are_c_or_f_order_and_nothing_else() {
+    fn dense_layouts_are_any_order_of_the_dimensions_without_gaps() {
         let buf = Buffer::from_vec((0..24).collect::<Vec<i32>>());
         let view = |shape: Vec<i64>, strides: Vec<i64>| {
             Tensor::from_buffer(buf.clone(), 0, shape, Some(strides), DType::Int32).unwrap()
@@ -590,15 +607,21 @@ mod tests {
         let f = view(vec![2, 3, 4], vec![1, 2, 6]);
         let permuted = view(vec![2, 3, 4], vec![12, 1, 3]);
         let gappy = view(vec![2, 3], vec![12, 4]);
+        let overlapping = view(vec![3, 4], vec![2, 1]);
+        let reversed = Tensor::from_buffer(buf.clone(), 92, vec![24], Some(vec![-1]), DType::Int32).unwrap();
         assert_eq!(c.dense_strides(), Some(vec![12, 4, 1]));
         assert_eq!(f.dense_strides(), Some(vec![1, 2, 6]));
-        assert_eq!((permuted.dense_strides(), gappy.dense_strides()), (None, None));
+        assert_eq!(permuted.dense_strides(), Some(vec![12, 1, 3]));
+        assert_eq!(view(vec![2, 1, 3, 4], vec![12, 99, 1, 3]).dense_strides(), Some(vec![12, 99, 1, 3]));
+        for not_dense in [&gappy, &overlapping, &reversed] {
+            assert_eq!(not_dense.dense_strides(), None, "{:?}", not_dense.strides());
+        }
         // Both orders at once (a vector, unit dimensions): C, the canonical answer.
         assert_eq!(view(vec![4, 1], vec![1, 1]).dense_strides(), Some(vec![1, 1]));
         assert_eq!(f.check_host_dense().unwrap(), vec![1, 2, 6]);
         assert!(f.check_host_contiguous().is_err());
-        let e = permuted.check_host_dense().unwrap_err();
-        assert!(e.to_string().contains("neither C nor F order"), "{e}");
+        let e = gappy.check_host_dense().unwrap_err();
+        assert!(e.to_string().contains("is not dense"), "{e}");
         assert_eq!(view(vec![0, 3], vec![7, 7]).check_host_dense().unwrap(), vec![3, 1]);
     }
 
