@@ -119,12 +119,14 @@ pub fn columns_to_device(
 }
 
 /// A dense host tensor (C, F or another order of its dimensions) copied to `cuda:ordinal` on
-/// the producer stream (copies, to the device), its layout kept, through page-locked staging buffers when it is pageable. From page-locked or
-/// managed memory the host waits for the transfer, so the source may be freed on return. Used
-/// for results made on the CPU first, such as a multi-column matrix.
+/// the producer stream (copies, to the device), its layout kept, through page-locked staging
+/// buffers when it is pageable. From page-locked or managed memory the host waits for the
+/// transfer, so the source may be freed on return. Used for results made on the CPU first,
+/// such as a multi-column matrix.
 ///
 /// # Errors
-/// [`Error::Cuda`] without a device; [`Error::CopyRequired`] for strided or device input.
+/// [`Error::Cuda`] without a device; [`Error::CopyRequired`] for a layout with gaps or device
+/// input.
 pub fn upload(t: &Tensor, ordinal: usize) -> Result<Tensor> {
     // Refused before any device is touched.
     t.check_host_dense()?;

@@ -89,11 +89,12 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
 }
 
 /// A dense host tensor (C, F or another order of its dimensions) copied to `g`'s device on
-/// the producer stream (copies), its layout kept, through the staging buffers when it is pageable. From page-locked or managed memory the host waits
-/// for the transfer, so the source may be freed on return.
+/// the producer stream (copies), its layout kept, through the staging buffers when it is
+/// pageable. From page-locked or managed memory the host waits for the transfer, so the source
+/// may be freed on return.
 ///
 /// # Errors
-/// [`Error::CopyRequired`](crate::Error::CopyRequired) for strided or device input;
+/// [`Error::CopyRequired`](crate::Error::CopyRequired) for a layout with gaps or device input;
 /// [`Error::Cuda`](crate::Error::Cuda) from the driver.
 pub(super) fn upload(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
     let strides = t.check_host_dense()?;
