@@ -355,10 +355,9 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
     }
     // numpy's ndarray is read from its struct, as its DLPack export would describe it, without
     // the export; what that read does not take is asked of `__dlpack__` below.
-    let is_ndarray = ndarray::is_ndarray(x)?;
-    if is_ndarray
-        && copy != Some(true)
-        && let Some(t) = ndarray::import(x)
+    let array = ndarray::as_ndarray(x)?;
+    if copy != Some(true)
+        && let Some(t) = array.and_then(ndarray::NdArray::import)
     {
         return Ok(t);
     }
@@ -366,7 +365,7 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
     // anew was most of its cost next to the producer's own __dlpack__.
     // numpy's ndarray is always on the CPU: asking its `__dlpack_device__` was a fifth of a
     // small import.
-    let (ty, id): (i32, i32) = if is_ndarray {
+    let (ty, id): (i32, i32) = if array.is_some() {
         (1, 0)
     } else {
         match x.getattr(intern!(py, "__dlpack_device__")) {
@@ -511,8 +510,7 @@ pub fn from_dlpack<'py>(
     // A plain numpy array goes to pyarrow's own DLPack import as it is: what dlframe's import
     // of it would hand pyarrow, without making and exporting a tensor in between.
     if copy != Some(true)
-        && ndarray::is_ndarray(x)?
-        && ndarray::is_plain_1d(x)
+        && ndarray::as_ndarray(x)?.is_some_and(ndarray::NdArray::is_plain_1d)
         && let Some(shared) = pyarrow_from_dlpack(py, x)
     {
         return Ok(shared);

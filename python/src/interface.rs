@@ -9,6 +9,7 @@ use pyo3::types::{PyCapsule, PyDict};
 use pyo3::{ffi, intern};
 
 use dlframe::interface::{ArrayInterface, TypeStr};
+use dlframe::tensor::c_strides;
 use dlframe::{Device, Tensor};
 
 use crate::error::{Binding, Error, Result};
@@ -292,30 +293,46 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
     }
     let typestr: TypeStr = format!("|{}{}", s.typekind as u8 as char, s.itemsize).parse()?;
     let dtype = typestr.to_dtype()?;
-    // SAFETY: the struct promises nd extents (and strides, when not NULL).
-    let shape: Vec<i64> = (0..nd).map(|i| unsafe { *s.shape.add(i) } as i64).collect();
-    let strides = if s.strides.is_null() {
-        None
-    } else {
-        let item = s.itemsize as i64;
-        let mut v = Vec::with_capacity(nd);
-        for i in 0..nd {
-            // SAFETY: as above.
-            let b = unsafe { *s.strides.add(i) } as i64;
-            if b % item != 0 {
-                return Err(bad("a byte stride that is not a whole element"));
-            }
-            v.push(b / item);
-        }
-        Some(v)
-    };
+    // SAFETY: the struct promises nd extents, and nd strides when they are not NULL.
+    let (shape, strides) = unsafe { read_dims(nd, s.shape, s.strides, s.itemsize as isize) }
+        .ok_or_else(|| bad("a byte stride that is not a whole element"))?;
     let readonly = s.flags & NPY_WRITEABLE == 0;
     let owner = Arc::new((PyOwner::new(x), PyOwner::new(cap.as_any())));
     // SAFETY: the struct's memory stays valid while the exporter and the capsule live, and the
     // owner keeps both.
     Ok(unsafe {
-        Tensor::from_raw_parts(s.data as *mut u8, shape, strides, dtype, Device::Cpu, readonly, owner)
+        Tensor::from_raw_parts(s.data as *mut u8, shape, Some(strides), dtype, Device::Cpu, readonly, owner)
     }?)
+}
+
+/// `nd` extents and byte strides from the C arrays of a numpy-style description (a numpy
+/// array's struct, `__array_struct__`, a `Py_buffer`) as a shape and strides in elements of
+/// `item` bytes (no copy of the data); NULL `strides` are C order's. None when a byte stride is
+/// not a whole element.
+///
+/// # Safety
+/// Unless `nd` is 0, `shape` points to `nd` readable extents, and `strides` is NULL or points
+/// to `nd` readable strides.
+pub(crate) unsafe fn read_dims(
+    nd: usize,
+    shape: *const ffi::Py_ssize_t,
+    strides: *const ffi::Py_ssize_t,
+    item: isize,
+) -> Option<(Vec<i64>, Vec<i64>)> {
+    // SAFETY: the caller's promise, for nd entries (none are read when nd is 0).
+    let read = |p: *const ffi::Py_ssize_t, i: usize| unsafe { *p.add(i) };
+    let extents: Vec<i64> = (0..nd).map(|i| read(shape, i) as i64).collect();
+    if strides.is_null() || nd == 0 {
+        let c = c_strides(&extents);
+        return Some((extents, c));
+    }
+    let elements = (0..nd)
+        .map(|i| {
+            let bytes = read(strides, i);
+            (item != 0 && bytes % item == 0).then(|| (bytes / item) as i64)
+        })
+        .collect::<Option<Vec<i64>>>()?;
+    Some((extents, elements))
 }
 
 /// A Py_buffer view, released (with the GIL) when the last tensor over it drops.
@@ -352,18 +369,9 @@ fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
     let typestr = buffer_format_typestr(&format, v.itemsize as usize)
         .ok_or_else(|| Binding::WrongType(format!("buffer format {format:?} has no tensor dtype")))?;
     let dtype = typestr.parse::<TypeStr>()?.to_dtype()?;
-    let nd = v.ndim as usize;
     // SAFETY: with PyBUF_RECORDS_RO, shape and strides hold ndim entries (or ndim is 0).
-    let shape: Vec<i64> = (0..nd).map(|i| unsafe { *v.shape.add(i) } as i64).collect();
-    let mut strides = Vec::with_capacity(nd);
-    for i in 0..nd {
-        // SAFETY: as above.
-        let b = unsafe { *v.strides.add(i) } as i64;
-        if b % v.itemsize as i64 != 0 {
-            return Err(Binding::Malformed("a buffer stride that is not a whole element".into()).into());
-        }
-        strides.push(b / v.itemsize as i64);
-    }
+    let (shape, strides) = unsafe { read_dims(v.ndim as usize, v.shape, v.strides, v.itemsize) }
+        .ok_or_else(|| Binding::Malformed("a buffer stride that is not a whole element".into()))?;
     let (data, readonly) = (v.buf as *mut u8, v.readonly != 0);
     // SAFETY: the buffer stays valid until the view is released, which the owner does last.
     Ok(unsafe {

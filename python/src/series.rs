@@ -36,7 +36,7 @@ pub fn series_view(s: &Bound<'_, PyAny>) -> Option<PyTensor> {
     }
     // Polars' view is an exact ndarray: read from its struct, or, should that ever refuse it,
     // through numpy's DLPack export.
-    let t = if ndarray::is_ndarray(&view).ok()? { ndarray::import(&view) } else { None };
+    let t = ndarray::as_ndarray(&view).ok()?.and_then(ndarray::NdArray::import);
     let t = t.or_else(|| capsule::versioned_from_known(&view))?;
     // Every dtype dlframe imports is a number but bool (complex is refused by the import).
     (t.dtype() != DType::Bool).then(|| PyTensor::new(t))
