@@ -93,7 +93,7 @@ fn assert_same(dtype: DType, got: &[u8], want: &[u8], what: &str) {
     }
 }
 
-/// The plan (emulated over two grids) against the CPU result: same shape, strides, dtype,
+/// The plan (emulated over three grids) against the CPU result: same shape, strides, dtype,
 /// values and mask, or the same error. True when values were compared (not an error), and
 /// whether the kernel ran (not only direct copies).
 fn check(
@@ -115,7 +115,9 @@ fn check(
         (cpu.values.dtype(), cpu.values.shape(), cpu.values.strides()),
         "{what}"
     );
-    for (grid, block) in [((1, 1), 1), ((3, 2), 4)] {
+    // One thread; a grid a thread of which takes several slots (rows, or units of eight bool
+    // rows) a grid-width apart; a wide one.
+    for (grid, block) in [((1, 1), 1), ((2, 1), 2), ((3, 2), 4)] {
         let (out, mask) = e.run(&plan, grid, block);
         assert_same(plan.dtype, &out, &memory(&cpu.values), what);
         assert_eq!(mask, cpu.mask.as_ref().map(memory), "{what}: mask");
