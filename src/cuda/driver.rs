@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaStream, result, sys};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, result, sys};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -37,11 +37,101 @@ pub(super) fn device_count() -> usize {
     .unwrap_or(0)
 }
 
-/// One device: its ordinal, its (primary) context and dlframe's producer stream on it.
+/// One device: its ordinal, its (primary) context, dlframe's producer stream on it, and the
+/// memory pool its stream-ordered allocations come from (None where the device has no pools).
 pub(super) struct Gpu {
     pub ordinal: usize,
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
+    pool: Option<Pool>,
+}
+
+/// A CUDA memory pool of one device, kept for the process's life (as the device's context is).
+struct Pool(sys::CUmemoryPool);
+
+// SAFETY: a pool handle is a driver object that CUDA lets any thread use.
+unsafe impl Send for Pool {}
+// SAFETY: as above; this type only passes the handle to the driver.
+unsafe impl Sync for Pool {}
+
+/// The most freed memory dlframe's pool of a device keeps for reuse: 1 GiB, or a sixteenth of
+/// the device's memory when that is less.
+const POOL_KEEPS: u64 = 1 << 30;
+
+/// `CUmemPoolProps` as CUDA's C header lays it out: two enums, a location (an enum and a device
+/// id), a Windows-only pointer, a maximum size and a reserved tail, zero for the defaults. The
+/// bindings' names for the location's id differ between CUDA versions; this layout does not,
+/// and the tail here is longer than any version's.
+#[repr(C)]
+struct PoolProps {
+    alloc_type: u32,
+    handle_types: u32,
+    location_type: u32,
+    location_id: i32,
+    win32_security_attributes: *mut std::ffi::c_void,
+    max_size: usize,
+    reserved: [u8; 64],
+}
+
+/// A memory pool of `ctx`'s device (bound to this thread) that keeps up to [`POOL_KEEPS`] of
+/// freed memory instead of handing it back to the driver at each synchronisation: the
+/// device's default pool keeps none, so every output and scratch buffer was mapped afresh,
+/// which on an H200 made a 40 MB upload 1.4x slower (docs/benchmarks.md). A pool of its own
+/// leaves the default pool, which other libraries in the process may use, as it is.
+fn new_pool(ctx: &CudaContext, ordinal: usize) -> std::result::Result<Pool, result::DriverError> {
+    let props = PoolProps {
+        alloc_type: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED as u32,
+        handle_types: 0,
+        location_type: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as u32,
+        location_id: ordinal as i32,
+        win32_security_attributes: std::ptr::null_mut(),
+        max_size: 0,
+        reserved: [0; 64],
+    };
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `props` has CUmemPoolProps' layout (above) and outlives the call, which writes the
+    // new pool's handle into `pool`; the context is bound to this thread.
+    unsafe { sys::cuMemPoolCreate(&mut pool, (&props as *const PoolProps).cast()) }.result()?;
+    // SAFETY: a device of this context (its ordinal came from it).
+    let total = unsafe { result::device::total_mem(ctx.cu_device()) }? as u64;
+    let mut keep = POOL_KEEPS.min(total / 16);
+    // SAFETY: a live pool; the release threshold attribute takes a u64, read during the call.
+    unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut keep as *mut u64).cast(),
+        )
+    }
+    .result()?;
+    Ok(Pool(pool))
+}
+
+/// The release threshold of the pool that device memory at `ptr` came from (a test's check of
+/// [`new_pool`]); an error for memory not allocated from a pool.
+#[cfg(test)]
+pub(super) fn pool_keeps(ptr: sys::CUdeviceptr) -> Result<u64> {
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut keep = 0u64;
+    // SAFETY: two queries that write a pool handle and a u64 into locals; a pointer the driver
+    // does not know gives an error.
+    unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut pool as *mut sys::CUmemoryPool).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+            ptr,
+        )
+        .result()
+        .map_err(cuda_err)?;
+        sys::cuMemPoolGetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut keep as *mut u64).cast(),
+        )
+        .result()
+        .map_err(cuda_err)?;
+    }
+    Ok(keep)
 }
 
 impl Gpu {
@@ -53,6 +143,31 @@ impl Gpu {
     /// The raw handle of the producer stream.
     pub fn producer(&self) -> usize {
         self.stream.cu_stream() as usize
+    }
+
+    /// `len` bytes (at least 1) of device memory, allocated in stream order on the producer
+    /// stream from the device's pool, and freed there when the slice is dropped; where the
+    /// device has no pools, as cudarc allocates.
+    ///
+    /// # Safety
+    /// The memory is not initialised: the caller writes every byte it or a consumer reads.
+    pub unsafe fn alloc(&self, len: usize) -> Result<CudaSlice<u8>> {
+        let len = len.max(1);
+        self.bind()?;
+        let Some(pool) = &self.pool else {
+            // SAFETY: per this function's contract.
+            return unsafe { self.stream.alloc::<u8>(len) }.map_err(cuda_err);
+        };
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: a pool of this device and a live stream of its context, bound to this thread;
+        // the call writes the new allocation's address into `ptr`.
+        unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, len, pool.0, self.stream.cu_stream()) }
+            .result()
+            .map_err(cuda_err)?;
+        // SAFETY: `ptr` holds `len` bytes of this device, allocated in stream order on this
+        // stream; the slice frees it with cuMemFreeAsync on the same stream (the context has
+        // stream-ordered allocation, or the device would have no pool).
+        Ok(unsafe { self.stream.upgrade_device_ptr::<u8>(ptr, len) })
     }
 }
 
@@ -76,7 +191,10 @@ pub(super) fn gpu(ordinal: usize) -> Result<Arc<Gpu>> {
     let g = catch_unwind(|| -> Result<Gpu> {
         let ctx = CudaContext::new(ordinal).map_err(cuda_err)?;
         let stream = ctx.new_stream().map_err(cuda_err)?;
-        Ok(Gpu { ordinal, ctx, stream })
+        // Without a pool of its own (no pool support, or the driver refuses one), allocations
+        // go where cudarc puts them: slower, not wrong.
+        let pool = if ctx.has_async_alloc() { new_pool(&ctx, ordinal).ok() } else { None };
+        Ok(Gpu { ordinal, ctx, stream, pool })
     })
     .map_err(|_| Error::Cuda("the CUDA driver library could not be loaded".into()))??;
     let g = Arc::new(g);

@@ -274,4 +274,26 @@ mod tests {
         let c = device_copy(&transposed).unwrap();
         assert!(c.is_c_contiguous() && c.device() == Device::Cuda(0) && c.data_ptr() != adopted.data_ptr());
     }
+
+    #[test]
+    fn outputs_come_from_a_pool_that_keeps_freed_memory_for_reuse() {
+        if device_count() == 0 {
+            eprintln!("skipped: no CUDA driver or device on this machine");
+            return;
+        }
+        let g = driver::gpu(0).unwrap();
+        // The device's default pool keeps nothing (its release threshold is 0), so each output
+        // would be mapped afresh after every synchronisation.
+        let col: ArrayRef = Arc::new(arrow_array::Float32Array::from(vec![Some(1.0), None, Some(3.0)]));
+        let f: FieldRef = Arc::new(arrow_schema::Field::new("x", DataType::Float32, true));
+        let opts = ExportOptions { nulls: crate::options::NullPolicy::Mask, ..Default::default() };
+        let c = to_device(&f, &[col], &opts, 0).unwrap();
+        let up = upload(&Tensor::from_vec(vec![1u8; 1000], vec![1000]).unwrap(), 0).unwrap();
+        let mask = c.mask.as_ref().unwrap();
+        for t in [&c.values, mask, &up] {
+            let keeps = driver::pool_keeps(t.data_ptr() as u64).unwrap();
+            assert!(keeps > 0 && keeps <= 1 << 30, "{keeps}");
+        }
+        g.stream.synchronize().unwrap();
+    }
 }

@@ -25,7 +25,7 @@ use crate::tensor::{Tensor, c_strides};
 /// addresses, for [`Uploads::copy_all`]. The kernel reads only those bytes.
 pub(super) fn scratch<'p>(g: &Gpu, plan: &'p Plan) -> Result<(CudaSlice<u8>, Vec<HostCopy<'p>>)> {
     // SAFETY: the kernel reads only the placed bytes, all written by the copies returned first.
-    let scratch = unsafe { g.stream.alloc::<u8>(plan.scratch_len()) }.map_err(cuda_err)?;
+    let scratch = unsafe { g.alloc(plan.scratch_len()) }?;
     let base = address(g, &scratch);
     let pieces = plan.uploads().map(|(at, bytes)| (base + at as u64, bytes)).collect();
     Ok((scratch, pieces))
@@ -48,10 +48,9 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
         // SAFETY: every element is written below (by the copies or by the kernel, which writes
         // each slot of each segment, and the segments cover the output) before the readiness
         // event that consumers wait on.
-        let mut out = unsafe { s.alloc::<u8>((plan.len * item).max(1)) }.map_err(cuda_err)?;
+        let mut out = unsafe { g.alloc(plan.len * item) }?;
         // SAFETY: as above; the kernel writes one mask byte per element it writes.
-        let mut mask =
-            plan.mask.then(|| unsafe { s.alloc::<u8>(plan.len.max(1)) }).transpose().map_err(cuda_err)?;
+        let mut mask = plan.mask.then(|| unsafe { g.alloc(plan.len) }).transpose()?;
         let base = address(&g, &out);
         let mut copies: Vec<_> = plan.output_copies().map(|(at, bytes)| (base + at as u64, bytes)).collect();
         let scratch = if plan.needs_kernel() {
@@ -108,7 +107,7 @@ pub(super) fn upload(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
     let slice = guarded(|| -> Result<CudaSlice<u8>> {
         g.bind()?;
         // SAFETY: every byte is written by the copy below before the readiness event.
-        let out = unsafe { g.stream.alloc::<u8>(bytes.len().max(1)) }.map_err(cuda_err)?;
+        let out = unsafe { g.alloc(bytes.len()) }?;
         let mut up = Uploads::new(&g)?;
         // SAFETY: `out` holds bytes.len() bytes and is freed on the producer stream, after the
         // copy.
@@ -165,7 +164,7 @@ pub(super) fn device_copy(g: Arc<Gpu>, t: &Tensor) -> Result<Tensor> {
             sync.wait_on(g.producer())?;
         }
         // SAFETY: the gather below writes each of the numel elements.
-        let mut out = unsafe { s.alloc::<u8>(t.nbytes().max(1)) }.map_err(cuda_err)?;
+        let mut out = unsafe { g.alloc(t.nbytes()) }?;
         if t.numel() == 0 {
             return Ok(out);
         }
