@@ -1,16 +1,16 @@
 //! Host-to-device copies through page-locked staging buffers (copies). A copy from pageable
 //! memory (an Arrow buffer, a numpy array) would otherwise be staged by the driver, on one
 //! thread and in small steps, at about a quarter of the bandwidth of a copy from page-locked
-//! memory (measured on an H100: docs/benchmarks.md). Here each device has two page-locked
-//! buffers: the kernel threads copy the sources of one conversion into one, together (a batch
-//! of eight columns is eight small pieces), and their uploads are queued while they fill the
-//! other. A buffer is written again only after the upload out of it is
-//! done (an event per buffer). Sources CUDA already knows (page-locked, registered, managed)
-//! are copied straight, with no staging. On a thread of a rayon pool (a batch converted ahead)
-//! the copy into a buffer stays on that thread, and when another conversion holds the buffers,
-//! pageable sources go to the driver as they are: a pool thread never waits for them, since
-//! rayon would run other queued conversions on it while it held them (`take`). Built on
-//! `driver.rs`.
+//! memory (measured on an H100: docs/benchmarks.md). Here a set of two page-locked buffers
+//! serves one conversion at a time: the kernel threads copy the sources of the conversion into
+//! one, together (a batch of eight columns is eight small pieces), and their uploads are queued
+//! while they fill the other. A buffer is written again only after the upload out of it is
+//! done (an event per buffer). Each device has up to three sets, made as concurrent conversions
+//! need them (batches converted ahead). Sources CUDA already knows (page-locked, registered,
+//! managed) are copied straight, with no staging. A conversion on a thread of a rayon pool never
+//! waits for a set: when all are held, its pageable sources go to the driver as they are, since
+//! rayon would run other queued conversions on that thread while it waited (`claim`). Built
+//! on `driver.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -44,16 +44,26 @@ struct Buffers {
     current: usize,
 }
 
-/// The staging buffers of `g`'s device, allocated on first use and kept for the process's life.
-fn buffers(g: &Gpu) -> Result<&'static Mutex<Buffers>> {
-    static STAGING: OnceLock<Mutex<HashMap<usize, &'static Mutex<Buffers>>>> = OnceLock::new();
+/// Sets of staging buffers per device at most. A conversion holds one set while it stages;
+/// the caller's own conversion and the batches converted ahead (two by default) each get
+/// one, instead of all but one of them going to the driver's slower staging.
+const SETS: usize = 3;
+
+/// The staging sets of one device, made on demand.
+type Sets<T> = Mutex<Vec<&'static Mutex<T>>>;
+
+/// The staging sets of `g`'s device; each is kept, once made, for the process's life.
+fn sets(g: &Gpu) -> Result<&'static Sets<Buffers>> {
+    static STAGING: OnceLock<Mutex<HashMap<usize, &'static Sets<Buffers>>>> = OnceLock::new();
     let mut all = STAGING
         .get_or_init(Default::default)
         .lock()
         .map_err(|_| Error::Cuda("staging table poisoned".into()))?;
-    if let Some(b) = all.get(&g.ordinal) {
-        return Ok(b);
-    }
+    Ok(*all.entry(g.ordinal).or_insert_with(|| Box::leak(Box::default())))
+}
+
+/// A new set of staging buffers on `g`'s device.
+fn new_buffers(g: &Gpu) -> Result<Buffers> {
     let slots = (0..BUFFERS)
         .map(|_| {
             Ok(Slot {
@@ -65,19 +75,15 @@ fn buffers(g: &Gpu) -> Result<&'static Mutex<Buffers>> {
             })
         })
         .collect::<Result<Vec<Slot>>>()?;
-    // Kept until the process exits, as the device's context is.
-    let b: &'static Mutex<Buffers> = Box::leak(Box::new(Mutex::new(Buffers { slots, current: 0 })));
-    all.insert(g.ordinal, b);
-    Ok(b)
+    Ok(Buffers { slots, current: 0 })
 }
 
-/// A run of host-to-device copies on `g`'s producer stream. It holds the device's staging
-/// buffers until dropped, so runs on one device take turns (they share its one stream anyway).
-/// A run on a thread of a rayon pool never waits for them: when another run holds them, it
-/// leaves pageable sources to the driver's own staging (see [`take`]).
+/// A run of host-to-device copies on `g`'s producer stream. It holds one of the device's
+/// staging sets until dropped. A run on a thread of a rayon pool never waits for one: when
+/// all are held, it leaves pageable sources to the driver's own staging (see [`claim`]).
 pub(super) struct Uploads<'a> {
     g: &'a Gpu,
-    /// None: the buffers were busy, and pageable sources go to the driver as they are.
+    /// None: every set was busy, and pageable sources go to the driver as they are.
     buffers: Option<MutexGuard<'static, Buffers>>,
     /// Bytes of the current buffer queued for upload in this run (0: not written yet).
     used: usize,
@@ -85,28 +91,43 @@ pub(super) struct Uploads<'a> {
     locked: bool,
 }
 
-/// The guard of `m`; on a thread of a rayon pool, None at once when another thread holds it.
+/// A free set of `sets`, or a new one from `make` while there are fewer than [`SETS`];
+/// when all are held, None at once on a thread of a rayon pool, and elsewhere the first set
+/// once its holder lets it go.
 ///
-/// A pool thread must not block on these buffers. The holder may be waiting for the pool (its
-/// copy runs there), and a pool thread that blocks while waiting for work of its own (rayon
-/// runs other queued jobs meanwhile, such as the next batch's conversion) would block on a lock
-/// that its own thread holds further up.
-fn take<T>(m: &'static Mutex<T>) -> Result<Option<MutexGuard<'static, T>>> {
+/// A pool thread must not block on a set. Its holder may be waiting for the pool (its copy
+/// runs there), and a pool thread that waits for work of its own lets rayon run other queued
+/// jobs on it meanwhile (the next batch's conversion): one that blocked there on a set its own
+/// thread holds further up would never wake.
+fn claim<T>(sets: &Sets<T>, make: impl FnOnce() -> Result<T>) -> Result<Option<MutexGuard<'static, T>>> {
     let poisoned = || Error::Cuda("staging buffers poisoned".into());
-    if rayon::current_thread_index().is_none() {
-        return m.lock().map(Some).map_err(|_| poisoned());
+    let mut all = sets.lock().map_err(|_| poisoned())?;
+    for set in all.iter() {
+        match set.try_lock() {
+            Ok(guard) => return Ok(Some(guard)),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+            Err(std::sync::TryLockError::Poisoned(_)) => return Err(poisoned()),
+        }
     }
-    match m.try_lock() {
-        Ok(guard) => Ok(Some(guard)),
-        Err(std::sync::TryLockError::WouldBlock) => Ok(None),
-        Err(std::sync::TryLockError::Poisoned(_)) => Err(poisoned()),
+    if all.len() < SETS {
+        // Kept until the process exits, as the device's context is.
+        let set: &'static Mutex<T> = Box::leak(Box::new(Mutex::new(make()?)));
+        all.push(set);
+        // No one else has seen it yet.
+        return set.lock().map(Some).map_err(|_| poisoned());
     }
+    if rayon::current_thread_index().is_some() {
+        return Ok(None);
+    }
+    let first = all[0];
+    drop(all);
+    first.lock().map(Some).map_err(|_| poisoned())
 }
 
 impl<'a> Uploads<'a> {
     /// Starts a run of copies to `g`'s device; the caller has bound its context.
     pub fn new(g: &'a Gpu) -> Result<Self> {
-        Ok(Uploads { g, buffers: take(buffers(g)?)?, used: 0, locked: false })
+        Ok(Uploads { g, buffers: claim(sets(g)?, || new_buffers(g))?, used: 0, locked: false })
     }
 
     /// Whether a source was page-locked memory, copied straight: it must outlive the copy, so
@@ -203,13 +224,13 @@ impl Drop for Uploads<'_> {
 }
 
 /// Copies the sources of `batch` one after another into `region` (as long as all of them),
-/// split evenly over the kernel threads, or on this thread when it is small or this is a
-/// thread of a rayon pool (copies).
+/// split evenly over the kernel threads, or on this thread when it is small (copies). On a
+/// thread of a rayon pool (a batch converted ahead) the parts go to that pool: while this
+/// thread waits for them, rayon may run another queued conversion on it, which then stages
+/// through another set or the driver, and never waits for this one (`claim`).
 fn stage(region: &mut [u8], batch: &[HostCopy]) {
     let total = region.len();
-    // On a pool thread (a batch converted ahead), on this thread: waiting for the pool there
-    // would run other queued jobs on it while it holds the buffers (see `take`).
-    if total <= PART || rayon::current_thread_index().is_some() {
+    if total <= PART {
         pieces(region, batch, total).for_each(|(to, from)| to.copy_from_slice(from));
         return;
     }
@@ -243,24 +264,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pool_thread_never_waits_for_the_staging_buffers() {
-        static BUFFERS: Mutex<u32> = Mutex::new(0);
-        let held = BUFFERS.lock().unwrap();
-        // A conversion on a pool thread finds the buffers held: it goes on without them at once.
-        // (Were it to wait, this test would hang: bounded by the timeout below.)
+    fn a_pool_thread_never_waits_for_a_staging_set() {
+        static SETS_OF: Sets<u32> = Mutex::new(Vec::new());
+        let made = std::sync::atomic::AtomicU32::new(0);
+        let make = || Ok(made.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+        // Sets are made as they are needed, up to SETS, each held by one run at a time.
+        let held: Vec<_> = (0..SETS).map(|_| claim(&SETS_OF, make).unwrap().unwrap()).collect();
+        assert_eq!(held.iter().map(|g| **g).collect::<Vec<_>>(), (0..SETS as u32).collect::<Vec<_>>());
+        // With all of them held, a run on a pool thread goes on without one at once. (Were it
+        // to wait, this test would hang: bounded by the timeout below.)
         let (tx, rx) = channel();
         std::thread::spawn(move || {
             let _ = tx.send(crate::kernels::install(|| {
-                (rayon::current_thread_index().is_some(), take(&BUFFERS).map(|g| g.is_none()))
+                (rayon::current_thread_index().is_some(), claim(&SETS_OF, || Ok(99)).map(|g| g.is_none()))
             }));
         });
         let (on_pool, busy) =
-            rx.recv_timeout(Duration::from_secs(30)).expect("a pool thread waited for the buffers");
+            rx.recv_timeout(Duration::from_secs(30)).expect("a pool thread waited for a staging set");
         assert!(on_pool && matches!(busy, Ok(true)), "{busy:?}");
+        // Off the pool, a run waits for the first set; once one is free, any run takes it and
+        // no set is made beyond SETS.
+        let first = std::thread::spawn(|| claim(&SETS_OF, || Ok(99)).map(|g| *g.unwrap()));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!first.is_finished(), "a run off the pool did not wait");
         drop(held);
-        // Off the pool, a run waits its turn, and on the pool it takes free buffers.
-        assert!(matches!(take(&BUFFERS), Ok(Some(_))));
-        let free = crate::kernels::install(|| take(&BUFFERS).map(|g| g.is_some()));
-        assert!(matches!(free, Ok(true)));
+        assert_eq!(first.join().unwrap().unwrap(), 0);
+        let free = crate::kernels::install(|| claim(&SETS_OF, || Ok(99)).map(|g| g.map(|g| *g)));
+        assert!(matches!(free, Ok(Some(n)) if n < SETS as u32), "{free:?}");
+        assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), SETS as u32);
     }
 }
