@@ -2,17 +2,19 @@
 //! memory (an Arrow buffer, a numpy array) would otherwise be staged by the driver, on one
 //! thread and in small steps, at about a quarter of the bandwidth of a copy from page-locked
 //! memory (measured on an H100: docs/benchmarks.md). Here a set of two page-locked buffers
-//! serves one conversion at a time: the kernel threads copy the sources of the conversion into
-//! one, together (a batch of eight columns is eight small pieces), and their uploads are queued
-//! while they fill the other. A buffer is written again only after the upload out of it is
-//! done (an event per buffer). Each device has up to three sets, made as concurrent conversions
-//! need them (batches converted ahead). Sources CUDA already knows (page-locked, registered,
-//! managed) are copied straight, with no staging. A conversion on a thread of a rayon pool never
-//! waits for a set: when all are held, its pageable sources go to the driver as they are, since
-//! rayon would run other queued conversions on that thread while it waited (`claim`). Built
-//! on `driver.rs`.
+//! serves one conversion at a time. The kernel threads copy the sources of the conversion into
+//! one, together (a batch of eight columns is eight small pieces), in 1 MiB pieces taken in
+//! order; each stretch of copied pieces at the front is queued for upload while they copy the
+//! rest, and then they fill the other buffer. A buffer is written again only after the upload
+//! out of it is done (an event per buffer). Each device has up to three sets, made as
+//! concurrent conversions need them (batches converted ahead). Sources CUDA already knows
+//! (page-locked, registered, managed) are copied straight, with no staging. A conversion on a
+//! thread of a rayon pool never waits for a set: when all are held, its pageable sources go to
+//! the driver as they are, since rayon would run other queued conversions on that thread while
+//! it waited (`claim`). Built on `driver.rs`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use cudarc::driver::{CudaEvent, sys};
@@ -179,27 +181,29 @@ impl<'a> Uploads<'a> {
     }
 
     /// Copies `batch`, packed in order from byte `start` of the current buffer, into it (on the
-    /// kernel threads), then queues each piece's upload to its destination.
+    /// kernel threads), queueing the uploads of its first bytes while the rest are still being
+    /// copied ([`relay`]).
     fn flush(&mut self, start: usize, batch: &[HostCopy]) -> Result<()> {
         let Some(b) = self.buffers.as_deref_mut().filter(|_| !batch.is_empty()) else { return Ok(()) };
-        let stream = self.g.producer();
         let slot = &mut b.slots[b.current];
         if start == 0 {
             // The upload of an earlier run out of this buffer is done before it is written.
             slot.uploaded.synchronize().map_err(cuda_err)?;
         }
         let len: usize = batch.iter().map(|(_, src)| src.len()).sum();
-        stage(slot.memory.bytes_mut(start..start + len), batch);
-        let mut at = start;
-        for &(dst, src) in batch {
-            let staged = slot.memory.bytes_mut(at..at + src.len());
-            // SAFETY: `dst` holds src.len() bytes (`copy_all`'s contract); `staged` is
-            // page-locked, and not written again before the event recorded after this upload
-            // (by `next`, here or in `drop`) has completed.
-            unsafe { memcpy_htod(dst, staged, stream) }?;
-            at += src.len();
-        }
-        Ok(())
+        let (g, stream) = (self.g, self.g.producer());
+        relay(
+            slot.memory.bytes_mut(start..start + len),
+            batch,
+            || g.bind(),
+            |dst, staged| {
+                // SAFETY: `relay` hands over bytes of the region, copied from the sources in
+                // `batch`, with their place within those sources' destinations, which hold them
+                // (`copy_all`'s contract); the region is page-locked and not written again before
+                // the event recorded after these uploads (by `next`, here or in `drop`) has completed.
+                unsafe { memcpy_htod(dst, staged, stream) }
+            },
+        )
     }
 
     /// Records the current buffer's event after the uploads queued out of it, and moves on to
@@ -223,36 +227,136 @@ impl Drop for Uploads<'_> {
     }
 }
 
-/// Copies the sources of `batch` one after another into `region` (as long as all of them),
-/// split evenly over the kernel threads, or on this thread when it is small (copies). On a
-/// thread of a rayon pool (a batch converted ahead) the parts go to that pool: while this
-/// thread waits for them, rayon may run another queued conversion on it, which then stages
-/// through another set or the driver, and never waits for this one (`claim`).
-fn stage(region: &mut [u8], batch: &[HostCopy]) {
-    let total = region.len();
-    if total <= PART {
-        pieces(region, batch, total).for_each(|(to, from)| to.copy_from_slice(from));
-        return;
-    }
-    crate::kernels::install(|| {
-        let part = total.div_ceil(rayon::current_num_threads()).max(PART);
-        let pieces: Vec<_> = pieces(region, batch, part).collect();
-        pieces.into_par_iter().for_each(|(to, from)| to.copy_from_slice(from));
-    });
+/// Pieces of this size are copied by one thread each; once the first ones are in the staging
+/// buffer their upload starts while the threads copy the next. On an H200, 1 MiB took a 40 MB
+/// column from 1.8x a page-locked copy to 1.7x, where 512 KiB and 2 MiB did no better than
+/// copying the whole buffer before its upload (docs/benchmarks.md).
+const PIECE: usize = 1 << 20;
+
+/// One piece of a [`relay`]: to be copied (the staging bytes, the source and the device
+/// address), being copied, copied (the staged bytes and the device address), or queued.
+enum Piece<'r, 's> {
+    Pending(&'r mut [u8], &'s [u8], sys::CUdeviceptr),
+    Copying,
+    Copied(&'r [u8], sys::CUdeviceptr),
+    Queued,
 }
 
-/// `region` cut into each source's place, in `batch` order, and each cut into parts of at most
-/// `part` bytes (at least 1), paired with the source bytes that go there.
-fn pieces<'r, 's>(
+/// Copies the sources of `batch` one after another into `region` (as long as all of them), in
+/// pieces of [`PIECE`] that the kernel threads take in order (on this thread when it is all at
+/// most [`PART`]), and queues the upload of each run of copied pieces from the front as soon as
+/// it is complete, so that the first bytes travel while the last are copied (copies). On a
+/// thread of a rayon pool (a batch converted ahead) the pieces go to that pool: while this
+/// thread waits for them, rayon may run another queued conversion on it, which then stages
+/// through another set or the driver, and never waits for this one (`claim`).
+///
+/// `upload(dst, staged)` is called for each such run, one call at a time, with bytes of
+/// `region` and their device address; `bind` first on each thread that takes part (it binds
+/// the device's context there). The first error of either is returned, and no upload is
+/// queued after it.
+fn relay(
+    region: &mut [u8],
+    batch: &[HostCopy],
+    bind: impl Fn() -> Result<()> + Sync,
+    upload: impl Fn(sys::CUdeviceptr, &[u8]) -> Result<()> + Sync,
+) -> Result<()> {
+    let total = region.len();
+    let part = if total <= PART { total } else { PIECE };
+    let pieces: Vec<Mutex<Piece>> = cut(region, batch, part).map(Mutex::new).collect();
+    let taken = AtomicUsize::new(0);
+    // The first piece not yet queued, and the first error of an upload.
+    let front = Mutex::new((0usize, None::<Error>));
+    let work = || {
+        if let Err(e) = bind() {
+            front.lock().unwrap_or_else(|e| e.into_inner()).1.get_or_insert(e);
+            return;
+        }
+        loop {
+            let i = taken.fetch_add(1, Ordering::Relaxed);
+            let Some(piece) = pieces.get(i) else { return };
+            let mut p = piece.lock().unwrap_or_else(|e| e.into_inner());
+            let Piece::Pending(to, from, dst) = std::mem::replace(&mut *p, Piece::Copying) else { continue };
+            drop(p);
+            to.copy_from_slice(from);
+            *piece.lock().unwrap_or_else(|e| e.into_inner()) = Piece::Copied(to, dst);
+            queue_front(&pieces, &front, &upload);
+        }
+    };
+    if total <= PART {
+        work();
+    } else {
+        crate::kernels::install(|| {
+            (0..rayon::current_num_threads()).into_par_iter().for_each(|_| work());
+        });
+    }
+    // Every piece is copied now (or a thread could not bind); what is left is queued here.
+    bind()?;
+    queue_front(&pieces, &front, &upload);
+    match front.into_inner().unwrap_or_else(|e| e.into_inner()).1 {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Queues the upload of the copied pieces at the front of `pieces`, in order, each run of
+/// pieces that lie next to each other both in the staging buffer and on the device as one
+/// copy; stops at the first piece not copied yet, or after an error (kept in `front`).
+///
+fn queue_front(
+    pieces: &[Mutex<Piece>],
+    front: &Mutex<(usize, Option<Error>)>,
+    upload: &impl Fn(sys::CUdeviceptr, &[u8]) -> Result<()>,
+) {
+    let mut front = front.lock().unwrap_or_else(|e| e.into_inner());
+    while front.1.is_none() && front.0 < pieces.len() {
+        // The run of copied pieces from the front that continue each other.
+        let mut run: Option<(&[u8], sys::CUdeviceptr)> = None;
+        let mut end = front.0;
+        while let Some(piece) = pieces.get(end) {
+            let mut p = piece.lock().unwrap_or_else(|e| e.into_inner());
+            let Piece::Copied(staged, dst) = &*p else { break };
+            let (staged, dst) = (*staged, *dst);
+            match run {
+                None => run = Some((staged, dst)),
+                Some((bytes, at))
+                    if bytes.as_ptr_range().end == staged.as_ptr() && at + bytes.len() as u64 == dst =>
+                {
+                    // SAFETY: two pieces of one region that follow each other, both borrowed
+                    // for the region's lifetime: together they are one slice of it.
+                    run = Some((
+                        unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len() + staged.len()) },
+                        at,
+                    ));
+                }
+                Some(_) => break,
+            }
+            *p = Piece::Queued;
+            end += 1;
+        }
+        let Some((bytes, dst)) = run else { return };
+        if let Err(e) = upload(dst, bytes) {
+            front.1 = Some(e);
+        }
+        front.0 = end;
+    }
+}
+
+/// `region` cut into each source's place, in `batch` order, and each cut into pieces of at
+/// most `part` bytes (at least 1), each with its source bytes and device address.
+fn cut<'r, 's>(
     region: &'r mut [u8],
     batch: &'s [HostCopy<'s>],
     part: usize,
-) -> impl Iterator<Item = (&'r mut [u8], &'s [u8])> {
+) -> impl Iterator<Item = Piece<'r, 's>> {
     let mut rest = region;
-    batch.iter().flat_map(move |(_, src)| {
+    batch.iter().flat_map(move |&(dst, src)| {
         let (to, tail) = std::mem::take(&mut rest).split_at_mut(src.len());
         rest = tail;
-        to.chunks_mut(part.max(1)).zip(src.chunks(part.max(1)))
+        let part = part.max(1);
+        to.chunks_mut(part)
+            .zip(src.chunks(part))
+            .enumerate()
+            .map(move |(k, (to, from))| Piece::Pending(to, from, dst + (k * part) as u64))
     })
 }
 
@@ -292,5 +396,122 @@ mod tests {
         let free = crate::kernels::install(|| claim(&SETS_OF, || Ok(99)).map(|g| g.map(|g| *g)));
         assert!(matches!(free, Ok(Some(n)) if n < SETS as u32), "{free:?}");
         assert_eq!(made.load(std::sync::atomic::Ordering::SeqCst), SETS as u32);
+    }
+
+    /// Sources of the given sizes, each placed on a pretend device (a byte vector) 64 bytes after
+    /// the last, except that every third one follows its predecessor directly.
+    fn sources(sizes: &[usize]) -> (Vec<Vec<u8>>, Vec<u64>, usize) {
+        let data: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| (0..n).map(|i| (i * 31 + k * 7) as u8).collect())
+            .collect();
+        let mut at = 0u64;
+        let dsts = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| {
+                let d = at + if k % 3 == 2 { 0 } else { 64 };
+                at = d + n as u64;
+                d
+            })
+            .collect();
+        (data, dsts, at as usize)
+    }
+
+    #[test]
+    fn relay_stages_everything_and_uploads_it_in_order_to_its_place() {
+        for sizes in [vec![10, 0, 3000], vec![3 << 20, 1, PIECE, PIECE + 1, 5 << 20, 77, 2 << 20]] {
+            let (data, dsts, device_len) = sources(&sizes);
+            let batch: Vec<HostCopy> = dsts.iter().zip(&data).map(|(&d, v)| (d, &v[..])).collect();
+            let total: usize = sizes.iter().sum();
+            let mut region = vec![0u8; total];
+            let base = region.as_ptr() as usize;
+            let calls = Mutex::new(Vec::new());
+            let r = crate::kernels::install(|| {
+                relay(
+                    &mut region,
+                    &batch,
+                    || Ok(()),
+                    |dst, staged| {
+                        calls.lock().unwrap().push((staged.as_ptr() as usize - base, dst, staged.to_vec()));
+                        Ok(())
+                    },
+                )
+            });
+            r.unwrap();
+            assert_eq!(region, data.concat(), "{sizes:?}: the region holds the sources in order");
+            let calls = calls.into_inner().unwrap();
+            let mut device = vec![0u8; device_len];
+            let mut next = 0;
+            for (offset, dst, bytes) in &calls {
+                assert_eq!(*offset, next, "{sizes:?}: uploads go in order, each byte once");
+                device[*dst as usize..*dst as usize + bytes.len()].copy_from_slice(bytes);
+                next += bytes.len();
+            }
+            assert_eq!(next, total, "{sizes:?}");
+            for ((&d, v), n) in dsts.iter().zip(&data).zip(&sizes) {
+                assert_eq!(&device[d as usize..d as usize + n], &v[..], "{sizes:?}: a source in its place");
+            }
+        }
+    }
+
+    #[test]
+    fn relay_stops_uploading_at_the_first_error_and_returns_it() {
+        let (data, dsts, _) = sources(&[4 << 20, 4 << 20]);
+        let batch: Vec<HostCopy> = dsts.iter().zip(&data).map(|(&d, v)| (d, &v[..])).collect();
+        let mut region = vec![0u8; 8 << 20];
+        let calls = AtomicUsize::new(0);
+        let r = crate::kernels::install(|| {
+            relay(
+                &mut region,
+                &batch,
+                || Ok(()),
+                |_, _| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Err(Error::Cuda("refused".into()))
+                },
+            )
+        });
+        assert!(matches!(r, Err(Error::Cuda(m)) if m == "refused"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "an upload was queued after an error");
+        let r = relay(&mut region, &batch, || Err(Error::Cuda("no context".into())), |_, _| Ok(()));
+        assert!(matches!(r, Err(Error::Cuda(m)) if m == "no context"));
+    }
+
+    #[test]
+    fn copied_pieces_go_up_as_one_copy_per_stretch_that_is_contiguous_on_both_sides() {
+        // Sources 1 and 2 follow each other on the device, 0 and 1 do not: two copies, however
+        // many pieces each source is cut into, and none across the gap.
+        let sizes = [3 * PIECE + 5, PIECE, 2 * PIECE];
+        let (data, dsts, device_len) = sources(&sizes);
+        let batch: Vec<HostCopy> = dsts.iter().zip(&data).map(|(&d, v)| (d, &v[..])).collect();
+        let mut region = vec![0u8; sizes.iter().sum()];
+        let pieces: Vec<Mutex<Piece>> = cut(&mut region, &batch, PIECE)
+            .map(|p| match p {
+                Piece::Pending(to, from, dst) => {
+                    to.copy_from_slice(from);
+                    Mutex::new(Piece::Copied(to, dst))
+                }
+                _ => unreachable!("cut makes pending pieces"),
+            })
+            .collect();
+        assert_eq!(pieces.len(), 4 + 1 + 2);
+        let front = Mutex::new((0, None));
+        let mut device = vec![0u8; device_len];
+        let calls = Mutex::new(Vec::new());
+        queue_front(&pieces, &front, &|dst, bytes: &[u8]| {
+            calls.lock().unwrap().push((dst, bytes.len()));
+            Ok(())
+        });
+        let calls = calls.into_inner().unwrap();
+        assert_eq!(calls, [(dsts[0], sizes[0]), (dsts[1], sizes[1] + sizes[2])]);
+        assert_eq!(front.into_inner().unwrap().0, pieces.len());
+        for ((dst, n), src) in
+            calls.iter().zip([data[0].clone(), [data[1].clone(), data[2].clone()].concat()])
+        {
+            device[*dst as usize..*dst as usize + n].copy_from_slice(&src);
+        }
+        assert_eq!(&device[dsts[2] as usize..][..sizes[2]], &data[2][..]);
     }
 }
