@@ -2,9 +2,11 @@
 """dlframe on a CUDA device against torch, in one run; prints a markdown table of ratios.
 
 Needs a CUDA device and torch with CUDA. Each figure is the best of several repetitions,
-synchronised with the device before the clock stops.
+synchronised with the device before the clock stops. With `--uploads`, only the uploads from
+pageable memory against page-locked copies, on one line (for comparing two builds quickly).
 """
 
+import sys
 import time
 
 import numpy as np
@@ -39,38 +41,19 @@ pinned = host.pin_memory()
 t_ours = best(lambda: torch.from_dlpack(dlframe.to_dlpack(col, fill_value=0, device="cuda:0")))
 t_h2d = best(lambda: host.to("cuda"))
 t_h2d_pinned = best(lambda: pinned.to("cuda", non_blocking=True))
-t_peer = best(lambda: torch.from_numpy(col.fill_null(0).to_numpy()).cuda())
+no_nulls = pa.array(values)
+t_no_nulls = best(lambda: torch.from_dlpack(dlframe.to_dlpack(no_nulls, device="cuda:0")))
 # A 400 MB column without nulls: the upload alone, long enough for the staging to reach its rate.
 big = pa.array(rng.random(10 * N, dtype=np.float32))
 big_pinned = torch.from_numpy(big.to_numpy()).pin_memory()
 t_big = best(lambda: torch.from_dlpack(dlframe.to_dlpack(big, device="cuda:0")), 5)
 t_big_pinned = best(lambda: big_pinned.to("cuda", non_blocking=True), 5)
-del big_pinned
-dev = torch.empty(N, dtype=torch.float32, device="cuda")
-t_d2d = best(lambda: dev.clone(), 50)
-t_cpu_fill = best(lambda: np.from_dlpack(dlframe.to_dlpack(col, fill_value=0)))
-# The conversion kernel alone, timed with CUDA events on dlframe's stream, in the four cases of
-# the kernel target (fill, bool unpack, cast, 8-column interleave: each at >= 70% of a
-# device-to-device copy's bandwidth), each with the bytes it must read and write at the least.
-kernel = dlframe._native._cuda_kernel_timing(N, 50)
-(_, copy_bytes, copy_ms) = kernel[-1]
-
-# Several columns into one matrix on the device (interleave, cast, fill in the kernel) against
-# Polars-style host stacking then one transfer: 8 f32 columns x 2M rows, 10% nulls.
-K, R = 8, 2_000_000
-tbl = pa.table({f"c{j}": pa.array(rng.random(R, dtype=np.float32), mask=rng.random(R) < 0.1) for j in range(K)})
-t_matrix = best(lambda: torch.from_dlpack(dlframe.to_dlpack(tbl, fill_value=0, device="cuda:0")))
-t_matrix_peer = best(lambda: torch.from_numpy(np.column_stack([c.fill_null(0).to_numpy() for c in tbl.columns])).cuda())
-t_matrix_h2d = best(lambda: torch.from_numpy(np.empty((R, K), np.float32)).cuda())
-# A cast on the device: int64 column with 10% nulls -> float32 tensor.
-icol = pa.array(rng.integers(0, 1000, N), mask=mask)
-t_cast = best(lambda: torch.from_dlpack(dlframe.to_dlpack(icol, fill_value=0, dtype="float32", device="cuda:0")))
-t_cast_peer = best(lambda: torch.from_numpy(icol.fill_null(0).to_numpy().astype(np.float32)).cuda())
+del big_pinned, big
 
 # dlframe.batches onto the GPU: 8 f32 columns x 8M rows (256 MB), 10% nulls, in batches of 256K
 # rows ((256K, 8) f32, 8 MB each), each batch taken by torch; against one page-locked
 # host-to-device copy of the same 256 MB (issue target: >= 80% of that bandwidth).
-BR = 8_000_000
+K, BR = 8, 8_000_000
 stream_tbl = pa.table({f"c{j}": pa.array(rng.random(BR, dtype=np.float32), mask=rng.random(BR) < 0.1) for j in range(K)})
 
 
@@ -82,7 +65,36 @@ def all_batches():
 t_batches = best(all_batches, 5)
 stream_pinned = torch.empty((BR, K), dtype=torch.float32).pin_memory()
 t_batches_pinned = best(lambda: stream_pinned.to("cuda", non_blocking=True), 5)
-del stream_pinned
+del stream_pinned, stream_tbl
+if "--uploads" in sys.argv[1:]:
+    print(
+        f"page-locked copy {40e6 / t_h2d_pinned / 1e9:.1f} GB/s; against it: 40 MB with nulls {t_ours / t_h2d_pinned:.2f}x, "
+        f"without {t_no_nulls / t_h2d_pinned:.2f}x, 400 MB {t_big / t_big_pinned:.2f}x; "
+        f"batches {t_batches_pinned / t_batches:.0%} of its bandwidth"
+    )
+    sys.exit()
+
+t_peer = best(lambda: torch.from_numpy(col.fill_null(0).to_numpy()).cuda())
+dev = torch.empty(N, dtype=torch.float32, device="cuda")
+t_d2d = best(lambda: dev.clone(), 50)
+t_cpu_fill = best(lambda: np.from_dlpack(dlframe.to_dlpack(col, fill_value=0)))
+# The conversion kernel alone, timed with CUDA events on dlframe's stream, in the four cases of
+# the kernel target (fill, bool unpack, cast, 8-column interleave: each at >= 70% of a
+# device-to-device copy's bandwidth), each with the bytes it must read and write at the least.
+kernel = dlframe._native._cuda_kernel_timing(N, 50)
+(_, copy_bytes, copy_ms) = kernel[-1]
+
+# Several columns into one matrix on the device (interleave, cast, fill in the kernel) against
+# Polars-style host stacking then one transfer: 8 f32 columns x 2M rows, 10% nulls.
+R = 2_000_000
+tbl = pa.table({f"c{j}": pa.array(rng.random(R, dtype=np.float32), mask=rng.random(R) < 0.1) for j in range(K)})
+t_matrix = best(lambda: torch.from_dlpack(dlframe.to_dlpack(tbl, fill_value=0, device="cuda:0")))
+t_matrix_peer = best(lambda: torch.from_numpy(np.column_stack([c.fill_null(0).to_numpy() for c in tbl.columns])).cuda())
+t_matrix_h2d = best(lambda: torch.from_numpy(np.empty((R, K), np.float32)).cuda())
+# A cast on the device: int64 column with 10% nulls -> float32 tensor.
+icol = pa.array(rng.integers(0, 1000, N), mask=mask)
+t_cast = best(lambda: torch.from_dlpack(dlframe.to_dlpack(icol, fill_value=0, dtype="float32", device="cuda:0")))
+t_cast_peer = best(lambda: torch.from_numpy(icol.fill_null(0).to_numpy().astype(np.float32)).cuda())
 
 import_x = torch.rand(N, device="cuda")
 t_import = best(lambda: dlframe.tensor(import_x))
@@ -117,6 +129,7 @@ print("| what | ratio |")
 print("|---|---|")
 print(f"| dlframe Arrow -> torch CUDA (fill fused on the GPU) / host-to-device copy of the 40 MB from pageable memory | {t_ours / t_h2d:.2f}x |")
 print(f"| same / host-to-device copy from pinned memory | {t_ours / t_h2d_pinned:.2f}x |")
+print(f"| the same column without nulls (no kernel) / host-to-device copy from pinned memory | {t_no_nulls / t_h2d_pinned:.2f}x |")
 print(f"| same / torch.from_numpy(pa_col.fill_null(0).to_numpy()).cuda() | {t_ours / t_peer:.2f}x |")
 print(f"| 400 MB f32 column without nulls -> torch CUDA / host-to-device copy from pinned memory | {t_big / t_big_pinned:.2f}x |")
 print(f"| dlframe CPU fill (for reference) / raw pageable host-to-device copy | {t_cpu_fill / t_h2d:.2f}x |")
