@@ -78,12 +78,12 @@ struct PoolProps {
 /// device's default pool keeps none, so every output and scratch buffer was mapped afresh,
 /// which on an H200 made a 40 MB upload 1.4x slower (docs/benchmarks.md). A pool of its own
 /// leaves the default pool, which other libraries in the process may use, as it is.
-fn new_pool(ctx: &CudaContext, ordinal: usize) -> std::result::Result<Pool, result::DriverError> {
+fn new_pool(ctx: &CudaContext) -> std::result::Result<Pool, result::DriverError> {
     let props = PoolProps {
         alloc_type: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED as u32,
         handle_types: 0,
         location_type: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as u32,
-        location_id: ordinal as i32,
+        location_id: ctx.cu_device(),
         win32_security_attributes: std::ptr::null_mut(),
         max_size: 0,
         reserved: [0; 64],
@@ -92,18 +92,25 @@ fn new_pool(ctx: &CudaContext, ordinal: usize) -> std::result::Result<Pool, resu
     // SAFETY: `props` has CUmemPoolProps' layout (above) and outlives the call, which writes the
     // new pool's handle into `pool`; the context is bound to this thread.
     unsafe { sys::cuMemPoolCreate(&mut pool, (&props as *const PoolProps).cast()) }.result()?;
-    // SAFETY: a device of this context (its ordinal came from it).
-    let total = unsafe { result::device::total_mem(ctx.cu_device()) }? as u64;
-    let mut keep = POOL_KEEPS.min(total / 16);
-    // SAFETY: a live pool; the release threshold attribute takes a u64, read during the call.
-    unsafe {
-        sys::cuMemPoolSetAttribute(
-            pool,
-            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            (&mut keep as *mut u64).cast(),
-        )
+    let keep = || -> std::result::Result<(), result::DriverError> {
+        // SAFETY: a device of this context.
+        let total = unsafe { result::device::total_mem(ctx.cu_device()) }? as u64;
+        let mut keep = POOL_KEEPS.min(total / 16);
+        // SAFETY: a live pool; the release threshold attribute takes a u64, read during the call.
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut keep as *mut u64).cast(),
+            )
+        }
+        .result()
+    };
+    if let Err(e) = keep() {
+        // SAFETY: the pool made above, with no allocations yet, destroyed once.
+        let _ = unsafe { sys::cuMemPoolDestroy(pool) };
+        return Err(e);
     }
-    .result()?;
     Ok(Pool(pool))
 }
 
@@ -193,7 +200,7 @@ pub(super) fn gpu(ordinal: usize) -> Result<Arc<Gpu>> {
         let stream = ctx.new_stream().map_err(cuda_err)?;
         // Without a pool of its own (no pool support, or the driver refuses one), allocations
         // go where cudarc puts them: slower, not wrong.
-        let pool = if ctx.has_async_alloc() { new_pool(&ctx, ordinal).ok() } else { None };
+        let pool = if ctx.has_async_alloc() { new_pool(&ctx).ok() } else { None };
         Ok(Gpu { ordinal, ctx, stream, pool })
     })
     .map_err(|_| Error::Cuda("the CUDA driver library could not be loaded".into()))??;
@@ -321,7 +328,7 @@ impl Pinned {
     pub fn bytes_mut(&mut self, range: std::ops::Range<usize>) -> &mut [u8] {
         assert!(range.start <= range.end && range.end <= self.len, "{range:?} of {}", self.len);
         // SAFETY: within the allocation (checked above), borrowed mutably through `self`. The
-        // bytes may be unset: callers only write them (u8 has no invalid values either way).
+        // bytes may be unset before the host first writes them; any byte is a valid u8.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(range.start), range.len()) }
     }
 }

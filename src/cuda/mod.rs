@@ -282,6 +282,10 @@ mod tests {
             return;
         }
         let g = driver::gpu(0).unwrap();
+        if !g.ctx.has_async_alloc() {
+            eprintln!("skipped: cuda:0 has no stream-ordered memory pools (cudarc allocates there)");
+            return;
+        }
         // The device's default pool keeps nothing (its release threshold is 0), so each output
         // would be mapped afresh after every synchronisation.
         let col: ArrayRef = Arc::new(arrow_array::Float32Array::from(vec![Some(1.0), None, Some(3.0)]));

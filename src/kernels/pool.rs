@@ -26,6 +26,18 @@ pub(crate) fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+thread_local! {
+    /// Set on the threads of dlframe's own pools when they start.
+    static OWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is one of dlframe's pool threads (of this process or, in a forked
+/// child, none: its parent's threads are not there).
+#[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
+pub(crate) fn on_own_pool() -> bool {
+    OWN.with(|own| own.get())
+}
+
 /// Runs `f` on this process's pool without waiting for it (on the calling thread, at once, when
 /// no pool can be started). `f` must not panic: a panic there aborts the process, as rayon does.
 pub(crate) fn spawn(f: impl FnOnce() + Send + 'static) {
@@ -43,6 +55,7 @@ fn current() -> Option<&'static ThreadPool> {
         _ => {
             let pool = rayon::ThreadPoolBuilder::new()
                 .thread_name(|i| format!("dlframe-kernel-{i}"))
+                .start_handler(|_| OWN.with(|own| own.set(true)))
                 .build()
                 .ok()?;
             // Lives for the process: the kernels hand it work until exit. A parent's pool,
@@ -69,5 +82,9 @@ mod tests {
         let own =
             rayon::ThreadPoolBuilder::new().num_threads(1).thread_name(|_| "caller".into()).build().unwrap();
         assert_eq!(own.install(|| super::install(name)), "caller");
+        // Only dlframe's own threads count as its pool.
+        assert!(
+            super::install(super::on_own_pool) && !own.install(super::on_own_pool) && !super::on_own_pool()
+        );
     }
 }
