@@ -320,19 +320,12 @@ fn relay(
             (0..rayon::current_num_threads()).into_par_iter().for_each(|_| work());
         });
     }
-    // Every piece is copied now, unless something failed; what is left is queued here.
-    let mut front = front.into_inner().unwrap_or_else(|e| e.into_inner());
-    if front.1.is_none() {
-        match bind() {
-            Ok(()) => {
-                let rest = Mutex::new(front);
-                queue_front(base, &pieces, &rest, &upload);
-                front = rest.into_inner().unwrap_or_else(|e| e.into_inner());
-            }
-            Err(e) => front.1 = Some(e),
-        }
-    }
-    front.1.map_or(Ok(()), Err)
+    // A thread queues from the front after each piece it copies, and the one that copies the
+    // last piece missing from a stretch queues that stretch: once all are done, every piece is
+    // queued, unless an error stopped them.
+    let (queued, error) = front.into_inner().unwrap_or_else(|e| e.into_inner());
+    debug_assert!(error.is_some() || queued == pieces.len(), "{queued} of {} queued", pieces.len());
+    error.map_or(Ok(()), Err)
 }
 
 /// Queues the upload of the copied pieces at the front of `pieces`, in order, each run of
@@ -474,6 +467,15 @@ mod tests {
         (data, dsts, at as usize)
     }
 
+    /// `relay` on dlframe's pool, with a `bind` that always succeeds.
+    fn relay_on_pool(
+        region: &mut [u8],
+        batch: &[HostCopy],
+        upload: impl Fn(sys::CUdeviceptr, &[u8]) -> Result<()> + Sync,
+    ) -> Result<()> {
+        crate::kernels::install(|| relay(region, batch, || Ok(()), &upload))
+    }
+
     #[test]
     fn relay_stages_everything_and_uploads_it_in_order_to_its_place() {
         for sizes in [vec![10, 0, 3000], vec![3 << 20, 1, PIECE, PIECE + 1, 5 << 20, 77, 2 << 20]] {
@@ -483,18 +485,11 @@ mod tests {
             let mut region = vec![0u8; total];
             let base = region.as_ptr() as usize;
             let calls = Mutex::new(Vec::new());
-            let r = crate::kernels::install(|| {
-                relay(
-                    &mut region,
-                    &batch,
-                    || Ok(()),
-                    |dst, staged| {
-                        calls.lock().unwrap().push((staged.as_ptr() as usize - base, dst, staged.to_vec()));
-                        Ok(())
-                    },
-                )
-            });
-            r.unwrap();
+            relay_on_pool(&mut region, &batch, |dst, staged| {
+                calls.lock().unwrap().push((staged.as_ptr() as usize - base, dst, staged.to_vec()));
+                Ok(())
+            })
+            .unwrap();
             assert_eq!(region, data.concat(), "{sizes:?}: the region holds the sources in order");
             let calls = calls.into_inner().unwrap();
             let mut device = vec![0u8; device_len];
@@ -517,16 +512,9 @@ mod tests {
         let batch: Vec<HostCopy> = dsts.iter().zip(&data).map(|(&d, v)| (d, &v[..])).collect();
         let mut region = vec![0u8; 8 << 20];
         let calls = AtomicUsize::new(0);
-        let r = crate::kernels::install(|| {
-            relay(
-                &mut region,
-                &batch,
-                || Ok(()),
-                |_, _| {
-                    calls.fetch_add(1, Ordering::SeqCst);
-                    Err(Error::Cuda("refused".into()))
-                },
-            )
+        let r = relay_on_pool(&mut region, &batch, |_, _| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(Error::Cuda("refused".into()))
         });
         assert!(matches!(r, Err(Error::Cuda(m)) if m == "refused"));
         assert_eq!(calls.load(Ordering::SeqCst), 1, "an upload was queued after an error");
