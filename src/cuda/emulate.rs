@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use super::launch::kernel_source;
-use super::plan::Plan;
+use super::plan::{Kernel, Plan};
 
 /// Defines what NVRTC provides: the launch indices (per host thread, so tests can run in
 /// parallel) and the function qualifiers.
@@ -37,6 +37,7 @@ type Gather = unsafe extern "C" fn(*mut u8, *const u8, *const i64, u64, u64, u64
 pub(crate) struct Emulator {
     at: At,
     convert: Convert,
+    unpack: Convert,
     gather: Gather,
     // Keeps the functions above loaded.
     _lib: libloading::Library,
@@ -79,15 +80,16 @@ fn build() -> std::result::Result<Emulator, Missing> {
     // initialisers besides the zeroing of the thread-local indices.
     let lib = unsafe { libloading::Library::new(&lib) }.expect("loading the kernels built for the CPU");
     // SAFETY: the symbols are the shim's dlf_at and kernels.cu's kernels, with these signatures.
-    let (at, convert, gather) = unsafe {
+    let (at, convert, unpack, gather) = unsafe {
         (
             *lib.get::<At>(b"dlf_at").expect("dlf_at"),
             *lib.get::<Convert>(b"convert").expect("convert"),
+            *lib.get::<Convert>(b"unpack").expect("unpack"),
             *lib.get::<Gather>(b"gather").expect("gather"),
         )
     };
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(Emulator { at, convert, gather, _lib: lib })
+    Ok(Emulator { at, convert, unpack, gather, _lib: lib })
 }
 
 /// 16-byte aligned zeroed bytes, as device allocations are (at least) aligned.
@@ -102,8 +104,8 @@ fn bytes(v: &mut [u128]) -> &mut [u8] {
 
 impl Emulator {
     /// Carries out `plan` as `transfer::run` does on a device (the output copies, then the
-    /// scratch uploads and one `convert` over a `grid` of blocks of `block` threads, when
-    /// needed): the output bytes and the mask. The outputs start as 0xAB, so an element no
+    /// scratch uploads and one launch of the plan's kernel over a `grid` of blocks of `block`
+    /// threads, when needed): the output bytes and the mask. The outputs start as 0xAB, so an element no
     /// thread writes shows.
     pub fn run(&self, plan: &Plan, grid: (u32, u32), block: u32) -> (Vec<u8>, Option<Vec<u8>>) {
         let n = plan.len * plan.storage.itemsize();
@@ -121,6 +123,10 @@ impl Emulator {
             let scratch = bytes(&mut scratch);
             let mask_ptr = mask.as_mut().map_or(std::ptr::null_mut(), |m| bytes(m).as_mut_ptr());
             let out_ptr = bytes(&mut out).as_mut_ptr();
+            let kernel = match plan.kernel() {
+                Kernel::Convert => self.convert,
+                Kernel::Unpack => self.unpack,
+            };
             for by in 0..grid.1 {
                 for bx in 0..grid.0 {
                     for tx in 0..block {
@@ -128,7 +134,7 @@ impl Emulator {
                         // (allocated for them) and reads the scratch bytes the plan placed.
                         unsafe {
                             (self.at)(bx, by, tx, grid.0, grid.1, block);
-                            (self.convert)(
+                            kernel(
                                 out_ptr,
                                 mask_ptr,
                                 scratch.as_ptr(),

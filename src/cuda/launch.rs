@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::driver::{Gpu, cuda_err};
-use super::plan::{self, Plan};
+use super::plan::{self, Kernel, Plan};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -40,6 +40,7 @@ pub(super) fn kernel_source() -> String {
 /// The kernels of one device, loaded from the compiled module.
 struct Kernels {
     convert: CudaFunction,
+    unpack: CudaFunction,
     gather: CudaFunction,
 }
 
@@ -58,7 +59,7 @@ fn kernels(g: &Gpu) -> Result<Arc<Kernels>> {
         let ptx = cudarc::nvrtc::compile_ptx(kernel_source()).map_err(cuda_err)?;
         let module = g.ctx.load_module(ptx).map_err(cuda_err)?;
         let f = |name: &str| module.load_function(name).map_err(cuda_err);
-        Ok(Kernels { convert: f("convert")?, gather: f("gather")? })
+        Ok(Kernels { convert: f("convert")?, unpack: f("unpack")?, gather: f("gather")? })
     })
     .map_err(|_| Error::Cuda("the NVRTC library could not be loaded to compile the CUDA kernels".into()))??;
     let k = Arc::new(k);
@@ -66,8 +67,9 @@ fn kernels(g: &Gpu) -> Result<Arc<Kernels>> {
     Ok(k)
 }
 
-/// Queues one launch of `convert` over the plan's segments on the producer stream (no host
-/// copy): it writes `out` (and `mask`) from the bytes the plan placed in `scratch`.
+/// Queues one launch of the plan's kernel (`convert`, or `unpack` for bools only) over its
+/// segments on the producer stream (no host copy): it writes `out` (and `mask`) from the bytes
+/// the plan placed in `scratch`.
 ///
 /// `out` must hold `plan.len` elements of the plan's storage dtype, `mask` (if any) `plan.len`
 /// bytes, and `scratch` the plan's uploads, queued on the producer stream before this launch.
@@ -80,7 +82,11 @@ pub(super) fn convert(
 ) -> Result<()> {
     let k = kernels(g)?;
     let (segs, table_at) = plan.segments();
-    let slots = segs.iter().map(|g| g.rows * g.group).max().unwrap_or(0);
+    let (function, slots) = match plan.kernel() {
+        Kernel::Convert => (&k.convert, segs.iter().map(|g| g.rows * g.group).max().unwrap_or(0)),
+        // A thread of `unpack` takes 32 rows at a time.
+        Kernel::Unpack => (&k.unpack, segs.iter().map(|g| g.rows.div_ceil(32)).max().unwrap_or(0)),
+    };
     // Blocks along y take segments (groups), along x slots; both loops stride over the grid.
     // About 2^12 blocks of 256 threads in all (several times what a large GPU holds at once),
     // however skewed the segments are: each thread then writes several slots. The grid's width
@@ -98,15 +104,15 @@ pub(super) fn convert(
     let table = scratch.slice(table_at..);
     let item = plan.storage.itemsize() as u64;
     let (nseg, out_dt, fill, no_mask) = (segs.len() as u64, plan::code(plan.storage), plan.fill, 0u64);
-    let mut b = g.stream.launch_builder(&k.convert);
+    let mut b = g.stream.launch_builder(function);
     b.arg(out);
     match mask {
         Some(m) => b.arg(m),
         None => b.arg(&no_mask),
     };
     b.arg(scratch).arg(&table).arg(&nseg).arg(&out_dt).arg(&item).arg(&fill);
-    // SAFETY: the arguments match convert's signature in kernels.cu (four pointers, a null mask
-    // as 0, then u64s). The plan's segments write elements out + i * stride below plan.len,
+    // SAFETY: the arguments match the signature of convert and unpack in kernels.cu (four
+    // pointers, a null mask as 0, then u64s). The plan's segments write elements out + i * stride below plan.len,
     // for which `out` (and `mask`) were allocated, and read only bytes placed in `scratch`.
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
     Ok(())
@@ -223,9 +229,9 @@ mod tests {
         let ptx = cudarc::nvrtc::compile_ptx(kernel_source())
             .unwrap_or_else(|e| panic!("NVRTC rejects kernels.cu: {e:?}"));
         let src = ptx.to_src();
-        for kernel in ["convert", "gather"] {
+        for kernel in ["convert", "unpack", "gather"] {
             assert!(src.contains(&format!(".entry {kernel}(")), "no entry point {kernel} in the PTX");
         }
-        eprintln!("nvrtc: 1 case ran: kernels.cu compiled to {} bytes of PTX, 2 entry points", src.len());
+        eprintln!("nvrtc: 1 case ran: kernels.cu compiled to {} bytes of PTX, 3 entry points", src.len());
     }
 }

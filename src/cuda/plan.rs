@@ -48,6 +48,16 @@ pub(crate) struct Seg {
     pub group: u64,
 }
 
+/// Which kernel of `kernels.cu` carries out a plan (both take the same arguments; the launch
+/// and the emulator pick the function by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// `convert`: any plan.
+    Convert,
+    /// `unpack`: bit-packed bools into contiguous bools, with no mask, faster than `convert`.
+    Unpack,
+}
+
 /// The kernel's code for a dtype (its declaration order, the `DT_*` of `kernels.cu`).
 pub(crate) fn code(d: DType) -> u64 {
     d as u64
@@ -216,6 +226,16 @@ impl Plan {
     /// nulls is only the output copies.
     pub fn needs_kernel(&self) -> bool {
         self.mask || self.segs.iter().any(|s| s.inplace == 0 || s.valid != NO_VALIDITY)
+    }
+
+    /// The kernel that carries out this plan: `unpack` when every segment is bools written into
+    /// bools with stride 1 and there is no mask, `convert` otherwise.
+    pub fn kernel(&self) -> Kernel {
+        let bool = code(DType::Bool);
+        let bools = self.storage == DType::Bool
+            && !self.mask
+            && self.segs.iter().all(|s| s.dtype == bool && s.stride == 1 && s.inplace == 0);
+        if bools { Kernel::Unpack } else { Kernel::Convert }
     }
 
     /// The segments, and the table's offset in the scratch buffer.

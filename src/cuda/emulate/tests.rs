@@ -16,8 +16,7 @@ use crate::arrow::{columns_to_tensor, to_tensor};
 use crate::cuda::plan;
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::options::Scalar;
-use crate::options::{ExportOptions, NullPolicy, Order};
+use crate::options::{ExportOptions, NullPolicy, Order, Scalar};
 use crate::tensor::Tensor;
 
 /// Set to 1, lets the emulator tests skip on a machine without a C++ compiler; without it a
@@ -229,6 +228,40 @@ fn cuda_kernels_match_the_cpu_on_random_matrices() {
         );
     }
     assert_mostly_compared("random matrices", counts);
+}
+
+#[test]
+fn cuda_unpack_matches_the_cpu_on_long_bool_columns() {
+    // Long enough that every grid's threads take four whole units at a time and then the rest
+    // one unit at a time; sliced, so the bits start at any offset.
+    let Some(e) = emu() else { return };
+    let mut rng = Rng(0x5eed_0006);
+    let (mut counts, mut unpacked) = ((0, 0, 0), 0);
+    for case in 0..150 {
+        let p_null = [0.0, 0.1, 0.5][rng.below(3) as usize];
+        let chunks: Vec<ArrayRef> = (0..1 + rng.below(3))
+            .map(|_| {
+                let len = rng.below(800) as usize;
+                array(&mut rng, DType::Bool, len, p_null)
+            })
+            .collect();
+        let field: FieldRef = Arc::new(DType::Bool.arrow_field("b", true));
+        // Mostly a fill that a bool takes; a mask or an error now and then.
+        let nulls = match rng.below(6) {
+            4 => NullPolicy::Mask,
+            5 => NullPolicy::Error,
+            _ => NullPolicy::Fill(Scalar::Int(rng.below(2) as i64)),
+        };
+        let opts = ExportOptions { nulls, ..Default::default() };
+        let always = ExportOptions { copy: crate::options::CopyPolicy::Always, ..opts };
+        let plan = plan::column(&field, &chunks, &opts);
+        unpacked += plan.as_ref().is_ok_and(|p| p.kernel() == plan::Kernel::Unpack) as usize;
+        let what = format!("case {case}: {} chunk(s), {nulls:?}", chunks.len());
+        tally(&mut counts, check(e, plan, to_tensor(&field, &chunks, &always), &what));
+    }
+    assert_mostly_compared("long bool columns", counts);
+    eprintln!("{unpacked} of {} cases through unpack", counts.2);
+    assert!(unpacked * 3 > counts.2, "{unpacked} of {} through unpack", counts.2);
 }
 
 #[test]
