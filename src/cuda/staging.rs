@@ -4,7 +4,8 @@
 //! memory (measured on an H100: docs/benchmarks.md). Here a set of two page-locked buffers
 //! serves one conversion at a time. The kernel threads copy the sources of the conversion into
 //! one, together (a batch of eight columns is eight small pieces), in 1 MiB pieces taken in
-//! order; each stretch of copied pieces at the front is queued for upload while they copy the
+//! order, with non-temporal stores (the CPU does not read the buffer again, the copy engine
+//! does); each stretch of copied pieces at the front is queued for upload while they copy the
 //! rest, and then they fill the other buffer. A buffer is written again only after the upload
 //! out of it is done (an event per buffer). Each device has up to three sets, made as
 //! concurrent conversions need them (batches converted ahead). Sources CUDA already knows
@@ -305,7 +306,7 @@ fn relay(
             // one after another, and they are as long as `region` together), and only this
             // thread, which took piece i, touches them until it marks them copied.
             let to = unsafe { std::slice::from_raw_parts_mut(base.0.add(at), from.len()) };
-            to.copy_from_slice(from);
+            crate::kernels::stream_copy(to, from);
             *piece.lock().unwrap_or_else(|e| e.into_inner()) = Piece::Copied { at, len: from.len(), dst };
             if !queue_front(base, &pieces, &front, &upload) {
                 failed.store(true, Ordering::Relaxed);

@@ -11,6 +11,7 @@
 //! | [`gather_strided`], [`contiguous_copy`], [`ordered_copy`] | a strided view (negative, zero strides) | C or F order |
 //! | [`interleave`] | `k` columns of any numeric types (with validity) | an `(n, k)` matrix, C or F order, cast |
 //! | [`pad_rows`] | ragged rows end to end | an `(n, width)` matrix, padded |
+//! | [`stream_copy`] | bytes | bytes, with non-temporal stores (memory a device reads next) |
 //!
 //! Arrow bitmaps are LSB-first, may start at any bit offset (sliced arrays), and 1 means
 //! valid/true ([`BitSlice`]). Casts follow numpy: [`common_dtype`] is `np.result_type`,
@@ -24,8 +25,9 @@
 //! `install`.
 //!
 //! Fresh outputs come from [`HostBuffer`]: 64-byte aligned, zeroed, huge pages for large ones.
-//! The only `unsafe` here is that allocation and the raw-pointer reads of
-//! [`gather_strided`]; the kernels themselves are safe code the compiler vectorises.
+//! The only `unsafe` here is that allocation, the raw-pointer reads of [`gather_strided`] and
+//! the vector stores of [`stream_copy`]; the other kernels are safe code the compiler
+//! vectorises.
 
 mod alloc;
 mod bits;
@@ -37,6 +39,7 @@ mod gather;
 mod interleave;
 mod pad;
 mod pool;
+mod stream;
 
 pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer, RECYCLE_THRESHOLD};
 pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
@@ -52,6 +55,7 @@ pub use pad::pad_rows;
 #[cfg(feature = "cuda")]
 pub(crate) use pool::on_own_pool;
 pub(crate) use pool::{install, spawn};
+pub use stream::stream_copy;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
