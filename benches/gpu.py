@@ -136,7 +136,8 @@ print(f"| dlframe CPU fill (for reference) / raw pageable host-to-device copy | 
 print(f"| device-to-device copy of 40 MB / raw pageable host-to-device copy (scale) | {t_d2d / t_h2d:.3f}x |")
 for name, moved, ms in kernel[:-1]:
     share = (moved / ms) / (copy_bytes / copy_ms)
-    print(f"| convert kernel, {name} ({moved / 1e6:.0f} MB read and written): bandwidth / a device-to-device copy's | {share:.0%} |")
+    which = "unpack" if name.startswith("bool") else "convert"
+    print(f"| {which} kernel, {name} ({moved / 1e6:.0f} MB read and written): bandwidth / a device-to-device copy's | {share:.0%} |")
 print(f"| table 8 f32 x 2M, 10% nulls -> (2M, 8) torch CUDA, interleaved on the GPU / np.column_stack(fill_null) then .cuda() | {t_matrix / t_matrix_peer:.2f}x |")
 print(f"| same / raw pageable host-to-device copy of the 64 MB matrix | {t_matrix / t_matrix_h2d:.2f}x |")
 print(f"| int64 10M, 10% nulls -> float32 torch CUDA (8-byte upload, cast on the GPU) / fill_null + astype(float32) + .cuda() | {t_cast / t_cast_peer:.2f}x |")

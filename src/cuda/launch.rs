@@ -1,7 +1,7 @@
 //! The device kernels: their source (`kernels.cu` behind the `DT_*` dtype codes generated from
 //! [`DType`]), compiled with NVRTC once per device when a kernel is first launched there, and
-//! the two launches, `convert` (a plan's segments into a tensor) and `gather` (a strided view
-//! into C order). Launches only queue work on the producer stream: allocating, filling and
+//! the launches: a plan's kernel (`convert`, or `unpack` for bools alone: a plan's segments
+//! into a tensor) and `gather` (a strided view into C order). Launches only queue work on the producer stream: allocating, filling and
 //! owning the memory they touch is the caller's job. Built on `driver.rs`.
 
 use std::collections::HashMap;

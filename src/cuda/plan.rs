@@ -1,5 +1,6 @@
-//! The host half of the general device kernel (`convert` in `kernels.cu`): what to upload and
-//! which segments the kernel writes, checked with the CPU path's rules before anything moves.
+//! The host half of the device kernels (`convert` in `kernels.cu`, and `unpack` for bools
+//! alone): what to upload, which segments the kernel writes and which kernel does it, checked
+//! with the CPU path's rules before anything moves.
 //!
 //! A plan covers one column (chunks concatenated, list cells flattened, permuted tensor cells
 //! kept in memory order) or several columns into an `(n, k)` matrix in C or F order. Each
