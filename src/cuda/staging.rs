@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use cudarc::driver::{CudaEvent, sys};
-use rayon::prelude::*;
 
 use super::driver::{Gpu, Pinned, cuda_err, is_page_locked, memcpy_htod};
 use crate::error::{Error, Result};
@@ -266,13 +265,15 @@ unsafe impl Sync for Region {}
 /// pieces from the front as soon as it is complete, so that the first bytes travel while the
 /// last are copied (copies). It stays on this thread when the whole is at most [`PART`] or one
 /// piece, or on a thread of another rayon pool than dlframe's (whose threads would otherwise
-/// be given dlframe's CUDA context). On a thread of dlframe's pool (a batch converted ahead)
-/// the pieces go to that pool: while this thread waits for them, rayon may run another queued
-/// conversion on it, which stages through another set or the driver and never waits for this
-/// one (`claim`), but which the conversion being staged then waits for.
+/// be given dlframe's CUDA context). Otherwise this thread copies too, from the start, while
+/// dlframe's pool threads wake and join it ([`crate::kernels::on_every_thread`]). On a thread
+/// of that pool (a batch converted ahead), while this thread waits for the others, rayon may
+/// run another queued conversion on it, which stages through another set or the driver and
+/// never waits for this one (`claim`), but which the conversion being staged then waits for.
 ///
-/// `upload(dst, staged)` is called for each such run, one call at a time, with bytes of
-/// `region` and their device address; `bind` first on each thread that takes part (it binds
+/// `upload(dst, staged)` is called for each such run, one call at a time (by whichever thread
+/// is queueing: the others go on copying, [`Front::pass`]), with bytes of `region` and their
+/// device address; `bind` first on each thread that takes part (it binds
 /// the device's context there). The first error of either is returned, and no upload is
 /// queued after it.
 fn relay(
@@ -287,10 +288,10 @@ fn relay(
     let taken = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     // The first piece not yet queued, and the first error.
-    let front = Mutex::new((0usize, None::<Error>));
+    let front = Front::default();
     let work = || {
         if let Err(e) = bind() {
-            front.lock().unwrap_or_else(|e| e.into_inner()).1.get_or_insert(e);
+            front.state.lock().unwrap_or_else(|e| e.into_inner()).1.get_or_insert(e);
             failed.store(true, Ordering::Relaxed);
             return;
         }
@@ -317,29 +318,73 @@ fn relay(
     if total <= PART || pieces.len() <= 1 || foreign_pool {
         work();
     } else {
-        crate::kernels::install(|| {
-            (0..rayon::current_num_threads()).into_par_iter().for_each(|_| work());
-        });
+        crate::kernels::on_every_thread(&work);
     }
     // A thread queues from the front after each piece it copies, and the one that copies the
     // last piece missing from a stretch queues that stretch: once all are done, every piece is
     // queued, unless an error stopped them.
-    let (queued, error) = front.into_inner().unwrap_or_else(|e| e.into_inner());
+    let (queued, error) = front.state.into_inner().unwrap_or_else(|e| e.into_inner());
     debug_assert!(error.is_some() || queued == pieces.len(), "{queued} of {} queued", pieces.len());
     error.map_or(Ok(()), Err)
 }
 
+/// Where a [`relay`] stands: the first piece not yet queued and the first error, held by one
+/// thread at a time, and how many threads asked for a pass over it since the last one began.
+#[derive(Default)]
+struct Front {
+    state: Mutex<(usize, Option<Error>)>,
+    asked: AtomicUsize,
+}
+
+impl Front {
+    /// Runs `pass` with the state held. A thread that finds the state held by another does not
+    /// wait: its request is counted and it returns at once (true), and the holder, once done,
+    /// runs its own pass again for it. (Waiting, the copying threads stood idle through each
+    /// upload call of another, and a thread put to sleep on a virtual machine takes long to
+    /// wake.) False when the state holds an error.
+    fn pass(&self, mut pass: impl FnMut(&mut (usize, Option<Error>))) -> bool {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let mut state = match self.state.try_lock() {
+                Ok(state) => state,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                // The holder sees the request once its pass is done.
+                Err(std::sync::TryLockError::WouldBlock) => return true,
+            };
+            // Requests counted before this point are served by this pass.
+            self.asked.store(0, Ordering::SeqCst);
+            pass(&mut state);
+            let ok = state.1.is_none();
+            drop(state);
+            // A request made during the pass may have found the state held: another pass.
+            if !ok || self.asked.load(Ordering::SeqCst) == 0 {
+                return ok;
+            }
+        }
+    }
+}
+
 /// Queues the upload of the copied pieces at the front of `pieces`, in order, each run of
 /// pieces that lie next to each other both in the staging region (from `base`) and on the
-/// device as one copy; stops at the first piece not copied yet. False after an error (kept in
-/// `front`), when nothing more is queued.
+/// device as one copy; stops at the first piece not copied yet. A piece marked copied before
+/// this call is queued by it or by the thread queueing at the time ([`Front::pass`]). False
+/// after an error (kept in `front`), when nothing more is queued.
 fn queue_front(
     base: Region,
     pieces: &[Mutex<Piece>],
-    front: &Mutex<(usize, Option<Error>)>,
+    front: &Front,
     upload: &impl Fn(sys::CUdeviceptr, &[u8]) -> Result<()>,
 ) -> bool {
-    let mut front = front.lock().unwrap_or_else(|e| e.into_inner());
+    front.pass(|state| queue_copied(base, pieces, state, upload))
+}
+
+/// One pass of [`queue_front`], with its state held.
+fn queue_copied(
+    base: Region,
+    pieces: &[Mutex<Piece>],
+    front: &mut (usize, Option<Error>),
+    upload: &impl Fn(sys::CUdeviceptr, &[u8]) -> Result<()>,
+) {
     while front.1.is_none() && front.0 < pieces.len() {
         // The run of copied pieces from the front that continue each other: (at, len, dst).
         let mut run: Option<(usize, usize, sys::CUdeviceptr)> = None;
@@ -364,7 +409,6 @@ fn queue_front(
         }
         front.0 = end;
     }
-    front.1.is_none()
 }
 
 /// The sources of `batch`, placed one after another from offset 0, each cut into pieces of at
@@ -479,17 +523,31 @@ mod tests {
 
     #[test]
     fn relay_stages_everything_and_uploads_it_in_order_to_its_place() {
-        for sizes in [vec![10, 0, 3000], vec![3 << 20, 1, PIECE, PIECE + 1, 5 << 20, 77, 2 << 20]] {
+        // From a pool thread and from a thread outside the pool (which copies too), with uploads
+        // quick and slow (while one thread queues, the others leave it their requests).
+        let cases = [vec![10, 0, 3000], vec![3 << 20, 1, PIECE, PIECE + 1, 5 << 20, 77, 2 << 20]];
+        for (sizes, on_pool, slow) in
+            cases.iter().flat_map(|s| [(s, true, false), (s, false, false), (s, false, true)])
+        {
+            let sizes = sizes.clone();
             let (data, dsts, device_len) = sources(&sizes);
             let batch: Vec<HostCopy> = dsts.iter().zip(&data).map(|(&d, v)| (d, &v[..])).collect();
             let total: usize = sizes.iter().sum();
             let mut region = vec![0u8; total];
             let base = region.as_ptr() as usize;
             let calls = Mutex::new(Vec::new());
-            relay_on_pool(&mut region, &batch, |dst, staged| {
+            let upload = |dst, staged: &[u8]| {
+                if slow {
+                    std::thread::sleep(std::time::Duration::from_micros(300));
+                }
                 calls.lock().unwrap().push((staged.as_ptr() as usize - base, dst, staged.to_vec()));
                 Ok(())
-            })
+            };
+            if on_pool {
+                relay_on_pool(&mut region, &batch, upload)
+            } else {
+                relay(&mut region, &batch, || Ok(()), upload)
+            }
             .unwrap();
             assert_eq!(region, data.concat(), "{sizes:?}: the region holds the sources in order");
             let calls = calls.into_inner().unwrap();
@@ -524,6 +582,37 @@ mod tests {
     }
 
     #[test]
+    fn a_request_that_finds_the_front_held_gets_a_pass_from_its_holder() {
+        let front = Front::default();
+        let passes = AtomicUsize::new(0);
+        let (inside, entered) = channel();
+        let (go, wait) = channel::<()>();
+        std::thread::scope(|s| {
+            let (f, p) = (&front, &passes);
+            let holder = s.spawn(move || {
+                f.pass(|_| {
+                    if p.fetch_add(1, Ordering::SeqCst) == 0 {
+                        inside.send(()).unwrap();
+                        wait.recv().unwrap();
+                    }
+                })
+            });
+            entered.recv().unwrap();
+            // The state is held, in the middle of a pass: this returns at once, passing nothing.
+            assert!(front.pass(|_| panic!("a pass while another thread held the state")));
+            go.send(()).unwrap();
+            assert!(holder.join().unwrap());
+        });
+        assert_eq!(passes.load(Ordering::SeqCst), 2, "the holder did not pass again for the request");
+        // Alone, one pass; an error is reported to whoever passes next.
+        let alone = AtomicUsize::new(0);
+        assert!(front.pass(|_| _ = alone.fetch_add(1, Ordering::SeqCst)));
+        assert_eq!(alone.load(Ordering::SeqCst), 1);
+        assert!(!front.pass(|state| state.1 = Some(Error::Cuda("refused".into()))));
+        assert!(!front.pass(|_| {}));
+    }
+
+    #[test]
     fn copied_pieces_go_up_as_one_copy_per_stretch_that_is_contiguous_on_both_sides() {
         // Sources 1 and 2 follow each other on the device, 0 and 1 do not: two copies, however
         // many pieces each source is cut into, and none across the gap.
@@ -541,7 +630,7 @@ mod tests {
             })
             .collect();
         assert_eq!(pieces.len(), 4 + 1 + 2);
-        let front = Mutex::new((0, None));
+        let front = Front::default();
         let calls = Mutex::new(Vec::new());
         let all = queue_front(Region(region.as_mut_ptr()), &pieces, &front, &|dst, bytes: &[u8]| {
             calls.lock().unwrap().push((dst, bytes.to_vec()));
@@ -551,6 +640,6 @@ mod tests {
         let calls = calls.into_inner().unwrap();
         let want = [(dsts[0], data[0].clone()), (dsts[1], [&data[1][..], &data[2][..]].concat())];
         assert!(calls == want, "{:?}", calls.iter().map(|(d, b)| (d, b.len())).collect::<Vec<_>>());
-        assert_eq!(front.into_inner().unwrap().0, pieces.len());
+        assert_eq!(front.state.into_inner().unwrap().0, pieces.len());
     }
 }

@@ -52,9 +52,9 @@ pub use fill::fill_nulls;
 pub use gather::{contiguous_copy, gather_strided, ordered_copy};
 pub use interleave::interleave;
 pub use pad::pad_rows;
-#[cfg(feature = "cuda")]
-pub(crate) use pool::on_own_pool;
 pub(crate) use pool::{install, spawn};
+#[cfg(feature = "cuda")]
+pub(crate) use pool::{on_every_thread, on_own_pool};
 pub use stream::stream_copy;
 
 use crate::dtype::DType;
