@@ -15,7 +15,7 @@
 //! it waited (`claim`). Built on `driver.rs`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use cudarc::driver::{CudaEvent, sys};
@@ -345,6 +345,9 @@ impl Front {
     fn pass(&self, mut pass: impl FnMut(&mut (usize, Option<Error>))) -> bool {
         self.asked.fetch_add(1, Ordering::SeqCst);
         loop {
+            // With the fence after the holder's unlock below, either this thread sees the state
+            // free, or the holder sees this request: never neither.
+            fence(Ordering::SeqCst);
             let mut state = match self.state.try_lock() {
                 Ok(state) => state,
                 Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
@@ -356,6 +359,7 @@ impl Front {
             pass(&mut state);
             let ok = state.1.is_none();
             drop(state);
+            fence(Ordering::SeqCst);
             // A request made during the pass may have found the state held: another pass.
             if !ok || self.asked.load(Ordering::SeqCst) == 0 {
                 return ok;
