@@ -26,8 +26,8 @@ pub type Timing = (String, f64, f64);
 
 /// Device times (best of `reps`, each the mean of 10 launches queued back to back between CUDA
 /// events on our stream, on `cuda:ordinal`) of the device kernels (`unpack` for the bools,
-/// `convert` for the rest) over `n` elements, every tenth one null and filled with 0, in the cases the
-/// kernel-bandwidth target names, then of a device-to-device copy of `4 n` bytes:
+/// `convert` for the rest) over `n` elements, every tenth one null and filled with 0, in the
+/// cases the kernel-bandwidth target names, then of a device-to-device copy of `4 n` bytes:
 ///
 /// | case | reads | writes |
 /// |---|---|---|

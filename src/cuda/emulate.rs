@@ -105,8 +105,8 @@ fn bytes(v: &mut [u128]) -> &mut [u8] {
 impl Emulator {
     /// Carries out `plan` as `transfer::run` does on a device (the output copies, then the
     /// scratch uploads and one launch of the plan's kernel over a `grid` of blocks of `block`
-    /// threads, when needed): the output bytes and the mask. The outputs start as 0xAB, so an element no
-    /// thread writes shows.
+    /// threads, when needed): the output bytes and the mask. The outputs start as 0xAB, so an
+    /// element no thread writes shows.
     pub fn run(&self, plan: &Plan, grid: (u32, u32), block: u32) -> (Vec<u8>, Option<Vec<u8>>) {
         let n = plan.len * plan.storage.itemsize();
         let mut out = aligned(n, 0xab);

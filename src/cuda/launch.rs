@@ -1,8 +1,9 @@
 //! The device kernels: their source (`kernels.cu` behind the `DT_*` dtype codes generated from
 //! [`DType`]), compiled with NVRTC once per device when a kernel is first launched there, and
 //! the launches: a plan's kernel (`convert`, or `unpack` for bools alone: a plan's segments
-//! into a tensor) and `gather` (a strided view into C order). Launches only queue work on the producer stream: allocating, filling and
-//! owning the memory they touch is the caller's job. Built on `driver.rs`.
+//! into a tensor) and `gather` (a strided view into C order). Launches only queue work on the
+//! producer stream: allocating, filling and owning the memory they touch is the caller's job.
+//! Built on `driver.rs`.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -112,8 +113,9 @@ pub(super) fn convert(
     };
     b.arg(scratch).arg(&table).arg(&nseg).arg(&out_dt).arg(&item).arg(&fill);
     // SAFETY: the arguments match the signature of convert and unpack in kernels.cu (four
-    // pointers, a null mask as 0, then u64s). The plan's segments write elements out + i * stride below plan.len,
-    // for which `out` (and `mask`) were allocated, and read only bytes placed in `scratch`.
+    // pointers, a null mask as 0, then u64s). The plan's segments write elements
+    // out + i * stride below plan.len, for which `out` (and `mask`) were allocated, and read
+    // only bytes placed in `scratch`.
     unsafe { b.launch(cfg) }.map_err(cuda_err)?;
     Ok(())
 }

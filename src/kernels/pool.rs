@@ -26,11 +26,11 @@ pub(crate) fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
-/// Runs `work` once on each thread of this process's pool, and once on the calling thread
-/// outside it, and returns when all are done. Unlike [`install`], which hands all of it to the
-/// pool and waits, the calling thread starts at once, while the pool's threads wake (which on
-/// a virtual machine took a copy hundreds of microseconds). Inside a rayon pool (dlframe's or
-/// the caller's) it runs over that pool's threads, the calling one among them.
+/// Runs `work` as many times as this process's pool has threads, as jobs there, and once more
+/// on the calling thread outside it, and returns when all are done. Unlike [`install`], which
+/// hands all of it to the pool and waits, the calling thread starts at once, while the pool's
+/// threads wake. Inside a rayon pool (dlframe's or the caller's) it runs as many times as that
+/// pool has threads, over them, the calling one among them.
 #[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
 pub(crate) fn on_every_thread(work: &(impl Fn() + Sync)) {
     use rayon::prelude::*;
@@ -96,7 +96,7 @@ mod tests {
     use std::sync::Mutex;
 
     #[test]
-    fn every_thread_runs_the_work_once_and_the_caller_takes_part() {
+    fn the_work_runs_once_per_pool_thread_and_once_on_the_caller() {
         let names = Mutex::new(Vec::new());
         let me = std::thread::current().id();
         let work = || {
@@ -110,7 +110,7 @@ mod tests {
         assert_eq!(outside.len(), threads + 1);
         assert!(outside.iter().any(|(id, on_pool)| *id == me && !on_pool), "the caller did not take part");
         assert_eq!(outside.iter().filter(|(_, on_pool)| *on_pool).count(), threads);
-        // Inside a pool it runs over that pool's threads, one call per thread of it.
+        // Inside a pool it runs over that pool's threads, as many calls as it has threads.
         let own = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
         own.install(|| super::on_every_thread(&work));
         let inside = names.into_inner().unwrap();

@@ -21,8 +21,8 @@ pub fn stream_copy(dst: &mut [u8], src: &[u8]) {
         dst[..head].copy_from_slice(&src[..head]);
         let mut i = head;
         // SAFETY: SSE2, which these intrinsics need, is part of every x86-64 target. Each
-        // 16-byte load reads bytes i..i + 16 < n of src (unaligned loads allow any address);
-        // each store writes bytes i..i + 16 < n of dst at a 16-byte boundary (i - head is a
+        // 16-byte load reads bytes i..i + 16 <= n of src (unaligned loads allow any address);
+        // each store writes bytes i..i + 16 <= n of dst at a 16-byte boundary (i - head is a
         // multiple of 16), as _mm_stream_si128 requires; dst and src are distinct slices.
         unsafe {
             while i + 64 <= n {
