@@ -64,6 +64,7 @@ mod emulate;
 mod launch;
 mod memory;
 mod plan;
+mod relay;
 mod staging;
 mod transfer;
 
