@@ -151,7 +151,7 @@ fn int_pair<'py, T: for<'a> FromPyObject<'a, 'py>>(obj: &Bound<'py, PyAny>, mess
     if t.len() != 2 {
         return Err(bad());
     }
-    let item = |i| t.get_item(i).ok().and_then(|v| v.extract::<T>().ok()).ok_or_else(bad);
+    let item = |i| t.get_borrowed_item(i).ok().and_then(|v| v.extract::<T>().ok()).ok_or_else(bad);
     Ok((item(0)?, item(1)?))
 }
 

@@ -84,14 +84,15 @@ impl PyTensor {
 
     /// Exports the tensor as a DLPack capsule (docs/conformance.md, items 1-15): the core
     /// resolves the request (copies, device moves, the capsule kind and the consumer's stream).
-    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    /// The keywords are in the order numpy passes them: pyo3 looks each name up in turn.
+    #[pyo3(signature = (*, dl_device=None, copy=None, max_version=None, stream=None))]
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<DlpackStream>,
-        max_version: Option<MaxVersion>,
         dl_device: Option<DlDevice>,
         copy: Option<bool>,
+        max_version: Option<MaxVersion>,
+        stream: Option<DlpackStream>,
     ) -> Result<Bound<'py, PyAny>> {
         let request = ExportRequest {
             max_version: max_version.map(|v| v.0),

@@ -30,6 +30,51 @@ def test_signature_is_keyword_only():  # item 1
         assert t.__dlpack__(**kw) is not None
 
 
+def test_dlpack_reads_its_keywords_and_refuses_the_rest():  # item 1
+    # The keyword contract: four keyword-only parameters, refusals that name the argument, ints
+    # that do not fit refused rather than wrapped, and no reference kept to what was passed.
+    import inspect
+
+    t = dlframe.to_dlpack(column("int32"))
+    params = inspect.signature(dlframe.Tensor.__dlpack__).parameters
+    assert [(n, p.kind, p.default) for n, p in list(params.items())[1:]] == [
+        (n, inspect.Parameter.KEYWORD_ONLY, None) for n in ("dl_device", "copy", "max_version", "stream")
+    ]
+    assert "DLPack capsule" in dlframe.Tensor.__dlpack__.__doc__
+    for kw, where in [
+        ({"max_version": 3}, "max_version"),
+        ({"max_version": (1,)}, "max_version"),
+        ({"max_version": (-1, 0)}, "max_version"),
+        ({"max_version": (2**70, 0)}, "max_version"),
+        ({"max_version": (1.0, 0)}, "max_version"),
+        ({"dl_device": (1,)}, "dl_device"),
+        ({"copy": 1}, "copy"),
+        ({"stream": "0"}, "stream"),
+    ]:
+        with pytest.raises(TypeError, match=where):
+            t.__dlpack__(**kw)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'maxversion'"):
+        t.__dlpack__(maxversion=(1, 0))
+    with pytest.raises(TypeError, match="positional"):
+        t.__dlpack__(None, max_version=(1, 0))
+    with pytest.raises(TypeError, match="doesn't apply"):
+        dlframe.Tensor.__dlpack__(np.zeros(3), max_version=(1, 0))
+    # A tuple subclass and ints beyond the fast read still go through the converter.
+    class Version(tuple):
+        pass
+
+    assert fakes.capsule_name(t.__dlpack__(max_version=Version((1, 3)))) == b"dltensor_versioned"
+    assert fakes.capsule_name(t.__dlpack__(max_version=(True, 0))) == b"dltensor_versioned"
+    assert fakes.capsule_name(t.__dlpack__(max_version=(0, 8))) == b"dltensor"
+    mv, dev = (1, 3), (1, 0)
+    before = sys.getrefcount(mv), sys.getrefcount(dev), sys.getrefcount(t)
+    for _ in range(10_000):
+        t.__dlpack__(dl_device=dev, copy=None, max_version=mv)
+        with pytest.raises(TypeError):
+            t.__dlpack__(max_version=mv, copy=mv)
+    assert (sys.getrefcount(mv), sys.getrefcount(dev), sys.getrefcount(t)) == before
+
+
 @pytest.mark.parametrize("dtype", INT_FLOAT)
 def test_a_pyarrow_array_makes_the_tensor_the_arrow_path_makes(dtype):
     # A pyarrow array of numbers without nulls is read through pyarrow's own DLPack export, a
@@ -44,6 +89,19 @@ def test_a_pyarrow_array_makes_the_tensor_the_arrow_path_makes(dtype):
     assert fast.__array_interface__["data"][0] == arr.buffers()[1].address + 3 * arr.type.byte_width
     assert fast.to_arrow().equals(arr) and pa.array(fast).equals(arr)
     np.testing.assert_array_equal(np.from_dlpack(fast), np.arange(3, 10).astype(dtype))
+
+
+def test_pyarrow_is_asked_for_a_versioned_capsule():
+    # dlframe calls pyarrow's __dlpack__ with max_version=(1, 3) as a vectorcall keyword; were
+    # the keyword lost or wrong, pyarrow would hand a legacy capsule (which dlframe also reads)
+    # with a DeprecationWarning.
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = dlframe.to_dlpack(column("float32", 10))
+    assert [str(w.message) for w in caught] == []
+    assert t.readonly and np.from_dlpack(t).tolist() == list(range(10))
 
 
 def test_pyarrow_arrays_pyarrow_cannot_export_keep_their_arrow_path():
