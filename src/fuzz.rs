@@ -74,6 +74,10 @@ const ARENA_BYTES: usize = 4096;
 const MAX_COPY_BYTES: usize = 1 << 20;
 
 /// Counts the deleter's calls through `manager_ctx`.
+///
+/// # Safety
+/// `m` is a managed tensor the harness made with `Box::into_raw`, whose `manager_ctx` points to
+/// a live counter; called once per tensor (the DLPack deleter contract).
 unsafe extern "C" fn count_versioned(m: *mut DLManagedTensorVersioned) {
     // SAFETY: the harness made `m` with Box::into_raw and a manager_ctx pointing to a live
     // counter; the consumer calls the deleter once, so the Box is freed once.
@@ -83,6 +87,10 @@ unsafe extern "C" fn count_versioned(m: *mut DLManagedTensorVersioned) {
     }
 }
 
+/// [`count_versioned`] for the legacy struct.
+///
+/// # Safety
+/// As [`count_versioned`].
 unsafe extern "C" fn count_legacy(m: *mut DLManagedTensor) {
     // SAFETY: as in count_versioned.
     unsafe {

@@ -144,6 +144,11 @@ impl ForeignFixture {
     }
 }
 
+/// The fixture's deleter: frees the managed tensor and its context, and counts the call.
+///
+/// # Safety
+/// `managed` is NULL or a tensor made by `ForeignFixture::into_raw`, released once (the DLPack
+/// deleter contract).
 unsafe extern "C" fn fixture_deleter(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;

@@ -44,11 +44,19 @@ unsafe fn release_if_unconsumed<M: ManagedTensor>(capsule: *mut ffi::PyObject, n
     unsafe { ffi::PyErr_Restore(ty, value, tb) };
 }
 
+/// The destructor of dlframe's `dltensor_versioned` capsules.
+///
+/// # Safety
+/// Called by CPython, with the GIL, on a dying capsule that dlframe made with this destructor.
 unsafe extern "C" fn versioned_destructor(capsule: *mut ffi::PyObject) {
     // SAFETY: installed only on capsules named dltensor_versioned holding our exports.
     unsafe { release_if_unconsumed::<DLManagedTensorVersioned>(capsule, DLTENSOR_VERSIONED) }
 }
 
+/// The destructor of dlframe's `dltensor` capsules.
+///
+/// # Safety
+/// As [`versioned_destructor`].
 unsafe extern "C" fn legacy_destructor(capsule: *mut ffi::PyObject) {
     // SAFETY: installed only on capsules named dltensor holding our exports.
     unsafe { release_if_unconsumed::<DLManagedTensor>(capsule, DLTENSOR) }

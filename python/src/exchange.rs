@@ -96,6 +96,10 @@ unsafe fn tensor_arg<'py>(py: Python<'py>, obj: *mut c_void) -> Result<Bound<'py
 /// `managed_tensor_from_py_object_no_sync`: the tensor as an owned `DLManagedTensorVersioned`
 /// (without copying; `READ_ONLY` for Arrow memory, as `__dlpack__` sets it). No stream is
 /// synchronised: a consumer orders itself after [`current_work_stream`].
+///
+/// # Safety
+/// Called through the exchange table: `obj` is NULL or a live object, and `out` NULL or writable;
+/// the GIL need not be held.
 unsafe extern "C" fn from_py_object(obj: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
     guarded(|py| {
         // SAFETY: the caller passes a live object (or NULL, refused there).
@@ -114,6 +118,10 @@ unsafe extern "C" fn from_py_object(obj: *mut c_void, out: *mut *mut DLManagedTe
 /// `dltensor_from_py_object_no_sync`: a non-owning view, valid while the object lives (the
 /// shape and strides point into the Tensor, which never changes). A view has no flags: it
 /// cannot say read-only.
+///
+/// # Safety
+/// Called through the exchange table: `obj` is NULL or a live object, and `out` NULL or a writable
+/// `DLTensor`; the GIL need not be held.
 unsafe extern "C" fn view_of_py_object(obj: *mut c_void, out: *mut DLTensor) -> c_int {
     guarded(|py| {
         // SAFETY: the caller passes a live object (or NULL, refused there).
@@ -130,6 +138,10 @@ unsafe extern "C" fn view_of_py_object(obj: *mut c_void, out: *mut DLTensor) -> 
 
 /// `managed_tensor_to_py_object_no_sync`: a new `dlframe.Tensor` that owns the managed tensor
 /// (without copying). The tensor is taken in every case: on an error it has been released.
+///
+/// # Safety
+/// Called through the exchange table: `tensor` is NULL or a live managed tensor whose ownership the
+/// caller hands over, and `out` NULL or writable; the GIL need not be held.
 unsafe extern "C" fn to_py_object(tensor: *mut DLManagedTensorVersioned, out: *mut *mut c_void) -> c_int {
     guarded(|py| {
         // SAFETY: the consumer hands over a live managed tensor (NULL is refused inside) and
@@ -148,6 +160,10 @@ unsafe extern "C" fn to_py_object(tensor: *mut DLManagedTensorVersioned, out: *m
 /// `managed_tensor_allocator`: a new zeroed, C-contiguous tensor shaped like `prototype` (its
 /// shape, dtype and device) on the CPU or a CUDA device (allocates). Errors go to `set_error`
 /// by exception name; no Python is called.
+///
+/// # Safety
+/// Called through the exchange table: `prototype` is NULL or a readable `DLTensor`, `out` NULL or
+/// writable, and `set_error` NULL or a function that takes `error_ctx`; the GIL need not be held.
 unsafe extern "C" fn allocate(
     prototype: *mut DLTensor,
     out: *mut *mut DLManagedTensorVersioned,
@@ -214,6 +230,9 @@ unsafe fn allocation(prototype: *const DLTensor) -> dlframe::Result<Tensor> {
 
 /// `current_work_stream`: the stream dlframe works on for a CUDA device (its own stream, which
 /// every device result is ordered on); NULL for host memory.
+///
+/// # Safety
+/// Called through the exchange table: `out` is NULL or writable; the GIL need not be held.
 unsafe extern "C" fn current_work_stream(device_type: c_int, device_id: i32, out: *mut *mut c_void) -> c_int {
     guarded(|py| {
         if out.is_null() {

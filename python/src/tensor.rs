@@ -52,6 +52,11 @@ struct StructHolder {
     strides: Vec<ffi::Py_ssize_t>,
 }
 
+/// Frees an `__array_struct__` capsule's struct and arrays, and drops its reference to the
+/// tensor.
+///
+/// # Safety
+/// Called by CPython, with the GIL, on a dying capsule made by `__array_struct__`.
 unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
     // SAFETY: installed only on our unnamed __array_struct__ capsules, whose pointer is a
     // boxed StructHolder and whose context is a strong reference to the Tensor.

@@ -48,6 +48,8 @@ impl ManagedTensor for DLManagedTensorVersioned {
     fn manager_ctx(&self) -> *mut c_void {
         self.manager_ctx
     }
+    /// # Safety
+    /// As [`ManagedTensor::delete`].
     unsafe fn delete(ptr: NonNull<Self>) {
         // SAFETY: the caller guarantees ptr is live and owned; reading `deleter` is allowed
         // whatever the version (the ABI keeps it in place across majors).
@@ -68,6 +70,8 @@ impl ManagedTensor for DLManagedTensor {
     fn manager_ctx(&self) -> *mut c_void {
         self.manager_ctx
     }
+    /// # Safety
+    /// As [`ManagedTensor::delete`].
     unsafe fn delete(ptr: NonNull<Self>) {
         // SAFETY: the caller guarantees ptr is live and owned.
         if let Some(deleter) = unsafe { (*ptr.as_ptr()).deleter } {
@@ -221,11 +225,21 @@ unsafe fn reclaim<M: ManagedTensor>(managed: *mut M) {
     }));
 }
 
+/// The deleter of [`export_versioned`]'s tensors: frees the export's one allocation (the
+/// managed tensor and the tensor it holds).
+///
+/// # Safety
+/// `managed` is NULL or a tensor made by [`export_versioned`], not released before; DLPack's
+/// owner calls the deleter once.
 unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     // SAFETY: only installed on structs made by export_versioned; DLPack calls it once.
     unsafe { reclaim(managed) }
 }
 
+/// [`delete_versioned`] for [`export_legacy`]'s tensors.
+///
+/// # Safety
+/// As [`delete_versioned`], for a tensor made by [`export_legacy`].
 unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
     // SAFETY: only installed on structs made by export_legacy; DLPack calls it once.
     unsafe { reclaim(managed) }
