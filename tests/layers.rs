@@ -1,0 +1,183 @@
+//! The core's layers (docs/design.md, "Layers"): no module of `src/` uses one above it, read
+//! from the `crate::` paths of its code (its `#[cfg(test)]` part and its comments aside).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Each module's layer, bottom-up, as docs/design.md draws them. Modules of one layer may use
+/// each other, but not in a circle (checked separately).
+const LAYERS: &[&[&str]] = &[
+    &["ffi"],
+    &["dtype", "device", "error", "options"],
+    &["tensor"],
+    &["kernels", "interface"],
+    &["arrow"],
+    &["polars", "cuda"],
+    &["transfer"],
+    &["dlpack", "table"],
+    &["batches"],
+];
+
+/// The crate root's re-exports, by the module they come from.
+const REEXPORTS: &[(&str, &str)] = &[
+    ("Device", "device"),
+    ("ForeignTensor", "dlpack"),
+    ("export_legacy", "dlpack"),
+    ("export_versioned", "dlpack"),
+    ("DType", "dtype"),
+    ("Error", "error"),
+    ("ErrorKind", "error"),
+    ("Result", "error"),
+    ("Tensor", "tensor"),
+];
+
+/// Test helpers, not layers of the library.
+const HELPERS: &[&str] = &["testing", "fuzz"];
+
+fn layer(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+/// The module a `crate::` path's first segment names.
+fn target(first: &str) -> String {
+    REEXPORTS.iter().find(|(name, _)| *name == first).map_or(first, |(_, m)| m).to_string()
+}
+
+/// The first segments of the `crate::` paths in `code`: `crate::a::b` gives `a`, and
+/// `crate::{a::X, b}` gives `a` and `b`.
+fn crate_paths(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let end = group
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += (c == '{') as i32 - (c == '}') as i32;
+                    depth < 0
+                })
+                .map_or(group.len(), |(i, _)| i);
+            let mut level = 0;
+            let mut item = String::new();
+            for c in group[..end].chars().chain([',']) {
+                match c {
+                    '{' => level += 1,
+                    '}' => level -= 1,
+                    ',' if level == 0 => {
+                        let first = item.trim().split("::").next().unwrap_or("").trim().to_string();
+                        if !first.is_empty() && first != "self" {
+                            out.push(first);
+                        }
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                if level == 0 {
+                    item.push(c);
+                }
+            }
+        } else {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// For each module of `src/`, the modules its code uses, with a place of each use.
+fn uses() -> BTreeMap<String, BTreeMap<String, String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut graph: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let rel = path.strip_prefix(&src).unwrap();
+            let top = rel.components().next().unwrap().as_os_str().to_string_lossy().replace(".rs", "");
+            if top == "lib" || HELPERS.contains(&top.as_str()) || path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = &text[..text.find("#[cfg(test)]").unwrap_or(text.len())];
+            for (n, line) in code.lines().enumerate() {
+                let line = line.split("//").next().unwrap_or("");
+                for first in crate_paths(line) {
+                    let to = target(&first);
+                    if to != top {
+                        let place = format!("{}:{}", rel.display(), n + 1);
+                        graph.entry(top.clone()).or_default().entry(to).or_insert(place);
+                    }
+                }
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn no_module_uses_one_above_it_or_goes_round() {
+    let graph = uses();
+    assert!(graph.len() >= 10, "read only {} modules: is the walk looking in the right place?", graph.len());
+    let mut wrong = Vec::new();
+    for (from, tos) in &graph {
+        let Some(own) = layer(from) else {
+            wrong.push(format!("{from} has no layer in this test (add it where docs/design.md puts it)"));
+            continue;
+        };
+        for (to, place) in tos {
+            if HELPERS.contains(&to.as_str()) {
+                wrong.push(format!("{place}: {from} uses the test helpers {to} outside its tests"));
+                continue;
+            }
+            match layer(to) {
+                None => wrong.push(format!("{place}: {from} uses {to}, which has no layer in this test")),
+                Some(l) if l > own => {
+                    wrong.push(format!("{place}: {from} (layer {own}) uses {to} (layer {l})"))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    // Within a layer: no circle (a depth-first walk over the uses between its modules).
+    fn reaches(
+        graph: &BTreeMap<String, BTreeMap<String, String>>,
+        from: &str,
+        to: &str,
+        seen: &mut Vec<String>,
+    ) -> bool {
+        if seen.iter().any(|s| s == from) {
+            return false;
+        }
+        seen.push(from.to_string());
+        graph.get(from).is_some_and(|tos| tos.keys().any(|n| n == to || reaches(graph, n, to, seen)))
+    }
+    for (from, tos) in &graph {
+        for to in tos.keys() {
+            if reaches(&graph, to, from, &mut Vec::new()) {
+                wrong.push(format!("{from} and {to} use each other, directly or through others"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_reader_finds_paths_in_every_form() {
+    assert_eq!(crate_paths("use crate::arrow::read;"), ["arrow"]);
+    assert_eq!(
+        crate_paths("use crate::{dtype::DType, tensor::{Tensor, layout}, self};"),
+        ["dtype", "tensor"]
+    );
+    assert_eq!(crate_paths("let t = crate::kernels::fill(x) + crate::Tensor::new();"), ["kernels", "Tensor"]);
+    assert_eq!(target("Tensor"), "tensor");
+    assert_eq!(layer("ffi"), Some(0));
+    assert!(layer("transfer") > layer("cuda") && layer("dlpack") > layer("transfer"));
+}
