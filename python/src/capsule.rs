@@ -15,8 +15,8 @@ use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use dlframe::dlpack::{Export, ExportedLegacy, ExportedVersioned, ManagedTensor};
 use dlframe::ffi::dlpack::{
-    DLManagedTensor, DLManagedTensorVersioned, DLTENSOR, DLTENSOR_VERSIONED, USED_DLTENSOR,
-    USED_DLTENSOR_VERSIONED,
+    DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLTENSOR,
+    DLTENSOR_VERSIONED, USED_DLTENSOR, USED_DLTENSOR_VERSIONED,
 };
 use dlframe::{ForeignTensor, Tensor};
 
@@ -105,17 +105,20 @@ pub fn from_export(py: Python<'_>, export: Export) -> Result<Bound<'_, PyAny>> {
     })
 }
 
-/// `{"max_version": (1, 3)}`, built once.
+/// The `max_version` dlframe asks producers for: the DLPack version it reads.
+pub const MAX_VERSION: (u32, u32) = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+
+/// `{"max_version": MAX_VERSION}`, built once.
 static VERSIONED_REQUEST: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
 
-/// The keywords of `__dlpack__(max_version=(1, 3))`, one dict for every call: handed as it is
-/// only to known producers (numpy, pyarrow), whose `__dlpack__` reads its keywords and keeps
-/// no reference to them (building the dict anew was a fifth of a small export); copied for
-/// any other.
+/// The keywords of `__dlpack__(max_version=MAX_VERSION)`, one dict for every call: handed as
+/// it is only to known producers (numpy, pyarrow; on Windows, where [`call_versioned`] cannot
+/// pass the keyword by name), whose `__dlpack__` reads its keywords and keeps no reference to
+/// them (building the dict anew was a fifth of a small export); copied for any other.
 pub fn versioned_request(py: Python<'_>) -> PyResult<&Bound<'_, PyDict>> {
     let kw = VERSIONED_REQUEST.get_or_try_init(py, || -> PyResult<_> {
         let kw = PyDict::new(py);
-        kw.set_item("max_version", (1, 3))?;
+        kw.set_item("max_version", MAX_VERSION)?;
         Ok(kw.unbind())
     })?;
     Ok(kw.bind(py))
@@ -129,7 +132,7 @@ pub fn versioned_from_known(x: &Bound<'_, PyAny>) -> Option<Tensor> {
     Some(consume(cap.cast::<PyCapsule>().ok()?).ok()?.into_tensor())
 }
 
-/// `x.__dlpack__(max_version=(1, 3))` of a known producer (numpy, pyarrow), whose `__dlpack__`
+/// `x.__dlpack__(max_version=MAX_VERSION)` of a known producer (numpy, pyarrow), whose `__dlpack__`
 /// keeps no reference to its keywords. On Unix the keyword travels as a name and a value
 /// (vectorcall), without a bound method or a dict, which took a third off the call's cost.
 fn call_versioned<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -138,7 +141,7 @@ fn call_versioned<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     {
         let (names, value) = VERSIONED_CALL.get_or_try_init(py, || -> PyResult<_> {
             let names = PyTuple::new(py, [intern!(py, "max_version")])?;
-            Ok((names.unbind(), PyTuple::new(py, [1, 3])?.unbind()))
+            Ok((names.unbind(), PyTuple::new(py, [MAX_VERSION.0, MAX_VERSION.1])?.unbind()))
         })?;
         let args = [x.as_ptr(), value.as_ptr()];
         // SAFETY: `args` holds the receiver and then one value per name in `names`, all live
@@ -154,7 +157,7 @@ fn call_versioned<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     x.call_method(intern!(py, "__dlpack__"), (), Some(versioned_request(py)?))
 }
 
-/// `("max_version",)` and `(1, 3)`, built once: the keyword names and value of
+/// `("max_version",)` and `MAX_VERSION`, built once: the keyword names and value of
 /// [`call_versioned`].
 #[cfg(unix)]
 static VERSIONED_CALL: PyOnceLock<(Py<PyTuple>, Py<PyTuple>)> = PyOnceLock::new();

@@ -456,7 +456,7 @@ fn import_on_device(x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
     let stream = py.detach(|| transfer::stream_handle(device))?;
     let kw = PyDict::new(py);
     kw.set_item(intern!(py, "stream"), stream)?;
-    kw.set_item(intern!(py, "max_version"), (1, 3))?;
+    kw.set_item(intern!(py, "max_version"), capsule::MAX_VERSION)?;
     // No bare call: without `stream` the producer would not order its work before ours.
     let t = call_dlpack(x, &kw, false)?;
     if t.device() != device {

@@ -59,7 +59,7 @@ def test_dlpack_reads_its_keywords_and_refuses_the_rest():  # item 1
         t.__dlpack__(None, max_version=(1, 0))
     with pytest.raises(TypeError, match="doesn't apply"):
         dlframe.Tensor.__dlpack__(np.zeros(3), max_version=(1, 0))
-    # A tuple subclass and ints beyond the fast read still go through the converter.
+    # A tuple subclass and a bool are read as ints; a version before 1.0 gets a legacy capsule.
     class Version(tuple):
         pass
 
