@@ -1,8 +1,12 @@
 //! The core's layers (docs/design.md, "Layers"): no module of `src/` uses one above it, read
 //! from the `crate::` paths of its code (its `#[cfg(test)]` part and its comments aside).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
+
+use common::{code, rust_files};
 
 /// Each module's layer, bottom-up, as docs/design.md draws them. Modules of one layer may use
 /// each other, but not in a circle (checked separately).
@@ -92,29 +96,20 @@ fn crate_paths(code: &str) -> Vec<String> {
 fn uses() -> BTreeMap<String, BTreeMap<String, String>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut graph: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    let mut stack = vec![src.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let rel = path.strip_prefix(&src).unwrap();
-            let top = rel.components().next().unwrap().as_os_str().to_string_lossy().replace(".rs", "");
-            if top == "lib" || HELPERS.contains(&top.as_str()) || path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let code = &text[..text.find("#[cfg(test)]").unwrap_or(text.len())];
-            for (n, line) in code.lines().enumerate() {
-                let line = line.split("//").next().unwrap_or("");
-                for first in crate_paths(line) {
-                    let to = target(&first);
-                    if to != top {
-                        let place = format!("{}:{}", rel.display(), n + 1);
-                        graph.entry(top.clone()).or_default().entry(to).or_insert(place);
-                    }
+    for path in rust_files(&["src"]) {
+        let rel = path.strip_prefix(&src).unwrap();
+        let top = rel.components().next().unwrap().as_os_str().to_string_lossy().replace(".rs", "");
+        if top == "lib" || HELPERS.contains(&top.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = &text[..text.find("#[cfg(test)]").unwrap_or(text.len())];
+        for (n, line) in text.lines().enumerate() {
+            for first in crate_paths(code(line)) {
+                let to = target(&first);
+                if to != top {
+                    let place = format!("{}:{}", rel.display(), n + 1);
+                    graph.entry(top.clone()).or_default().entry(to).or_insert(place);
                 }
             }
         }

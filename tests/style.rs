@@ -2,34 +2,13 @@
 //! repository: each `unsafe { ... }` block is led by a `// SAFETY:` comment (above its
 //! statement, or on its line), and each `unsafe fn` has a `# Safety` section in its doc comment.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{code, rust_files};
 
 /// The Rust sources under the repository's code folders.
-fn sources() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut out = Vec::new();
-    let mut stack: Vec<PathBuf> = ["src", "python/src", "udfs", "cli", "tests", "benches", "fuzz"]
-        .iter()
-        .map(|d| root.join(d))
-        .collect();
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() && path.file_name().is_some_and(|n| n != "target") {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
-
-/// The code of a line, without a trailing `//` comment (near enough: no source here puts `//`
-/// inside a string on a line with `unsafe`).
-fn code(line: &str) -> &str {
-    line.split("//").next().unwrap_or("")
+fn sources() -> Vec<std::path::PathBuf> {
+    rust_files(&["src", "python/src", "udfs", "cli", "tests", "benches", "fuzz"])
 }
 
 /// Whether the `unsafe {` on line `i` has its `SAFETY:` comment: on the line, or in the comment
