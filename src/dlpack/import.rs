@@ -11,7 +11,7 @@ use crate::ffi::dlpack::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
     DLPACK_MAJOR_VERSION,
 };
-use crate::tensor::{Dims, MAX_NDIM, Tensor, c_strides, check_layout};
+use crate::tensor::{Dims, MAX_NDIM, Tensor, c_strides_inline, check_layout};
 
 enum Raw {
     Legacy(NonNull<DLManagedTensor>),
@@ -144,7 +144,7 @@ unsafe fn view<M: ManagedTensor>(
         Dims::from_slice(unsafe { std::slice::from_raw_parts(dl.shape, ndim) })
     };
     let strides = if dl.strides.is_null() || ndim == 0 {
-        Dims::from_vec(c_strides(&shape))
+        c_strides_inline(&shape)
     } else {
         // SAFETY: as for shape.
         Dims::from_slice(unsafe { std::slice::from_raw_parts(dl.strides, ndim) })

@@ -2,6 +2,7 @@
 //!
 //! Nothing here touches memory: a layout is proven sane before any pointer is read.
 
+use super::Dims;
 use crate::error::{Error, Result};
 
 /// The most dimensions dlframe accepts (numpy's limit is 64).
@@ -35,7 +36,12 @@ impl Extent {
 
 /// Row-major (C order) strides in elements for `shape`.
 pub fn c_strides(shape: &[i64]) -> Vec<i64> {
-    let mut strides = vec![0i64; shape.len()];
+    c_strides_inline(shape).into_vec()
+}
+
+/// [`c_strides`] in a tensor's own form: inline, without allocating, up to two dimensions.
+pub(crate) fn c_strides_inline(shape: &[i64]) -> Dims {
+    let mut strides = Dims::from_elem(0, shape.len());
     let mut acc = 1i64;
     for (s, &d) in strides.iter_mut().zip(shape).rev() {
         *s = acc;

@@ -15,6 +15,7 @@ use arrow_buffer::Buffer;
 use arrow_schema::FieldRef;
 use smallvec::SmallVec;
 
+pub(crate) use layout::c_strides_inline;
 pub use layout::{
     Extent, MAX_NDIM, c_strides, check as check_layout, f_strides, is_c_contiguous, is_f_contiguous,
 };
@@ -106,16 +107,38 @@ impl Tensor {
         readonly: bool,
         owner: Arc<dyn Owner>,
     ) -> Result<Self> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { Self::from_raw_slices(data, &shape, strides.as_deref(), dtype, device, readonly, owner) }
+    }
+
+    /// [`Tensor::from_raw_parts`] with the extents and strides borrowed: they are copied into
+    /// the tensor, inline for up to two dimensions, so a caller that reads them from a foreign
+    /// description (a numpy array, a `Py_buffer`) allocates nothing for them.
+    ///
+    /// # Errors
+    /// As [`Tensor::from_raw_parts`].
+    ///
+    /// # Safety
+    /// As [`Tensor::from_raw_parts`].
+    pub unsafe fn from_raw_slices(
+        data: *mut u8,
+        shape: &[i64],
+        strides: Option<&[i64]>,
+        dtype: DType,
+        device: Device,
+        readonly: bool,
+        owner: Arc<dyn Owner>,
+    ) -> Result<Self> {
         let strides = match strides {
-            Some(s) => Dims::from_vec(s),
-            None => Dims::from_vec(c_strides(&shape)),
+            Some(s) => Dims::from_slice(s),
+            None => c_strides_inline(shape),
         };
-        let extent = check_layout(&shape, &strides, dtype.itemsize())?;
+        let extent = check_layout(shape, &strides, dtype.itemsize())?;
         // SAFETY: the caller's contract, passed on; `extent` is the layout's, checked above.
         unsafe {
             Self::from_checked_dims(
                 data,
-                Dims::from_vec(shape),
+                Dims::from_slice(shape),
                 strides,
                 extent,
                 dtype,
