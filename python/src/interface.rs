@@ -7,6 +7,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 use pyo3::{ffi, intern};
+use smallvec::SmallVec;
 
 use dlframe::interface::{ArrayInterface, TypeStr};
 use dlframe::tensor::c_strides;
@@ -301,7 +302,15 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
     // SAFETY: the struct's memory stays valid while the exporter and the capsule live, and the
     // owner keeps both.
     Ok(unsafe {
-        Tensor::from_raw_parts(s.data as *mut u8, shape, Some(strides), dtype, Device::Cpu, readonly, owner)
+        Tensor::from_raw_slices(
+            s.data as *mut u8,
+            &shape,
+            Some(&strides),
+            dtype,
+            Device::Cpu,
+            readonly,
+            owner,
+        )
     }?)
 }
 
@@ -318,12 +327,12 @@ pub(crate) unsafe fn read_dims(
     shape: *const ffi::Py_ssize_t,
     strides: *const ffi::Py_ssize_t,
     item: isize,
-) -> Option<(Vec<i64>, Vec<i64>)> {
+) -> Option<(Extents, Extents)> {
     // SAFETY: the caller's promise, for nd entries (none are read when nd is 0).
     let read = |p: *const ffi::Py_ssize_t, i: usize| unsafe { *p.add(i) };
-    let extents: Vec<i64> = (0..nd).map(|i| read(shape, i) as i64).collect();
+    let extents: Extents = (0..nd).map(|i| read(shape, i) as i64).collect();
     if strides.is_null() || nd == 0 {
-        let c = c_strides(&extents);
+        let c = c_strides(&extents).into_iter().collect();
         return Some((extents, c));
     }
     let elements = (0..nd)
@@ -331,9 +340,13 @@ pub(crate) unsafe fn read_dims(
             let bytes = read(strides, i);
             (item != 0 && bytes % item == 0).then(|| (bytes / item) as i64)
         })
-        .collect::<Option<Vec<i64>>>()?;
+        .collect::<Option<Extents>>()?;
     Some((extents, elements))
 }
+
+/// Extents or strides read from a foreign description, inline up to four dimensions: with
+/// [`Tensor::from_raw_slices`], importing a small array allocates nothing for them.
+pub(crate) type Extents = SmallVec<[i64; 4]>;
 
 /// A Py_buffer view, released (with the GIL) when the last tensor over it drops.
 struct BufferOwner(Box<ffi::Py_buffer>);
@@ -375,7 +388,7 @@ fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
     let (data, readonly) = (v.buf as *mut u8, v.readonly != 0);
     // SAFETY: the buffer stays valid until the view is released, which the owner does last.
     Ok(unsafe {
-        Tensor::from_raw_parts(data, shape, Some(strides), dtype, Device::Cpu, readonly, Arc::new(owner))
+        Tensor::from_raw_slices(data, &shape, Some(&strides), dtype, Device::Cpu, readonly, Arc::new(owner))
     }?)
 }
 

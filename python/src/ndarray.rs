@@ -129,10 +129,10 @@ impl NdArray<'_, '_> {
         // SAFETY: the array's elements lie where its data pointer, extents and strides say, in
         // host memory the array keeps valid while it lives; the owner holds a reference to it.
         unsafe {
-            Tensor::from_raw_parts(
+            Tensor::from_raw_slices(
                 a.data as *mut u8,
-                shape,
-                Some(strides),
+                &shape,
+                Some(&strides),
                 dtype,
                 Device::Cpu,
                 readonly,
