@@ -20,6 +20,7 @@ use dlframe::ffi::dlpack::{
 };
 use dlframe::{ForeignTensor, Tensor};
 
+use crate::call;
 use crate::error::{Binding, Error, Result};
 
 /// Calls the deleter of an unconsumed capsule's tensor.
@@ -143,15 +144,10 @@ fn call_versioned<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
             let names = PyTuple::new(py, [intern!(py, "max_version")])?;
             Ok((names.unbind(), PyTuple::new(py, [MAX_VERSION.0, MAX_VERSION.1])?.unbind()))
         })?;
-        let args = [x.as_ptr(), value.as_ptr()];
-        // SAFETY: `args` holds the receiver and then one value per name in `names`, all live
-        // for the call; CPython's vectorcall borrows them. The function is the interpreter's
-        // (see `vectorcall_method`).
-        let ret = unsafe {
-            vectorcall_method(intern!(py, "__dlpack__").as_ptr(), args.as_ptr(), 1, names.as_ptr())
-        };
-        // SAFETY: a new reference, or NULL with the exception set.
-        unsafe { Bound::from_owned_ptr_or_err(py, ret) }
+        // SAFETY: the receiver, then the value of the one name in `names`, all live for the call.
+        unsafe {
+            call::method(py, intern!(py, "__dlpack__"), &[x.as_ptr(), value.as_ptr()], Some(names.bind(py)))
+        }
     }
     #[cfg(not(unix))]
     x.call_method(intern!(py, "__dlpack__"), (), Some(versioned_request(py)?))
@@ -161,22 +157,6 @@ fn call_versioned<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 /// [`call_versioned`].
 #[cfg(unix)]
 static VERSIONED_CALL: PyOnceLock<(Py<PyTuple>, Py<PyTuple>)> = PyOnceLock::new();
-
-#[cfg(unix)]
-unsafe extern "C" {
-    /// `PyObject_VectorcallMethod(name, args, nargsf, kwnames)`: CPython has exported it with
-    /// this signature since 3.9 and has it in the limited API from 3.12. pyo3 hides it from an
-    /// abi3 build for 3.11, which on Unix resolves it from the interpreter when it loads (as it
-    /// does every other function it calls); Windows links abi3 builds against python3.dll,
-    /// which lacks it before 3.12, so there the call goes through a dict.
-    #[link_name = "PyObject_VectorcallMethod"]
-    fn vectorcall_method(
-        name: *mut ffi::PyObject,
-        args: *const *mut ffi::PyObject,
-        nargsf: usize,
-        kwnames: *mut ffi::PyObject,
-    ) -> *mut ffi::PyObject;
-}
 
 /// Consumes a DLPack capsule of either version: renames it to `used_*` and takes ownership.
 ///

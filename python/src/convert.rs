@@ -17,6 +17,7 @@ use dlframe::{DType, Device, Tensor, transfer};
 use crate::args::{
     ColumnsArg, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, export_options,
 };
+use crate::call;
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::exchange;
@@ -202,7 +203,7 @@ pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
     let ty = obj.get_type();
     if ty.hasattr(intern!(py, "__arrow_c_array__"))? {
         // Called here, once: pyo3-arrow's extraction looks the method up twice more first.
-        let pair = obj.call_method0(intern!(py, "__arrow_c_array__"))?;
+        let pair = call::method0(obj, intern!(py, "__arrow_c_array__"))?;
         let Some(pair) = pair.cast::<PyTuple>().ok().filter(|t| t.len() == 2) else {
             let returned = pair.get_type().name().map(|n| n.to_string()).unwrap_or_default();
             let ty = ty.name().map(|n| n.to_string()).unwrap_or_default();

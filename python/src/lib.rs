@@ -5,6 +5,7 @@
 
 mod args;
 mod batches;
+mod call;
 mod capsule;
 mod convert;
 mod error;

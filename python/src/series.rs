@@ -1,11 +1,12 @@
 //! A Polars Series' own memory as a `dlframe.Tensor` (without copying), without the Arrow
 //! stream: what `series.to_dlpack()` takes first.
 
-use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::{ffi, intern};
 
 use dlframe::DType;
 
+use crate::call;
 use crate::capsule;
 use crate::ndarray;
 use crate::tensor::PyTensor;
@@ -25,12 +26,16 @@ use crate::tensor::PyTensor;
 #[pyo3(name = "_series_view", signature = (s, /))]
 pub fn series_view(s: &Bound<'_, PyAny>) -> Option<PyTensor> {
     let py = s.py();
-    let inner = s.getattr(intern!(py, "_s")).ok()?;
-    let nulls: usize = inner.call_method0(intern!(py, "null_count")).ok()?.extract().ok()?;
+    // `_s` is an instance attribute: read without the Series' own `__getattr__` hook in the way.
+    // SAFETY: a live object and a str name; a new reference or NULL with an exception set.
+    let inner = unsafe { ffi::PyObject_GenericGetAttr(s.as_ptr(), intern!(py, "_s").as_ptr()) };
+    // SAFETY: as above.
+    let inner = unsafe { Bound::from_owned_ptr_or_err(py, inner) }.ok()?;
+    let nulls: usize = call::method0(&inner, intern!(py, "null_count")).ok()?.extract().ok()?;
     if nulls != 0 {
         return None;
     }
-    let view = inner.call_method0(intern!(py, "to_numpy_view")).ok()?;
+    let view = call::method0(&inner, intern!(py, "to_numpy_view")).ok()?;
     if view.is_none() {
         return None;
     }

@@ -51,6 +51,21 @@ def test_series_of_each_dtype_shares_memory(dtype):
     assert fast.readonly and not fast.copied
 
 
+def test_the_shared_view_is_taken_where_it_applies_and_declined_elsewhere():
+    # series.to_dlpack() asks the Series for its own view first and falls back to the Arrow
+    # stream, which gives the same tensor more slowly: a view path that stopped answering would
+    # pass every other test. It answers for one chunk of numbers without nulls, and only there.
+    view = dlframe._native._series_view
+    s = pl.Series("x", [1.0, 2.0, 3.0], dtype=pl.Float32)
+    t = view(s)
+    assert t is not None and t.shape == (3,) and t.readonly
+    assert np.from_dlpack(t).ctypes.data == s.to_numpy().ctypes.data
+    two_chunks = pl.concat([pl.Series([1.0]), pl.Series([2.0])], rechunk=False)
+    assert two_chunks.n_chunks() == 2
+    for declined in (pl.Series([1.0, None]), pl.Series([True, False]), pl.Series(["a"]), two_chunks):
+        assert view(declined) is None, declined.dtype
+
+
 def test_a_series_changed_after_export_leaves_the_tensor_as_it_was():
     # The shared view holds its own reference to Polars' buffer, so a later in-place write to
     # the Series copies first: the tensor keeps the values it was exported with.
