@@ -49,6 +49,18 @@ row(
     best("np.from_dlpack(small)", np=np, small=small),
     2,
 )
+# What the row above cannot go below while to_dlpack returns a Tensor that numpy imports
+# through __dlpack__: numpy's import of a ready Tensor, plus pyarrow's own export and its
+# release, each timed alone: dlframe's call, its reading of pyarrow's capsule and the Tensor
+# object cost nothing here.
+ready = dlframe.to_dlpack(small)
+row(
+    "floor of the row above: np.from_dlpack(ready Tensor) + pa_array.__dlpack__() / np.from_dlpack(pa_array)",
+    best("np.from_dlpack(ready)", np=np, ready=ready)
+    + best("small.__dlpack__(max_version=(1, 3))", small=small),
+    best("np.from_dlpack(small)", np=np, small=small),
+    None,
+)
 row(
     "dlframe.from_dlpack(np_array) / pa.Array.from_dlpack(np_array), 1K f32",
     best("dlframe.from_dlpack(a)", dlframe=dlframe, a=a),
