@@ -21,6 +21,7 @@ directly where Polars does not define it (it never replaces a method Polars has)
 from __future__ import annotations
 
 import functools
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -223,8 +224,20 @@ def _install() -> None:
             register("dlframe")(type(f"{cls.__name__}DLFrame", (_Namespace,), {}))
         if not hasattr(cls, "to_dlpack"):
             # The function itself (its first argument is the object): no wrapper call per export.
-            # A Series gets the version that tries its shared view before anything else.
-            cls.to_dlpack = _series_to_dlpack if cls is pl.Series else to_dlpack  # type: ignore[attr-defined]
+            # A Series gets a version that tries its shared view before anything else.
+            cls.to_dlpack = _series_method() if cls is pl.Series else to_dlpack  # type: ignore[attr-defined]
+
+
+def _series_method() -> Any:
+    """`series.to_dlpack`: a native method of the Series type where the extension has one (the
+    shared view without a Python frame before it), else `_series_to_dlpack`. Its text signature
+    is `to_dlpack`'s, without `obj`."""
+    make = getattr(_native, "_series_method", None)
+    if make is None:
+        return _series_to_dlpack
+    params = list(inspect.signature(to_dlpack).parameters.values())[1:]
+    keywords = ", ".join(f"{p.name}={p.default!r}" for p in params)
+    return make(pl.Series, to_dlpack, f"to_dlpack($self, /, *, {keywords})\n--\n\n{to_dlpack.__doc__}")
 
 
 _install()

@@ -56,4 +56,14 @@ unsafe extern "C" {
         nargsf: usize,
         kwnames: *mut ffi::PyObject,
     ) -> *mut ffi::PyObject;
+
+    /// `PyObject_Vectorcall(callable, args, nargsf, kwnames)`: exported by CPython since 3.9,
+    /// in the limited API from 3.12, resolved as [`vectorcall_method`] is.
+    #[link_name = "PyObject_Vectorcall"]
+    pub(crate) fn vectorcall(
+        callable: *mut ffi::PyObject,
+        args: *const *mut ffi::PyObject,
+        nargsf: usize,
+        kwnames: *mut ffi::PyObject,
+    ) -> *mut ffi::PyObject;
 }

@@ -16,6 +16,8 @@ mod ndarray;
 mod per_type;
 mod readers;
 mod series;
+#[cfg(unix)]
+mod series_method;
 mod sql_udfs;
 mod tensor;
 mod to_python;
@@ -68,6 +70,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(series::series_view, m)?)?;
+    #[cfg(unix)]
+    m.add_function(wrap_pyfunction!(series_method::series_method, m)?)?;
     m.add_function(wrap_pyfunction!(ndarray::plain_ndarray, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(args::dtype_name, m)?)?;

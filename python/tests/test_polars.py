@@ -22,7 +22,10 @@ def test_namespaces_are_registered_and_polars_methods_are_never_replaced():
     assert pl.DataFrame.to_numpy.__module__.startswith("polars")
     for cls in (pl.DataFrame, pl.Series, pl.LazyFrame):
         own = cls.__dict__.get("to_dlpack")
-        assert own is None or own in (dlpl.to_dlpack, dlpl._series_to_dlpack) or own.__module__.startswith("polars")
+        ours = own in (dlpl.to_dlpack, dlpl._series_to_dlpack) or (
+            type(own).__name__ == "method_descriptor" and own.__objclass__ is pl.Series and own.__name__ == "to_dlpack"
+        )
+        assert own is None or ours or own.__module__.startswith("polars"), own
 
 
 def test_dataframe_is_a_c_order_matrix_like_to_torch():
@@ -64,6 +67,21 @@ def test_the_shared_view_is_taken_where_it_applies_and_declined_elsewhere():
     assert two_chunks.n_chunks() == 2
     for declined in (pl.Series([1.0, None]), pl.Series([True, False]), pl.Series(["a"]), two_chunks):
         assert view(declined) is None, declined.dtype
+
+
+def test_series_to_dlpack_is_a_method_of_series_only_and_passes_its_options_on():
+    # series.to_dlpack may be a native method of the Series type: it must still refuse other
+    # objects, refuse positional options, and hand every option to to_dlpack.
+    with pytest.raises(TypeError):
+        pl.Series.to_dlpack(np.arange(3))
+    s = pl.Series("x", [1.0, None, 3.0])
+    with pytest.raises(TypeError):
+        s.to_dlpack("fill")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'null'"):
+        s.to_dlpack(null="fill")
+    with pytest.raises(BufferError, match="null"):
+        s.to_dlpack()
+    np.testing.assert_array_equal(np.from_dlpack(s.to_dlpack(nulls="fill", fill_value=0)), [1.0, 0.0, 3.0])
 
 
 def test_a_series_changed_after_export_leaves_the_tensor_as_it_was():
