@@ -218,9 +218,10 @@ def _series_view(s: Any, /) -> Tensor | None:
     """A Polars Series' values as a read-only tensor over its memory (no copy), or None when
     Polars has no such view (nulls, several chunks, booleans, temporal data)."""
 
-def _series_method(series_type: type, fallback: Any, doc: str, /) -> Any:
-    """``series.to_dlpack`` as a method descriptor of ``series_type`` (the shared view, or
-    ``fallback(series, **options)``), documented by ``doc``; absent on Windows."""
+def _series_method(series_type: type, with_options: Any, plain: Any, doc: str, /) -> Any:
+    """``series.to_dlpack`` as a method descriptor of ``series_type`` (the shared view, else
+    ``plain(series)``, or ``with_options(series, **options)``), documented by ``doc``; absent on
+    Windows."""
 
 def _plain_ndarray(x: Any, /) -> bool:
     """Whether x is a numpy.ndarray that from_dlpack hands to pyarrow.Array.from_dlpack as it

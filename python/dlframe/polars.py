@@ -237,7 +237,8 @@ def _series_method() -> Any:
         return _series_to_dlpack
     params = list(inspect.signature(to_dlpack).parameters.values())[1:]
     keywords = ", ".join(f"{p.name}={p.default!r}" for p in params)
-    return make(pl.Series, to_dlpack, f"to_dlpack($self, /, *, {keywords})\n--\n\n{to_dlpack.__doc__}")
+    doc = f"to_dlpack($self, /, *, {keywords})\n--\n\n{to_dlpack.__doc__}"
+    return make(pl.Series, to_dlpack, _native.to_dlpack, doc)
 
 
 _install()

@@ -34,10 +34,49 @@ pub(crate) unsafe fn method<'py>(
     args: &[*mut ffi::PyObject],
     names: Option<&Bound<'py, PyTuple>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the caller's promise, passed on; `name` is a live str.
+    unsafe { with(py, vectorcall_method, name.as_ptr(), args, names) }
+}
+
+/// `callable(*args[..positional], **dict(zip(names, rest)))`: one vectorcall, the keywords by
+/// name. Unix only (see [`vectorcall`]).
+///
+/// # Safety
+/// `args` holds the positional values and then one value for each of `names`, every pointer
+/// live for the call; CPython's vectorcall borrows them.
+#[cfg(unix)]
+pub(crate) unsafe fn function<'py>(
+    callable: &Bound<'py, PyAny>,
+    args: &[*mut ffi::PyObject],
+    names: Option<&Bound<'py, PyTuple>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the caller's promise, passed on; `callable` is live.
+    unsafe { with(callable.py(), vectorcall, callable.as_ptr(), args, names) }
+}
+
+/// One of the interpreter's vectorcall functions (`PyObject_VectorcallMethod` with a method
+/// name, `PyObject_Vectorcall` with a callable) on `args`, the last of which are the values of
+/// `names`.
+///
+/// # Safety
+/// `target` is live, and `args` is as [`method`] or [`function`] says for `f`.
+#[cfg(unix)]
+unsafe fn with<'py>(
+    py: Python<'py>,
+    f: unsafe extern "C" fn(
+        *mut ffi::PyObject,
+        *const *mut ffi::PyObject,
+        usize,
+        *mut ffi::PyObject,
+    ) -> *mut ffi::PyObject,
+    target: *mut ffi::PyObject,
+    args: &[*mut ffi::PyObject],
+    names: Option<&Bound<'py, PyTuple>>,
+) -> PyResult<Bound<'py, PyAny>> {
     let kwnames = names.map_or(std::ptr::null_mut(), |n| n.as_ptr());
     let positional = args.len() - names.map_or(0, |n| n.len());
-    // SAFETY: the caller's promise on `args` and `names`; the function is the interpreter's.
-    let ret = unsafe { vectorcall_method(name.as_ptr(), args.as_ptr(), positional, kwnames) };
+    // SAFETY: the caller's promise on `target`, `args` and `names`; `f` is the interpreter's.
+    let ret = unsafe { f(target, args.as_ptr(), positional, kwnames) };
     // SAFETY: a new reference, or NULL with the exception set.
     unsafe { Bound::from_owned_ptr_or_err(py, ret) }
 }
@@ -60,7 +99,7 @@ unsafe extern "C" {
     /// `PyObject_Vectorcall(callable, args, nargsf, kwnames)`: exported by CPython since 3.9,
     /// in the limited API from 3.12, resolved as [`vectorcall_method`] is.
     #[link_name = "PyObject_Vectorcall"]
-    pub(crate) fn vectorcall(
+    fn vectorcall(
         callable: *mut ffi::PyObject,
         args: *const *mut ffi::PyObject,
         nargsf: usize,

@@ -1,8 +1,9 @@
 //! `series.to_dlpack` as a method of Polars' Series type, made as Polars' own methods are: a
 //! method descriptor that CPython calls with the Series and the arguments in an array. Without
 //! arguments it is the Series' shared view ([`series_view`]), with no Python frame and no
-//! keyword dict before it (those were a sixth of the call); anything else, or a Series without
-//! such a view, goes to `dlframe.polars.to_dlpack`. Unix only: the call on to Python uses
+//! keyword dict before it (those were a sixth of the call). A Series without such a view goes
+//! to `dlframe._native.to_dlpack`, and a call with options to `dlframe.polars.to_dlpack`, as
+//! the Python method did. Unix only: the call on to Python uses
 //! `PyObject_Vectorcall`, which Windows' abi3 import library lacks before 3.12; there the
 //! Python method stays.
 
@@ -13,26 +14,36 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
+use pyo3::types::{PyTuple, PyType};
 
+use crate::call;
 use crate::series::series_view;
 
-/// `dlframe.polars.to_dlpack`, where calls the shared view does not answer go.
-static FALLBACK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+/// Where the calls the shared view does not answer go: `with_options` (`dlframe.polars.to_dlpack`)
+/// for a call with arguments, `plain` (`dlframe._native.to_dlpack`) for one without, which would
+/// only ask for the view again on its way to the Arrow path.
+struct Fallbacks {
+    with_options: Py<PyAny>,
+    plain: Py<PyAny>,
+}
+
+static FALLBACKS: PyOnceLock<Fallbacks> = PyOnceLock::new();
 
 /// The method descriptor `to_dlpack` of `series_type`, documented by `doc` (which starts with
-/// its text signature, as CPython reads it); calls it cannot answer go to `fallback(series,
-/// *args, **kwargs)`. Made once per import of `dlframe.polars`; its definition lives for the
-/// process, as CPython requires of a method's.
+/// its text signature, as CPython reads it); calls it cannot answer go to
+/// `with_options(series, *args, **kwargs)` or, without arguments, to `plain(series)`. Made once
+/// per import of `dlframe.polars`; its definition lives for the process, as CPython requires of
+/// a method's.
 #[pyfunction]
-#[pyo3(name = "_series_method", signature = (series_type, fallback, doc, /))]
+#[pyo3(name = "_series_method", signature = (series_type, with_options, plain, doc, /))]
 pub fn series_method<'py>(
     series_type: &Bound<'py, PyType>,
-    fallback: Bound<'py, PyAny>,
+    with_options: Bound<'py, PyAny>,
+    plain: Bound<'py, PyAny>,
     doc: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = series_type.py();
-    FALLBACK.get_or_init(py, || fallback.unbind());
+    FALLBACKS.get_or_init(py, || Fallbacks { with_options: with_options.unbind(), plain: plain.unbind() });
     let doc = CString::new(doc).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let def = Box::leak(Box::new(ffi::PyMethodDef {
         ml_name: c"to_dlpack".as_ptr(),
@@ -76,7 +87,8 @@ unsafe extern "C" fn to_dlpack(
     }
 }
 
-/// The shared view for a call without arguments, else `FALLBACK(slf, *args, **kwargs)`.
+/// The shared view for a call without arguments, else a fallback: `plain(slf)` without
+/// arguments, `with_options(slf, *args, **kwargs)` with them.
 ///
 /// # Safety
 /// As [`to_dlpack`].
@@ -89,27 +101,26 @@ unsafe fn call<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     // The high bit of nargsf is PY_VECTORCALL_ARGUMENTS_OFFSET, not a count.
     let nargs = (nargsf as usize) & !(1usize << (usize::BITS - 1));
-    // SAFETY: kwnames is a tuple or NULL.
-    let nkw = if kwnames.is_null() { 0 } else { (unsafe { ffi::PyTuple_Size(kwnames) }) as usize };
+    // SAFETY: kwnames is a tuple of str or NULL, alive for the call.
+    let names = (!kwnames.is_null())
+        .then(|| unsafe { Bound::from_borrowed_ptr(py, kwnames).cast_into_unchecked::<PyTuple>() });
+    let nkw = names.as_ref().map_or(0, |n| n.len());
     // SAFETY: a live object, borrowed for the call.
     let series = unsafe { Bound::from_borrowed_ptr(py, slf) };
-    if nargs == 0 && nkw == 0 {
-        if let Some(t) = series_view(&series) {
-            return Ok(Py::new(py, t)?.into_bound(py).into_any());
-        }
-    }
-    let fallback = FALLBACK
+    let fallbacks = FALLBACKS
         .get(py)
-        .ok_or_else(|| PyRuntimeError::new_err("series.to_dlpack was made without its fallback"))?;
+        .ok_or_else(|| PyRuntimeError::new_err("series.to_dlpack was made without its fallbacks"))?;
+    if nargs == 0 && nkw == 0 {
+        return match series_view(&series) {
+            Some(t) => Ok(Py::new(py, t)?.into_bound(py).into_any()),
+            None => fallbacks.plain.bind(py).call1((series,)),
+        };
+    }
     let mut all = Vec::with_capacity(1 + nargs + nkw);
     all.push(slf);
-    if nargs + nkw > 0 {
-        // SAFETY: CPython hands nargs positional values and then one per keyword name.
-        all.extend_from_slice(unsafe { std::slice::from_raw_parts(args, nargs + nkw) });
-    }
-    // SAFETY: `all` is the Series, the positional values and the keyword values, live for the
-    // call; `kwnames` names the last nkw of them.
-    let ret = unsafe { crate::call::vectorcall(fallback.as_ptr(), all.as_ptr(), 1 + nargs, kwnames) };
-    // SAFETY: a new reference, or NULL with the exception set.
-    unsafe { Bound::from_owned_ptr_or_err(py, ret) }
+    // SAFETY: CPython hands nargs positional values and then one per keyword name.
+    all.extend_from_slice(unsafe { std::slice::from_raw_parts(args, nargs + nkw) });
+    // SAFETY: `all` is the Series, the positional values and one value per name in `names`,
+    // live for the call.
+    unsafe { call::function(fallbacks.with_options.bind(py), &all, names.as_ref()) }
 }
