@@ -8,10 +8,12 @@ mod batches;
 mod call;
 mod capsule;
 mod convert;
+mod dlpack_method;
 mod error;
 mod exchange;
 mod gil;
 mod interface;
+mod method_def;
 mod ndarray;
 mod per_type;
 mod readers;
@@ -65,6 +67,7 @@ fn cuda_device_count() -> usize {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
+    dlpack_method::install(&m.py().get_type::<tensor::PyTensor>())?;
     m.add_class::<batches::PyBatchStream>()?;
     m.add_function(wrap_pyfunction!(convert::to_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;

@@ -7,16 +7,14 @@
 //! `PyObject_Vectorcall`, which Windows' abi3 import library lacks before 3.12; there the
 //! Python method stays.
 
-use std::ffi::CString;
-use std::panic::AssertUnwindSafe;
-
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::PyType;
 
 use crate::call;
+use crate::method_def::{self, Args};
 use crate::series::series_view;
 
 /// Where the calls the shared view does not answer go: `with_options` (`dlframe.polars.to_dlpack`)
@@ -44,83 +42,42 @@ pub fn series_method<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = series_type.py();
     FALLBACKS.get_or_init(py, || Fallbacks { with_options: with_options.unbind(), plain: plain.unbind() });
-    let doc = CString::new(doc).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let def = Box::leak(Box::new(ffi::PyMethodDef {
-        ml_name: c"to_dlpack".as_ptr(),
-        ml_meth: ffi::PyMethodDefPointer { PyCFunctionFastWithKeywords: to_dlpack },
-        ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-        ml_doc: doc.into_raw(),
-    }));
-    // SAFETY: a live type and a method definition that is never freed.
-    let descr = unsafe { ffi::PyDescr_NewMethod(series_type.as_type_ptr(), def) };
-    // SAFETY: a new reference, or NULL with the exception set.
-    unsafe { Bound::from_owned_ptr_or_err(py, descr) }
+    method_def::descriptor(series_type, c"to_dlpack", to_dlpack, doc)
 }
 
 /// The method's C function.
 ///
 /// # Safety
-/// Called by CPython, attached to the interpreter, with `slf` a Series (the descriptor checks
-/// its type), `args` holding the positional arguments and then one value per name in
-/// `kwnames` (a tuple of str, or NULL).
+/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` method of the Series type (the
+/// descriptor checks the receiver's type).
 unsafe extern "C" fn to_dlpack(
     slf: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,
     nargsf: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls methods attached to the interpreter.
-    let py = unsafe { Python::assume_attached() };
     // SAFETY: the caller's promise, passed on.
-    let result =
-        std::panic::catch_unwind(AssertUnwindSafe(|| unsafe { call(py, slf, args, nargsf, kwnames) }));
-    match result {
-        Ok(Ok(obj)) => obj.into_ptr(),
-        Ok(Err(e)) => {
-            e.restore(py);
-            std::ptr::null_mut()
-        }
-        Err(_) => {
-            PyRuntimeError::new_err("dlframe panicked in series.to_dlpack").restore(py);
-            std::ptr::null_mut()
-        }
-    }
+    unsafe { method_def::enter("series.to_dlpack", slf, args, nargsf, kwnames, call) }
 }
 
 /// The shared view for a call without arguments, else a fallback: `plain(slf)` without
 /// arguments, `with_options(slf, *args, **kwargs)` with them.
-///
-/// # Safety
-/// As [`to_dlpack`].
-unsafe fn call<'py>(
-    py: Python<'py>,
-    slf: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> PyResult<Bound<'py, PyAny>> {
-    // The high bit of nargsf is PY_VECTORCALL_ARGUMENTS_OFFSET, not a count.
-    let nargs = (nargsf as usize) & !(1usize << (usize::BITS - 1));
-    // SAFETY: kwnames is a tuple of str or NULL, alive for the call.
-    let names = (!kwnames.is_null())
-        .then(|| unsafe { Bound::from_borrowed_ptr(py, kwnames).cast_into_unchecked::<PyTuple>() });
-    let nkw = names.as_ref().map_or(0, |n| n.len());
-    // SAFETY: a live object, borrowed for the call.
-    let series = unsafe { Bound::from_borrowed_ptr(py, slf) };
+fn call<'py>(py: Python<'py>, a: Args<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
+    let series = a.slf.to_owned();
     let fallbacks = FALLBACKS
         .get(py)
         .ok_or_else(|| PyRuntimeError::new_err("series.to_dlpack was made without its fallbacks"))?;
-    if nargs == 0 && nkw == 0 {
+    if a.positional.is_empty() && a.keywords.is_empty() {
         return match series_view(&series) {
             Some(t) => Ok(Py::new(py, t)?.into_bound(py).into_any()),
             None => fallbacks.plain.bind(py).call1((series,)),
         };
     }
-    let mut all = Vec::with_capacity(1 + nargs + nkw);
-    all.push(slf);
-    // SAFETY: CPython hands nargs positional values and then one per keyword name.
-    all.extend_from_slice(unsafe { std::slice::from_raw_parts(args, nargs + nkw) });
+    let mut all = Vec::with_capacity(1 + a.positional.len() + a.keywords.len());
+    all.push(series.as_ptr());
+    all.extend_from_slice(a.positional);
+    all.extend_from_slice(a.keywords);
     // SAFETY: `all` is the Series, the positional values and one value per name in `names`,
     // live for the call.
-    unsafe { call::function(fallbacks.with_options.bind(py), &all, names.as_ref()) }
+    unsafe { call::function(fallbacks.with_options.bind(py), &all, a.names.as_deref()) }
 }

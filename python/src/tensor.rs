@@ -14,7 +14,6 @@ use dlframe::interface::{ArrayInterface, TypeStr};
 use dlframe::options::CopyPolicy;
 use dlframe::{DType, Device, Tensor, transfer};
 
-use crate::args::{DlDevice, DlpackStream, MaxVersion};
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::exchange;
@@ -41,6 +40,25 @@ impl PyTensor {
 
     pub fn with_sycl(inner: Tensor, syclobj: Option<Py<PyAny>>) -> Self {
         PyTensor { inner, syclobj }
+    }
+}
+
+impl PyTensor {
+    /// `__dlpack__` once its keywords are read ([`crate::dlpack_method`]): the core resolves
+    /// the request (copies, device moves, the capsule kind and the consumer's stream;
+    /// docs/conformance.md, items 1-15). Copies only where the request needs a copy.
+    pub(crate) fn export_capsule<'py>(
+        &self,
+        py: Python<'py>,
+        request: ExportRequest,
+    ) -> Result<Bound<'py, PyAny>> {
+        let t = &self.inner;
+        // A CPU tensor left on the CPU: no stream to wait on and at most a small copy, so the GIL
+        // stays held (pinned or managed memory may have to wait for a stream: released).
+        let to_cpu = request.dl_device.is_none_or(|d| d.device_type == Device::Cpu.to_dlpack().device_type);
+        let cpu = t.device() == Device::Cpu && to_cpu;
+        let export = gil::run(py, cpu, t.nbytes(), || request.export(t))?;
+        capsule::from_export(py, export)
     }
 }
 
@@ -85,33 +103,6 @@ impl PyTensor {
     #[classattr]
     fn __c_dlpack_exchange_api__() -> usize {
         exchange::address()
-    }
-
-    /// Exports the tensor as a DLPack capsule (docs/conformance.md, items 1-15): the core
-    /// resolves the request (copies, device moves, the capsule kind and the consumer's stream).
-    /// The keywords are in the order numpy passes them: pyo3 looks each name up in turn.
-    #[pyo3(signature = (*, dl_device=None, copy=None, max_version=None, stream=None))]
-    fn __dlpack__<'py>(
-        &self,
-        py: Python<'py>,
-        dl_device: Option<DlDevice>,
-        copy: Option<bool>,
-        max_version: Option<MaxVersion>,
-        stream: Option<DlpackStream>,
-    ) -> Result<Bound<'py, PyAny>> {
-        let request = ExportRequest {
-            max_version: max_version.map(|v| v.0),
-            dl_device: dl_device.map(|d| d.0),
-            copy,
-            stream: stream.map(|s| s.0),
-        };
-        let t = &self.inner;
-        // A CPU tensor left on the CPU: no stream to wait on and at most a small copy, so the GIL
-        // stays held (pinned or managed memory may have to wait for a stream: released).
-        let to_cpu = request.dl_device.is_none_or(|d| d.device_type == Device::Cpu.to_dlpack().device_type);
-        let cpu = t.device() == Device::Cpu && to_cpu;
-        let export = gil::run(py, cpu, t.nbytes(), || request.export(t))?;
-        capsule::from_export(py, export)
     }
 
     /// `(device_type, device_id)`, e.g. `(1, 0)` for the CPU.

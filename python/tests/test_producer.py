@@ -75,6 +75,23 @@ def test_dlpack_reads_its_keywords_and_refuses_the_rest():  # item 1
     assert (sys.getrefcount(mv), sys.getrefcount(dev), sys.getrefcount(t)) == before
 
 
+def test_dlpack_reads_keywords_by_their_text_and_numpy_bools():
+    # Names are matched by address when interned (any Python call site, numpy) and otherwise by
+    # their text: a name built at run time is another object. copy= takes numpy's bool as well.
+    t = dlframe.to_dlpack(column("float32"))
+    name = "".join(["max_", "version"])
+    assert name is not sys.intern(name)
+    assert fakes.capsule_name(t.__dlpack__(**{name: (1, 0)})) == b"dltensor_versioned"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_versio'"):
+        t.__dlpack__(**{name[:-1]: (1, 0)})
+    shared = t.__array_interface__["data"][0]
+    copied = dlframe.tensor(t.__dlpack__(max_version=(1, 0), copy=np.True_))
+    assert copied.__array_interface__["data"][0] != shared
+    assert np.array_equal(np.asarray(copied), np.asarray(t))
+    same = dlframe.tensor(t.__dlpack__(max_version=(1, 0), copy=np.False_))
+    assert same.__array_interface__["data"][0] == shared
+
+
 @pytest.mark.parametrize("dtype", INT_FLOAT)
 def test_a_pyarrow_array_makes_the_tensor_the_arrow_path_makes(dtype):
     # A pyarrow array of numbers without nulls is read through pyarrow's own DLPack export, a

@@ -1,0 +1,146 @@
+//! `Tensor.__dlpack__` as a method descriptor that reads its own keywords. Consumers call it
+//! with the same few names every time (numpy: `dl_device`, `copy`, `max_version`), interned, so
+//! each name is matched by address, and the two-int tuples by their type, before the general
+//! reading; pyo3's reading (a UTF-8 view of each name, compared as text, and its conversions)
+//! was half of the method's cost. What the arguments mean is the core's `ExportRequest`.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyString, PyTuple, PyType};
+
+use dlframe::dlpack::ExportRequest;
+
+use crate::args::{DlDevice, DlpackStream, MaxVersion};
+use crate::error::{Binding, Result};
+use crate::method_def::{self, Args};
+use crate::tensor::PyTensor;
+
+/// The keywords, in the order numpy passes them.
+const NAMES: [&str; 4] = ["dl_device", "copy", "max_version", "stream"];
+
+/// What CPython shows as the method's signature and help.
+const DOC: &str = "__dlpack__($self, /, *, dl_device=None, copy=None, max_version=None, stream=None)\n--\n\n\
+Exports the tensor as a DLPack capsule: `dltensor_versioned` when `max_version` is (1, x) or \
+later, the legacy `dltensor` otherwise. Zero-copy unless `copy=True`, or a move to `dl_device` \
+or a layout the consumer cannot read needs a copy (then marked IS_COPIED). Shared Arrow memory \
+is marked READ_ONLY. `stream` is the consumer's stream on a CUDA device.";
+
+/// The interned keyword names, made once.
+static INTERNED: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
+
+/// Makes `__dlpack__` a method of `tensor_type`.
+pub fn install(tensor_type: &Bound<'_, PyType>) -> PyResult<()> {
+    let py = tensor_type.py();
+    INTERNED.get_or_init(py, || NAMES.map(|n| PyString::intern(py, n).unbind()));
+    tensor_type.setattr("__dlpack__", method_def::descriptor(tensor_type, c"__dlpack__", dlpack, DOC)?)
+}
+
+/// The method's C function.
+///
+/// # Safety
+/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` method of `Tensor` (the descriptor
+/// checks the receiver's type).
+unsafe extern "C" fn dlpack(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { method_def::enter("Tensor.__dlpack__", slf, args, nargsf, kwnames, |py, a| Ok(call(py, a)?)) }
+}
+
+/// Reads the keywords into an `ExportRequest` and exports.
+fn call<'py>(py: Python<'py>, a: Args<'_, 'py>) -> Result<Bound<'py, PyAny>> {
+    if !a.positional.is_empty() {
+        return Err(PyTypeError::new_err(format!(
+            "Tensor.__dlpack__() takes no positional arguments ({} given); pass them by keyword",
+            a.positional.len()
+        ))
+        .into());
+    }
+    let mut values: [Option<Borrowed<'_, 'py, PyAny>>; 4] = [None; 4];
+    if let Some(names) = a.names {
+        for (name, &value) in names.iter_borrowed().zip(a.keywords) {
+            let slot = slot_of(py, &name)?;
+            if values[slot].is_some() {
+                return Err(PyTypeError::new_err(format!(
+                    "Tensor.__dlpack__() got multiple values for argument '{}'",
+                    NAMES[slot]
+                ))
+                .into());
+            }
+            // SAFETY: CPython's value for this name, live for the call.
+            values[slot] = Some(unsafe { Borrowed::from_ptr(py, value) });
+        }
+    }
+    let given = |i: usize| values[i].filter(|v| !v.is_none());
+    let request = ExportRequest {
+        dl_device: given(0).map(|v| v.extract::<DlDevice>()).transpose()?.map(|d| d.0),
+        copy: given(1).map(|v| read_bool(&v)).transpose()?,
+        max_version: given(2).map(|v| read_version(&v)).transpose()?,
+        stream: given(3).map(|v| v.extract::<DlpackStream>()).transpose()?.map(|s| s.0),
+    };
+    // SAFETY: the descriptor called us with an instance of the type it was made for.
+    let tensor = unsafe { a.slf.cast_unchecked::<PyTensor>() };
+    tensor.get().export_capsule(py, request)
+}
+
+/// Which keyword `name` is: by address for an interned name, else by its text.
+fn slot_of(py: Python<'_>, name: &Borrowed<'_, '_, PyAny>) -> Result<usize> {
+    if let Some(interned) = INTERNED.get(py)
+        && let Some(i) = interned.iter().position(|n| n.as_ptr() == name.as_ptr())
+    {
+        return Ok(i);
+    }
+    let name = name.cast::<PyString>().map_err(PyErr::from)?;
+    let text = name.to_str()?;
+    NAMES.iter().position(|n| *n == text).ok_or_else(|| {
+        PyTypeError::new_err(format!("Tensor.__dlpack__() got an unexpected keyword argument '{text}'"))
+            .into()
+    })
+}
+
+/// `copy=`: a bool (numpy's too, as pyo3 reads it).
+fn read_bool(v: &Borrowed<'_, '_, PyAny>) -> Result<bool> {
+    if let Ok(b) = v.cast::<PyBool>() {
+        return Ok(b.is_true());
+    }
+    v.extract::<bool>().map_err(|_| Binding::WrongType("copy must be None or a bool".into()).into())
+}
+
+/// `max_version=`: a tuple of two small ints is read directly; anything else as
+/// [`MaxVersion`] reads it, with its errors.
+fn read_version(v: &Borrowed<'_, '_, PyAny>) -> Result<(u32, u32)> {
+    // SAFETY: a live object; PyTuple_CheckExact and PyLong_CheckExact only read its type.
+    if unsafe { ffi::PyTuple_CheckExact(v.as_ptr()) } == 1 {
+        // SAFETY: an exact tuple, checked above.
+        let t = unsafe { v.cast_unchecked::<PyTuple>() };
+        if t.len() == 2 {
+            let small = |i: usize| {
+                // SAFETY: i < 2 == len.
+                let item = unsafe { t.get_borrowed_item_unchecked(i) }.as_ptr();
+                // SAFETY: a live object; an exact int is read without calling Python code.
+                if unsafe { ffi::PyLong_CheckExact(item) } != 1 {
+                    return None;
+                }
+                // SAFETY: as above; an int too large sets OverflowError, cleared here (the
+                // general reading below raises its own error).
+                let v = unsafe { ffi::PyLong_AsLong(item) };
+                // SAFETY: attached; reads (and clears) the error PyLong_AsLong may have set.
+                if v == -1 && unsafe { !ffi::PyErr_Occurred().is_null() } {
+                    // SAFETY: attached, with the error set just above.
+                    unsafe { ffi::PyErr_Clear() };
+                    return None;
+                }
+                u32::try_from(v).ok()
+            };
+            if let (Some(major), Some(minor)) = (small(0), small(1)) {
+                return Ok((major, minor));
+            }
+        }
+    }
+    v.extract::<MaxVersion>().map(|m| m.0)
+}
