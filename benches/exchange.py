@@ -26,9 +26,12 @@ except ImportError:
     tvm_ffi = None
 
 
-def best(stmt, n=20000, **names):
-    """Best of 7 runs of n calls, in seconds per call."""
-    return min(timeit.repeat(stmt, number=n, repeat=7, globals=names)) / n
+def best(*stmts, n=20000, **names):
+    """Seconds per call of each statement: the best of 7 runs of n calls, the statements run in
+    turn within each round, so that a change in the machine's speed falls on all of them."""
+    timers = [timeit.Timer(s, globals=names) for s in stmts]
+    runs = [[t.timeit(n) for t in timers] for _ in range(7)]
+    return [min(r[i] for r in runs) / n for i in range(len(stmts))]
 
 
 rows = []
@@ -45,8 +48,7 @@ a = np.arange(1000, dtype=np.float32)
 s = pl.Series(a)
 row(
     "np.from_dlpack(dlframe.to_dlpack(pa_array)) / np.from_dlpack(pa_array), 1K f32",
-    best("np.from_dlpack(dlframe.to_dlpack(small))", np=np, dlframe=dlframe, small=small),
-    best("np.from_dlpack(small)", np=np, small=small),
+    *best("np.from_dlpack(dlframe.to_dlpack(small))", "np.from_dlpack(small)", np=np, dlframe=dlframe, small=small),
     2,
 )
 # What the row above cannot go below while to_dlpack returns a Tensor that numpy imports
@@ -54,23 +56,30 @@ row(
 # release, each timed alone: dlframe's call, its reading of pyarrow's capsule and the Tensor
 # object cost nothing here.
 ready = dlframe.to_dlpack(small)
+imported, exported, theirs = best(
+    "np.from_dlpack(ready)", "small.__dlpack__(max_version=(1, 3))", "np.from_dlpack(small)", np=np, ready=ready, small=small
+)
 row(
     "floor of the row above: np.from_dlpack(ready Tensor) + pa_array.__dlpack__() / np.from_dlpack(pa_array)",
-    best("np.from_dlpack(ready)", np=np, ready=ready)
-    + best("small.__dlpack__(max_version=(1, 3))", small=small),
-    best("np.from_dlpack(small)", np=np, small=small),
+    imported + exported,
+    theirs,
+    None,
+)
+# The producers alone: numpy's same import of a ready dlframe Tensor and of the pyarrow
+# array, so the ratio is dlframe's __dlpack__ (and its release) against pyarrow's.
+row(
+    "np.from_dlpack(ready Tensor) / np.from_dlpack(pa_array): the producers' __dlpack__, 1K f32",
+    *best("np.from_dlpack(ready)", "np.from_dlpack(small)", np=np, ready=ready, small=small),
     None,
 )
 row(
     "dlframe.from_dlpack(np_array) / pa.Array.from_dlpack(np_array), 1K f32",
-    best("dlframe.from_dlpack(a)", dlframe=dlframe, a=a),
-    best("pa.Array.from_dlpack(a)", pa=pa, a=a),
+    *best("dlframe.from_dlpack(a)", "pa.Array.from_dlpack(a)", dlframe=dlframe, pa=pa, a=a),
     1.5,
 )
 row(
     "series.to_dlpack() / series.to_numpy(), 1K f32",
-    best("s.to_dlpack()", s=s),
-    best("s.to_numpy()", s=s),
+    *best("s.to_dlpack()", "s.to_numpy()", s=s),
     1,
 )
 if torch is not None:
@@ -91,14 +100,12 @@ if torch is not None:
     v = ViaDlpack(x)
     row(
         "dlframe.tensor(torch_tensor): through torch's table / through __dlpack__",
-        best("dlframe.tensor(x)", dlframe=dlframe, x=x),
-        best("dlframe.tensor(v)", dlframe=dlframe, v=v),
+        *best("dlframe.tensor(x)", "dlframe.tensor(v)", dlframe=dlframe, x=x, v=v),
         1 / 3,
     )
     row(
         "dlframe.tensor(torch_tensor) / np.from_dlpack(torch_tensor)",
-        best("dlframe.tensor(x)", dlframe=dlframe, x=x),
-        best("np.from_dlpack(x)", np=np, x=x),
+        *best("dlframe.tensor(x)", "np.from_dlpack(x)", dlframe=dlframe, np=np, x=x),
         1,
     )
     if tvm_ffi is not None:
@@ -107,8 +114,7 @@ if torch is not None:
         tt = [torch.arange(1000, dtype=torch.float32) for _ in range(3)]
         row(
             "tvm-ffi f(x, y, z): 3 dlframe tensors / 3 torch CPU tensors",
-            best("nop(*d)", nop=nop, d=d),
-            best("nop(*tt)", nop=nop, tt=tt),
+            *best("nop(*d)", "nop(*tt)", nop=nop, d=d, tt=tt),
             1,
         )
 
