@@ -4,7 +4,6 @@
 //! reading; pyo3's reading (a UTF-8 view of each name, compared as text, and its conversions)
 //! was half of the method's cost. What the arguments mean is the core's `ExportRequest`.
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -13,7 +12,7 @@ use pyo3::types::{PyBool, PyString, PyTuple, PyType};
 use dlframe::dlpack::ExportRequest;
 
 use crate::args::{DlDevice, DlpackStream, MaxVersion};
-use crate::error::{Binding, Result};
+use crate::error::{Binding, Error, Result};
 use crate::method_def::{self, Args};
 use crate::tensor::PyTensor;
 
@@ -34,47 +33,31 @@ static INTERNED: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
 pub fn install(tensor_type: &Bound<'_, PyType>) -> PyResult<()> {
     let py = tensor_type.py();
     INTERNED.get_or_init(py, || NAMES.map(|n| PyString::intern(py, n).unbind()));
-    tensor_type.setattr("__dlpack__", method_def::descriptor(tensor_type, c"__dlpack__", dlpack, DOC)?)
+    let f = method_def::fast_method!(dlpack);
+    tensor_type.setattr("__dlpack__", method_def::descriptor(tensor_type, c"__dlpack__", f, DOC)?)
 }
 
-/// The method's C function.
-///
-/// # Safety
-/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` method of `Tensor` (the descriptor
-/// checks the receiver's type).
-unsafe extern "C" fn dlpack(
-    slf: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: the caller's promise, passed on.
-    unsafe { method_def::enter("Tensor.__dlpack__", slf, args, nargsf, kwnames, |py, a| Ok(call(py, a)?)) }
-}
-
-/// Reads the keywords into an `ExportRequest` and exports.
-fn call<'py>(py: Python<'py>, a: Args<'_, 'py>) -> Result<Bound<'py, PyAny>> {
+/// The method: reads the keywords into an `ExportRequest` and exports.
+fn dlpack<'py>(py: Python<'py>, a: Args<'_, 'py>) -> PyResult<Bound<'py, PyAny>> {
+    let wrong = |m: String| Error::from(Binding::WrongType(m));
     if !a.positional.is_empty() {
-        return Err(PyTypeError::new_err(format!(
-            "Tensor.__dlpack__() takes no positional arguments ({} given); pass them by keyword",
+        return Err(wrong(format!(
+            "Tensor.__dlpack__() takes 0 positional arguments but {} were given",
             a.positional.len()
         ))
         .into());
     }
     let mut values: [Option<Borrowed<'_, 'py, PyAny>>; 4] = [None; 4];
-    if let Some(names) = a.names {
-        for (name, &value) in names.iter_borrowed().zip(a.keywords) {
-            let slot = slot_of(py, &name)?;
-            if values[slot].is_some() {
-                return Err(PyTypeError::new_err(format!(
-                    "Tensor.__dlpack__() got multiple values for argument '{}'",
-                    NAMES[slot]
-                ))
-                .into());
-            }
-            // SAFETY: CPython's value for this name, live for the call.
-            values[slot] = Some(unsafe { Borrowed::from_ptr(py, value) });
+    for (name, value) in a.named() {
+        let slot = slot_of(py, &name)?;
+        if values[slot].is_some() {
+            return Err(wrong(format!(
+                "Tensor.__dlpack__() got multiple values for argument '{}'",
+                NAMES[slot]
+            ))
+            .into());
         }
+        values[slot] = Some(value);
     }
     let given = |i: usize| values[i].filter(|v| !v.is_none());
     let request = ExportRequest {
@@ -85,7 +68,7 @@ fn call<'py>(py: Python<'py>, a: Args<'_, 'py>) -> Result<Bound<'py, PyAny>> {
     };
     // SAFETY: the descriptor called us with an instance of the type it was made for.
     let tensor = unsafe { a.slf.cast_unchecked::<PyTensor>() };
-    tensor.get().export_capsule(py, request)
+    Ok(tensor.get().export_capsule(py, request)?)
 }
 
 /// Which keyword `name` is: by address for an interned name, else by its text.
@@ -95,11 +78,11 @@ fn slot_of(py: Python<'_>, name: &Borrowed<'_, '_, PyAny>) -> Result<usize> {
     {
         return Ok(i);
     }
-    let name = name.cast::<PyString>().map_err(PyErr::from)?;
-    let text = name.to_str()?;
-    NAMES.iter().position(|n| *n == text).ok_or_else(|| {
-        PyTypeError::new_err(format!("Tensor.__dlpack__() got an unexpected keyword argument '{text}'"))
-            .into()
+    let text = name.cast::<PyString>().ok().and_then(|n| n.to_str().ok().map(str::to_owned));
+    text.as_deref().and_then(|t| NAMES.iter().position(|n| *n == t)).ok_or_else(|| {
+        let shown =
+            text.map_or_else(|| name.repr().map(|r| r.to_string()).unwrap_or_default(), |t| format!("'{t}'"));
+        Binding::WrongType(format!("Tensor.__dlpack__() got an unexpected keyword argument {shown}")).into()
     })
 }
 

@@ -8,7 +8,6 @@
 //! Python method stays.
 
 use pyo3::exceptions::PyRuntimeError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
@@ -42,22 +41,7 @@ pub fn series_method<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = series_type.py();
     FALLBACKS.get_or_init(py, || Fallbacks { with_options: with_options.unbind(), plain: plain.unbind() });
-    method_def::descriptor(series_type, c"to_dlpack", to_dlpack, doc)
-}
-
-/// The method's C function.
-///
-/// # Safety
-/// Called by CPython as a `METH_FASTCALL | METH_KEYWORDS` method of the Series type (the
-/// descriptor checks the receiver's type).
-unsafe extern "C" fn to_dlpack(
-    slf: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: the caller's promise, passed on.
-    unsafe { method_def::enter("series.to_dlpack", slf, args, nargsf, kwnames, call) }
+    method_def::descriptor(series_type, c"to_dlpack", method_def::fast_method!(call), doc)
 }
 
 /// The shared view for a call without arguments, else a fallback: `plain(slf)` without

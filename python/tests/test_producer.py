@@ -84,6 +84,10 @@ def test_dlpack_reads_keywords_by_their_text_and_numpy_bools():
     assert fakes.capsule_name(t.__dlpack__(**{name: (1, 0)})) == b"dltensor_versioned"
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_versio'"):
         t.__dlpack__(**{name[:-1]: (1, 0)})
+    # A name that is no UTF-8 is refused as unknown too: a TypeError, which numpy's retry
+    # without keywords catches.
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        t.__dlpack__(**{"\udc80": (1, 0)})
     shared = t.__array_interface__["data"][0]
     copied = dlframe.tensor(t.__dlpack__(max_version=(1, 0), copy=np.True_))
     assert copied.__array_interface__["data"][0] != shared
