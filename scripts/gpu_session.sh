@@ -6,11 +6,11 @@
 #   bash scripts/gpu_session.sh device    there, from the repository root, with .gpu/ carried
 #
 # `prepare` builds the release wheel (the Python package's default features: CUDA on) and the
-# core's unit tests with the `cuda` feature (release, stripped: the only Rust tests with device
-# cases). `device` installs the wheel beside the machine's own packages, then runs, each bounded
-# in time and each one's output kept under $OUT (or .gpu/out): the Rust unit tests (the device
-# cases and the emulator's random plans compared on the device), python/tests/test_cuda.py, the
-# rest of the Python suite that needs neither Polars nor DataFusion, and benches/gpu.py with and
+# core's unit tests with the `cuda` feature (release, stripped; every Rust test with device cases
+# is among them). `device` installs the wheel beside the machine's own packages, then runs, each
+# bounded in time and each one's output kept under $OUT (or .gpu/out): the Rust unit tests (the
+# device cases, and the emulator's random plans compared on the device), test_cuda.py, the rest
+# of the Python suite that needs neither Polars nor DataFusion, and benches/gpu.py with and
 # without --uploads. A failing step does not stop the later ones; the exit status says whether
 # any failed. On a machine without a GPU `device` stops at once, saying so.
 set -uo pipefail
@@ -58,6 +58,19 @@ device() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/dlframe-site \
     .gpu/dlframe-*.whl || return 1
   export PYTHONPATH=/tmp/dlframe-site PYTHONUNBUFFERED=1
+  # NVRTC, which compiles the kernels at their first launch: the toolkit's, or the one pip put
+  # beside torch, wherever the loader would not find it by itself.
+  local nvrtc
+  nvrtc=$(python3 -c 'import glob, os, site
+for d in ["/usr/local/cuda/lib64", *site.getsitepackages()]:
+    hits = glob.glob(os.path.join(d, "**", "libnvrtc.so*"), recursive=True)
+    if hits:
+        print(os.path.dirname(hits[0]))
+        break')
+  if [ -n "$nvrtc" ]; then
+    export LD_LIBRARY_PATH="$nvrtc${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  echo "NVRTC from: ${nvrtc:-the default library search}" | tee -a "$out/gpu.txt"
   # Each step: a name, a time limit in seconds, the command; its output in $out/<name>.log.
   step() {
     local name=$1 limit=$2
