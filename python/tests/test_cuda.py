@@ -234,6 +234,33 @@ def test_an_imported_tensor_is_ordered_after_the_producers_pending_work(torch):
     torch.cuda.synchronize()
 
 
+def test_torch_cuda_tensors_come_through_torchs_table_ordered_after_its_stream(torch):
+    # torch hands its CUDA tensors to dlframe.tensor through its DLPack exchange table, with no
+    # __dlpack__ call, and dlframe's stream waits for the stream the table reports as current.
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip(f"torch {torch.__version__} has no DLPack exchange table (torch 2.10 and later have one)")
+
+    class NoDlpack(torch.Tensor):
+        def __dlpack__(self, *args, **kwargs):
+            raise AssertionError("__dlpack__ was called; the exchange table should have been used")
+
+    src = torch.rand(5_000_000, device="cuda")
+    want = (src * 2).cpu().numpy()
+    # dlframe's stream exists before the sleep, so making it cannot wait the sleep out.
+    dlframe.to_dlpack(pa.array([1.0]), device="cuda:0")
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        x = (src * 2).as_subclass(NoDlpack)
+        t = dlframe.tensor(x)
+    assert t.device == "cuda:0" and t.__cuda_array_interface__["data"][0] == x.data_ptr()
+    # The copy to the host runs on dlframe's stream, which waits for the side stream's work.
+    np.testing.assert_array_equal(t.to_arrow(copy=True).to_numpy(), want)
+    del x, t
+    torch.cuda.synchronize()
+
+
 def test_device_tensors_reach_the_host_only_by_an_explicit_copy(gpu):
     t = dlframe.to_dlpack(pa.array([1.0, None, 3.0]), fill_value=0, device="cuda:0")
     with pytest.raises(BufferError, match="copy=True"):
