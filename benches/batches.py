@@ -35,13 +35,16 @@ COLS, BATCH = 8, 65_536
 ROWS = int(sys.argv[sys.argv.index("--rows") + 1]) if "--rows" in sys.argv else 10_000_000
 
 
-def best(f, repeat=5):
-    times = []
+def best(*fs, repeat=5):
+    """Seconds of each function: the best of `repeat` rounds, each round running every function
+    once in turn, so that a change in the machine's speed falls on all of them."""
+    times = [[] for _ in fs]
     for _ in range(repeat):
-        t = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t)
-    return min(times)
+        for f, ts in zip(fs, times):
+            t = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t)
+    return [min(ts) for ts in times]
 
 
 def main():
@@ -81,8 +84,7 @@ def main():
         for b in table.to_batches(BATCH):
             np.column_stack([c.to_numpy() for c in b.columns])
 
-    t_ours, t_copy, t_pl, t_pa, t_ours_f = best(ours), best(memcpy), best(polars), best(pyarrow), best(ours_f)
-    t_read = best(read_bound)
+    t_ours, t_copy, t_pl, t_pa, t_ours_f, t_read = best(ours, memcpy, polars, pyarrow, ours_f, read_bound)
 
     ctx = datafusion.SessionContext()
     ctx.register_record_batches("t", [table.to_batches()])
@@ -96,7 +98,7 @@ def main():
         for b in pa.RecordBatchReader.from_stream(query):
             pass
 
-    t_df, t_df_read = best(ours_datafusion), best(pyarrow_datafusion)
+    t_df, t_df_read = best(ours_datafusion, pyarrow_datafusion)
 
     def consumer(work_s=0.001):
         waited, n = 0.0, 0
