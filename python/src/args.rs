@@ -9,6 +9,7 @@
 //! `dtype=` with [`dtype_name`] before the keyword arguments are serialised.
 
 use arrow_schema::DataType;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString, PyTuple, PyType};
 use pyo3_arrow::PyDataType;
@@ -144,8 +145,15 @@ pub fn dtype_name(dtype: Option<DTypeArg>) -> Option<&'static str> {
     dtype.map(|d| d.0.name())
 }
 
-/// A two-element tuple of ints, or the error `message`.
-fn int_pair<'py, T: for<'a> FromPyObject<'a, 'py>>(obj: &Bound<'py, PyAny>, message: &str) -> Result<(T, T)> {
+/// A two-element tuple of ints, or the error `message`. The tuple consumers pass (exact, of two
+/// exact ints that fit `T`) is read without pyo3's conversions; anything else goes through them.
+fn int_pair<'py, T>(obj: &Bound<'py, PyAny>, message: &str) -> Result<(T, T)>
+where
+    T: for<'a> FromPyObject<'a, 'py> + TryFrom<i64>,
+{
+    if let Some(pair) = exact_int_pair(obj) {
+        return Ok(pair);
+    }
     let bad = || Error::from(Binding::WrongType(message.into()));
     let t = obj.cast::<PyTuple>().map_err(|_| bad())?;
     if t.len() != 2 {
@@ -153,6 +161,39 @@ fn int_pair<'py, T: for<'a> FromPyObject<'a, 'py>>(obj: &Bound<'py, PyAny>, mess
     }
     let item = |i| t.get_borrowed_item(i).ok().and_then(|v| v.extract::<T>().ok()).ok_or_else(bad);
     Ok((item(0)?, item(1)?))
+}
+
+/// An exact tuple of two exact ints that fit `T`, read directly; None for anything else (with no
+/// error left set).
+fn exact_int_pair<T: TryFrom<i64>>(obj: &Bound<'_, PyAny>) -> Option<(T, T)> {
+    // SAFETY: a live object; PyTuple_CheckExact only reads its type.
+    if unsafe { ffi::PyTuple_CheckExact(obj.as_ptr()) } != 1 {
+        return None;
+    }
+    // SAFETY: an exact tuple, checked above.
+    let t = unsafe { obj.cast_unchecked::<PyTuple>() };
+    if t.len() != 2 {
+        return None;
+    }
+    let small = |i: usize| {
+        // SAFETY: i < 2 == len.
+        let item = unsafe { t.get_borrowed_item_unchecked(i) }.as_ptr();
+        // SAFETY: a live object; an exact int is read without calling Python code.
+        if unsafe { ffi::PyLong_CheckExact(item) } != 1 {
+            return None;
+        }
+        // SAFETY: as above; an int too large sets OverflowError, cleared below (the general
+        // reading raises its own error).
+        let v = unsafe { ffi::PyLong_AsLongLong(item) };
+        // SAFETY: attached; reads the error PyLong_AsLongLong may have set.
+        if v == -1 && unsafe { !ffi::PyErr_Occurred().is_null() } {
+            // SAFETY: attached, with the error set just above.
+            unsafe { ffi::PyErr_Clear() };
+            return None;
+        }
+        T::try_from(v).ok()
+    };
+    Some((small(0)?, small(1)?))
 }
 
 /// `__dlpack__(max_version=...)`: a `(major, minor)` tuple.

@@ -1,13 +1,12 @@
 //! `Tensor.__dlpack__` as a method descriptor that reads its own keywords. Consumers call it
 //! with the same few names every time (numpy: `dl_device`, `copy`, `max_version`), interned, so
-//! each name is matched by address, and the two-int tuples by their type, before the general
-//! reading; pyo3's reading (a UTF-8 view of each name, compared as text, and its conversions)
+//! each name is matched by address before its text (the two-int tuples are read directly by
+//! `args.rs`); pyo3's reading (a UTF-8 view of each name, compared as text, and its conversions)
 //! was half of the method's cost. What the arguments mean is the core's `ExportRequest`.
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyString, PyTuple, PyType};
+use pyo3::types::{PyString, PyType};
 
 use dlframe::dlpack::ExportRequest;
 
@@ -47,9 +46,10 @@ fn dlpack<'py>(py: Python<'py>, a: Args<'_, 'py>) -> PyResult<Bound<'py, PyAny>>
         ))
         .into());
     }
+    let interned = INTERNED.get(py);
     let mut values: [Option<Borrowed<'_, 'py, PyAny>>; 4] = [None; 4];
     for (name, value) in a.named() {
-        let slot = slot_of(py, &name)?;
+        let slot = slot_of(interned, &name)?;
         if values[slot].is_some() {
             return Err(wrong(format!(
                 "Tensor.__dlpack__() got multiple values for argument '{}'",
@@ -62,8 +62,10 @@ fn dlpack<'py>(py: Python<'py>, a: Args<'_, 'py>) -> PyResult<Bound<'py, PyAny>>
     let given = |i: usize| values[i].filter(|v| !v.is_none());
     let request = ExportRequest {
         dl_device: given(0).map(|v| v.extract::<DlDevice>()).transpose()?.map(|d| d.0),
-        copy: given(1).map(|v| read_bool(&v)).transpose()?,
-        max_version: given(2).map(|v| read_version(&v)).transpose()?,
+        copy: given(1)
+            .map(|v| v.extract::<bool>().map_err(|_| wrong("copy must be None or a bool".into())))
+            .transpose()?,
+        max_version: given(2).map(|v| v.extract::<MaxVersion>()).transpose()?.map(|m| m.0),
         stream: given(3).map(|v| v.extract::<DlpackStream>()).transpose()?.map(|s| s.0),
     };
     // SAFETY: the descriptor called us with an instance of the type it was made for.
@@ -72,8 +74,8 @@ fn dlpack<'py>(py: Python<'py>, a: Args<'_, 'py>) -> PyResult<Bound<'py, PyAny>>
 }
 
 /// Which keyword `name` is: by address for an interned name, else by its text.
-fn slot_of(py: Python<'_>, name: &Borrowed<'_, '_, PyAny>) -> Result<usize> {
-    if let Some(interned) = INTERNED.get(py)
+fn slot_of(interned: Option<&[Py<PyString>; 4]>, name: &Borrowed<'_, '_, PyAny>) -> Result<usize> {
+    if let Some(interned) = interned
         && let Some(i) = interned.iter().position(|n| n.as_ptr() == name.as_ptr())
     {
         return Ok(i);
@@ -84,46 +86,4 @@ fn slot_of(py: Python<'_>, name: &Borrowed<'_, '_, PyAny>) -> Result<usize> {
             text.map_or_else(|| name.repr().map(|r| r.to_string()).unwrap_or_default(), |t| format!("'{t}'"));
         Binding::WrongType(format!("Tensor.__dlpack__() got an unexpected keyword argument {shown}")).into()
     })
-}
-
-/// `copy=`: a bool (numpy's too, as pyo3 reads it).
-fn read_bool(v: &Borrowed<'_, '_, PyAny>) -> Result<bool> {
-    if let Ok(b) = v.cast::<PyBool>() {
-        return Ok(b.is_true());
-    }
-    v.extract::<bool>().map_err(|_| Binding::WrongType("copy must be None or a bool".into()).into())
-}
-
-/// `max_version=`: a tuple of two small ints is read directly; anything else as
-/// [`MaxVersion`] reads it, with its errors.
-fn read_version(v: &Borrowed<'_, '_, PyAny>) -> Result<(u32, u32)> {
-    // SAFETY: a live object; PyTuple_CheckExact and PyLong_CheckExact only read its type.
-    if unsafe { ffi::PyTuple_CheckExact(v.as_ptr()) } == 1 {
-        // SAFETY: an exact tuple, checked above.
-        let t = unsafe { v.cast_unchecked::<PyTuple>() };
-        if t.len() == 2 {
-            let small = |i: usize| {
-                // SAFETY: i < 2 == len.
-                let item = unsafe { t.get_borrowed_item_unchecked(i) }.as_ptr();
-                // SAFETY: a live object; an exact int is read without calling Python code.
-                if unsafe { ffi::PyLong_CheckExact(item) } != 1 {
-                    return None;
-                }
-                // SAFETY: as above; an int too large sets OverflowError, cleared here (the
-                // general reading below raises its own error).
-                let v = unsafe { ffi::PyLong_AsLong(item) };
-                // SAFETY: attached; reads (and clears) the error PyLong_AsLong may have set.
-                if v == -1 && unsafe { !ffi::PyErr_Occurred().is_null() } {
-                    // SAFETY: attached, with the error set just above.
-                    unsafe { ffi::PyErr_Clear() };
-                    return None;
-                }
-                u32::try_from(v).ok()
-            };
-            if let (Some(major), Some(minor)) = (small(0), small(1)) {
-                return Ok((major, minor));
-            }
-        }
-    }
-    v.extract::<MaxVersion>().map(|m| m.0)
 }

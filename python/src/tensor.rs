@@ -41,9 +41,7 @@ impl PyTensor {
     pub fn with_sycl(inner: Tensor, syclobj: Option<Py<PyAny>>) -> Self {
         PyTensor { inner, syclobj }
     }
-}
 
-impl PyTensor {
     /// `__dlpack__` once its keywords are read ([`crate::dlpack_method`]): the core resolves
     /// the request (copies, device moves, the capsule kind and the consumer's stream;
     /// docs/conformance.md, items 1-15). Copies only where the request needs a copy.
