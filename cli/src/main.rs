@@ -10,6 +10,7 @@
 //! `dlframe executor` (the `cluster` module) run them on an Apache Ballista cluster.
 
 mod cluster;
+mod flight;
 mod register;
 mod serve;
 mod service;

@@ -2,10 +2,9 @@
 //! registered, so any Flight SQL client (ADBC, pyarrow.flight, JDBC) runs `SELECT to_tensor(...)`
 //! and gets tensor columns as `arrow.fixed_shape_tensor`.
 //!
-//! The Flight SQL service is datafusion-flight-sql-server's; this file adds the tables, the
-//! functions, an optional bearer token, the listening socket and the shutdown on SIGINT/SIGTERM.
-//! Query errors (bad SQL, an unknown table, a `to_tensor` error while running) go to the client
-//! as Flight errors carrying DataFusion's message, and the server keeps serving.
+//! This file reads the command line, registers the tables, and starts the service (`flight/`)
+//! with its bounds: read-only, a token, TLS, and limits on queries and connections. It refuses
+//! to listen beyond loopback without both a token and TLS, unless `--insecure` says so.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,30 +13,55 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::flight_service_server::FlightServiceServer;
-use datafusion::prelude::SessionContext;
-use datafusion_flight_sql_server::service::FlightSqlService;
-use tonic::service::Interceptor;
-use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
-use tonic::{Request, Status};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
+use crate::flight::auth::{Bearer, check_token};
+use crate::flight::conn::{ConnLimits, incoming, raise_open_files};
+use crate::flight::error::Scrub;
+use crate::flight::guard::SqlLimits;
+use crate::flight::run::{RunLimits, Runner};
+use crate::flight::service::Served;
 use crate::register::{parse_table, register_file};
 use crate::service::{command_main, parse_listen, say, stop_signal};
 
 pub(crate) const USAGE: &str = "\
 usage: dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]
+                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--insecure]
+                     [--memory BYTES] [--query-memory BYTES] [--max-queries N] [--max-queued N]
+                     [--timeout SECS] [--max-sql-bytes N] [--max-depth N] [--max-blocks N]
+                     [--max-connections N] [--idle-timeout SECS]
 
 Serves SQL with dlframe's tensor functions over Arrow Flight SQL, for ADBC, pyarrow.flight or
 any Flight SQL client. A tensor column (to_tensor, to_tensor_fill, ...) reaches the client as
-an arrow.fixed_shape_tensor column, which dlframe.to_dlpack turns into a tensor. Prints
-'listening on ADDR' once it accepts connections; stops on SIGINT or SIGTERM.
+an arrow.fixed_shape_tensor column, which dlframe.to_dlpack turns into a tensor. The server is
+read-only: queries run; DDL, DML, COPY and SET are refused. Prints 'listening on ADDR' once it
+accepts connections, and one line per query; stops on SIGINT or SIGTERM.
 
-  --table NAME=PATH  register a .csv, .csv.gz or .parquet file, or a directory of one of
-                     these kinds, as NAME (extensions in any case)
-  --listen ADDR      the address to listen on (default 127.0.0.1:50051; port 0 picks a free one)
-  --token TOKEN      require 'authorization: Bearer TOKEN' on every call; the environment
-                     variable DLFRAME_TOKEN does the same and keeps the token out of `ps`
-  -h, --help         print this help
+  --table NAME=PATH      register a .csv, .csv.gz or .parquet file, or a directory of one of
+                         these kinds, as NAME (extensions in any case)
+  --listen ADDR          the address to listen on (default 127.0.0.1:50051; port 0 picks a free
+                         one). An address beyond loopback needs --token and TLS, or --insecure
+  --token TOKEN          require 'authorization: Bearer TOKEN' on every call; the environment
+                         variable DLFRAME_TOKEN does the same and keeps the token out of `ps`
+  --tls-cert FILE        serve TLS (1.2 or 1.3) with this PEM certificate chain ...
+  --tls-key FILE         ... and this PEM private key
+  --tls-client-ca FILE   require client certificates signed by this PEM CA (mutual TLS)
+  --insecure             allow an address beyond loopback without a token or without TLS
+  --memory BYTES         memory for all queries together (default 1G; K, M, G suffixes)
+  --query-memory BYTES   memory for one query (default 512M); past it a query fails with
+                         'Resources exhausted' where DataFusion cannot spill
+  --max-queries N        queries running at once (default 4); the others wait
+  --max-queued N         queries waiting (default 64); past it a query is refused as busy
+  --timeout SECS         a query's longest run, waiting included (default 300)
+  --max-sql-bytes N      the longest query text (default 262144)
+  --max-depth N          the deepest nesting of expressions (default 256)
+  --max-blocks N         the most SELECTs, CTEs, subqueries and tables in a query (default 256)
+  --max-connections N    connections open at once (default 256)
+  --idle-timeout SECS    close a connection without an authenticated call after this (default 10)
+  -h, --help             print this help
 
 Without ORDER BY, rows of a table of several files come in the order DataFusion's partitions
 finish, as from any DataFusion service.";
@@ -51,12 +75,46 @@ pub(crate) const TOKEN_ENV: &str = "DLFRAME_TOKEN";
 /// How long a stop signal waits for calls in flight before the server exits anyway.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// The most spill files a server writes, in bytes, where DataFusion spills.
+const SPILL_BYTES: u64 = 4 << 30;
+
+/// TLS files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    client_ca: Option<PathBuf>,
+}
+
 /// What `dlframe serve` was asked to do.
 #[derive(Debug)]
 pub(crate) struct ServeArgs {
     tables: Vec<(String, PathBuf)>,
     listen: SocketAddr,
     token: Option<String>,
+    tls: Option<TlsFiles>,
+    insecure: bool,
+    sql: SqlLimits,
+    run: RunLimits,
+    conn: ConnLimits,
+}
+
+/// A count: a positive integer.
+fn count(flag: &str, v: &str) -> Result<usize, String> {
+    v.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("{flag} {v}: expected a positive number"))
+}
+
+/// A size in bytes, with an optional K, M or G suffix (powers of 1024).
+fn bytes(flag: &str, v: &str) -> Result<usize, String> {
+    let bad = || format!("{flag} {v}: expected a size such as 512M or 2G");
+    let (digits, shift) = match v.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&v[..v.len() - 1], 10),
+        Some('M') => (&v[..v.len() - 1], 20),
+        Some('G') => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    let n: usize = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1 << shift).filter(|n| *n > 0).ok_or_else(bad)
 }
 
 /// Reads `serve`'s arguments (after the word `serve`); `Ok(None)` asks for the help.
@@ -69,7 +127,14 @@ pub(crate) fn parse(
         tables: vec![],
         listen: DEFAULT_LISTEN.parse().expect("a valid default address"),
         token: env_token,
+        tls: None,
+        insecure: false,
+        sql: SqlLimits::default(),
+        run: RunLimits::default(),
+        conn: ConnLimits::default(),
     };
+    let (mut cert, mut key, mut client_ca) = (None, None, None);
+    let mut query_memory_set = false;
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
@@ -77,67 +142,138 @@ pub(crate) fn parse(
             "--table" => args.tables.push(parse_table(&value("--table")?)?),
             "--listen" => args.listen = parse_listen(&value("--listen")?)?,
             "--token" => args.token = Some(value("--token")?),
+            "--tls-cert" => cert = Some(PathBuf::from(value("--tls-cert")?)),
+            "--tls-key" => key = Some(PathBuf::from(value("--tls-key")?)),
+            "--tls-client-ca" => client_ca = Some(PathBuf::from(value("--tls-client-ca")?)),
+            "--insecure" => args.insecure = true,
+            "--memory" => args.run.memory = bytes("--memory", &value("--memory")?)?,
+            "--query-memory" => {
+                args.run.query_memory = bytes("--query-memory", &value("--query-memory")?)?;
+                query_memory_set = true;
+            }
+            "--max-queries" => args.run.max_queries = count("--max-queries", &value("--max-queries")?)?,
+            "--max-queued" => args.run.max_queued = count("--max-queued", &value("--max-queued")?)?,
+            "--timeout" => {
+                args.run.timeout = Duration::from_secs(count("--timeout", &value("--timeout")?)? as u64)
+            }
+            "--max-sql-bytes" => {
+                args.sql.max_sql_bytes = count("--max-sql-bytes", &value("--max-sql-bytes")?)?
+            }
+            "--max-depth" => args.sql.max_depth = count("--max-depth", &value("--max-depth")?)?,
+            "--max-blocks" => args.sql.max_blocks = count("--max-blocks", &value("--max-blocks")?)?,
+            "--max-connections" => {
+                args.conn.max_connections = count("--max-connections", &value("--max-connections")?)?;
+            }
+            "--idle-timeout" => {
+                args.conn.idle =
+                    Duration::from_secs(count("--idle-timeout", &value("--idle-timeout")?)? as u64);
+            }
             other => return Err(format!("serve: unexpected argument {other}")),
         }
     }
-    if args.token.as_deref() == Some("") {
-        return Err(format!("serve: an empty token (--token or {TOKEN_ENV}) would let anyone in"));
+    if let Some(t) = &args.token {
+        check_token(t).map_err(|e| format!("serve: --token or {TOKEN_ENV}: {e}"))?;
+    }
+    if !query_memory_set {
+        args.run.query_memory = args.run.query_memory.min(args.run.memory);
+    }
+    if args.run.query_memory > args.run.memory {
+        return Err("serve: --query-memory is larger than --memory".into());
+    }
+    args.tls = match (cert, key, client_ca) {
+        (Some(cert), Some(key), client_ca) => Some(TlsFiles { cert, key, client_ca }),
+        (None, None, None) => None,
+        (_, _, Some(_)) => return Err("serve: --tls-client-ca needs --tls-cert and --tls-key".into()),
+        _ => return Err("serve: --tls-cert and --tls-key go together".into()),
+    };
+    if !args.listen.ip().is_loopback() && !args.insecure && (args.token.is_none() || args.tls.is_none()) {
+        return Err(format!(
+            "serve: --listen {} takes connections from other machines, so it needs both a token \
+             (--token or {TOKEN_ENV}) and TLS (--tls-cert, --tls-key); --insecure serves it without",
+            args.listen
+        ));
     }
     Ok(Some(args))
 }
 
-/// Refuses every call that lacks `authorization: Bearer <token>`, when a token is set.
-#[derive(Clone)]
-struct Bearer(Option<Arc<str>>);
-
-impl Interceptor for Bearer {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(token) = &self.0 else { return Ok(request) };
-        let given = request
-            .metadata()
-            .get("authorization")
-            .ok_or_else(|| Status::unauthenticated("dlframe serve: this server needs a bearer token"))?;
-        let given = given.as_bytes().strip_prefix(b"Bearer ").unwrap_or_default();
-        if same_bytes(given, token.as_bytes()) {
-            Ok(request)
-        } else {
-            Err(Status::unauthenticated("dlframe serve: wrong bearer token"))
-        }
+/// The TLS configuration of `files`: rustls, TLS 1.2 and 1.3.
+fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, String> {
+    let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+    let mut config =
+        ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
+    if let Some(ca) = &files.client_ca {
+        config = config.client_ca_root(Certificate::from_pem(read(ca)?));
     }
-}
-
-/// Compares two byte strings in time that depends on their lengths only, not on where they differ.
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    Ok(config)
 }
 
 /// Registers the tables and serves until a stop signal, printing `listening on ADDR` (with the
 /// port the system picked, for port 0) once connections are accepted.
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let ctx = SessionContext::new();
+    let mut id = [0u8; 1];
+    getrandom::fill(&mut id).map_err(|e| format!("the system has no random source for handles: {e}"))?;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_max_temp_directory_size(SPILL_BYTES)
+        .build_arc()
+        .map_err(|e| e.to_string())?;
+    let state = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(SessionConfig::new())
+        .with_runtime_env(runtime)
+        .build();
+    let ctx = SessionContext::new_with_state(state);
     dlframe_datafusion::register(&ctx);
     // Decompressed `.csv.gz` copies live as long as the server.
     let mut staging = Vec::new();
     for (name, path) in &args.tables {
         register_file(&ctx, name, path, &mut staging).await.map_err(|e| e.to_string())?;
     }
+    let scrub = Scrub::new(args.tables.iter().map(|(n, p)| (n.as_str(), p.as_path())));
+    let files = raise_open_files();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let runner = Arc::new(Runner::new(args.run));
     let service = FlightServiceServer::with_interceptor(
-        FlightSqlService::new(ctx.state()),
+        Served::new(ctx.state(), args.sql, runner, scrub),
         Bearer(args.token.as_deref().map(Arc::from)),
     );
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let mut builder = Server::builder();
+    if let Some(files) = &args.tls {
+        builder = builder.tls_config(tls_config(files)?).map_err(|e| format!("TLS: {e}"))?;
+    }
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = Server::builder().add_service(service).serve_with_incoming_shutdown(incoming, async {
-        stop_signal().await;
-        let _ = stopping_tx.send(());
-    });
+    let server =
+        builder.add_service(service).serve_with_incoming_shutdown(incoming(listener, args.conn), async {
+            stop_signal().await;
+            let _ = stopping_tx.send(());
+        });
     let names: Vec<&str> = args.tables.iter().map(|(n, _)| n.as_str()).collect();
     let auth = if args.token.is_some() { "bearer token required" } else { "no token" };
-    say(&format!("dlframe serve: tables [{}], {auth}", names.join(", ")));
+    let tls = match &args.tls {
+        Some(TlsFiles { client_ca: Some(_), .. }) => "mutual TLS",
+        Some(_) => "TLS",
+        None => "no TLS",
+    };
+    say(&format!("dlframe serve: tables [{}], {auth}, {tls}, read-only", names.join(", ")));
+    if !args.listen.ip().is_loopback() && (args.token.is_none() || args.tls.is_none()) {
+        say(&format!(
+            "dlframe serve: WARNING: --insecure: {addr} is reachable from other machines with {auth} and {tls}"
+        ));
+    }
+    let r = &args.run;
+    say(&format!(
+        "dlframe serve: limits: {} queries at once ({} waiting), {} s each, {} MB per query, {} MB in all, \
+         {} connections, open files {}",
+        r.max_queries,
+        r.max_queued,
+        r.timeout.as_secs(),
+        r.query_memory >> 20,
+        r.memory >> 20,
+        args.conn.max_connections,
+        files.map_or_else(|| "unknown".to_string(), |f| f.to_string())
+    ));
     say(&format!("dlframe serve: listening on {addr}"));
     // After a stop signal, calls in flight get GRACE to finish; then the server exits anyway.
     let deadline = async {
@@ -170,10 +306,13 @@ mod tests {
     }
 
     #[test]
-    fn defaults_to_loopback_and_no_token() {
+    fn defaults_to_loopback_no_token_and_safe_limits() {
         let a = parse_all(&[], None).unwrap().unwrap();
         assert_eq!(a.listen.to_string(), DEFAULT_LISTEN);
-        assert!(a.token.is_none() && a.tables.is_empty());
+        assert!(a.token.is_none() && a.tables.is_empty() && a.tls.is_none() && !a.insecure);
+        assert_eq!(a.run, RunLimits::default());
+        assert_eq!(a.sql, SqlLimits::default());
+        assert!(a.run.memory <= 1 << 30 && a.run.max_queries <= 4);
     }
 
     #[test]
@@ -182,6 +321,36 @@ mod tests {
         assert_eq!(a.token.as_deref(), Some("flag"));
         let a = parse_all(&[], Some("env")).unwrap().unwrap();
         assert_eq!(a.token.as_deref(), Some("env"));
+    }
+
+    #[test]
+    fn limits_are_read() {
+        let a = parse_all(
+            &[
+                "--memory",
+                "2G",
+                "--query-memory",
+                "300M",
+                "--max-queries",
+                "3",
+                "--timeout",
+                "9",
+                "--max-depth",
+                "50",
+            ],
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((a.run.memory, a.run.query_memory), (2 << 30, 300 << 20));
+        assert_eq!((a.run.max_queries, a.run.timeout, a.sql.max_depth), (3, Duration::from_secs(9), 50));
+        let a = parse_all(&["--memory", "100M"], None).unwrap().unwrap();
+        assert_eq!(a.run.query_memory, 100 << 20, "the query's share follows a smaller server limit");
+        for bad in
+            [&["--memory", "lots"][..], &["--max-queries", "0"], &["--memory", "1M", "--query-memory", "2M"]]
+        {
+            assert!(parse_all(bad, None).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -194,26 +363,32 @@ mod tests {
         assert!(e.contains("unexpected argument SELECT 1"), "{e}");
         let e = parse_all(&[], Some("")).unwrap_err();
         assert!(e.contains("empty token"), "{e}");
+        let e = parse_all(&["--token", "tok\n"], None).unwrap_err();
+        assert!(e.contains("character"), "{e}");
         assert!(parse_all(&["--token"], None).unwrap_err().contains("needs a value"));
+        let e = parse_all(&["--tls-cert", "c.pem"], None).unwrap_err();
+        assert!(e.contains("go together"), "{e}");
+        let e = parse_all(&["--tls-client-ca", "ca.pem"], None).unwrap_err();
+        assert!(e.contains("needs --tls-cert"), "{e}");
     }
 
     #[test]
-    fn the_bearer_check() {
-        let with = |header: Option<&str>| {
-            let mut r = Request::new(());
-            if let Some(h) = header {
-                r.metadata_mut().insert("authorization", h.parse().unwrap());
-            }
-            r
-        };
-        let mut open = Bearer(None);
-        assert!(open.call(with(None)).is_ok());
-        let mut closed = Bearer(Some(Arc::from("s3cret")));
-        assert!(closed.call(with(Some("Bearer s3cret"))).is_ok());
-        for bad in [None, Some("Bearer s3cre"), Some("Bearer s3cret2"), Some("s3cret"), Some("Basic s3cret")]
-        {
-            let e = closed.call(with(bad)).unwrap_err();
-            assert_eq!(e.code(), tonic::Code::Unauthenticated, "{bad:?}");
+    fn listening_beyond_loopback_needs_a_token_and_tls_or_insecure() {
+        let tls = ["--tls-cert", "c.pem", "--tls-key", "k.pem"];
+        for args in [
+            &["--listen", "0.0.0.0:0"][..],
+            &["--listen", "0.0.0.0:0", "--token", "t"],
+            &["--listen", "0.0.0.0:0", tls[0], tls[1], tls[2], tls[3]],
+        ] {
+            let e = parse_all(args, None).unwrap_err();
+            assert!(e.contains("needs both a token") && e.contains("--insecure"), "{args:?}: {e}");
         }
+        assert!(
+            parse_all(&["--listen", "0.0.0.0:0", "--token", "t", tls[0], tls[1], tls[2], tls[3]], None)
+                .is_ok()
+        );
+        assert!(parse_all(&["--listen", "0.0.0.0:0", "--insecure"], None).is_ok());
+        assert!(parse_all(&["--listen", "[::1]:0"], None).is_ok());
+        assert!(parse_all(&["--listen", "127.0.0.2:0"], None).is_ok());
     }
 }

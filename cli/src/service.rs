@@ -12,6 +12,9 @@ pub(crate) fn parse_listen(v: &str) -> Result<SocketAddr, String> {
     v.parse().map_err(|_| format!("--listen {v}: expected IP:PORT, such as 127.0.0.1:0"))
 }
 
+/// The stack of each runtime thread, in bytes (reserved, not committed, until used).
+const WORKER_STACK: usize = 64 << 20;
+
 /// A subcommand's exit code: its help (0), a bad command line (2), or `run` on a new
 /// multi-threaded runtime (0, or 1 with its error).
 pub(crate) fn command_main<A, F>(
@@ -34,7 +37,12 @@ where
             return ExitCode::from(2);
         }
     };
-    let outcome = tokio::runtime::Runtime::new()
+    // Deep trees (a long expression's AST being dropped, DataFusion's walks) recurse: the
+    // workers get room for what the query limits let through.
+    let outcome = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(WORKER_STACK)
+        .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))
         .and_then(|runtime| runtime.block_on(run(args)));
     match outcome {

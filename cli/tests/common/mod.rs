@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod process;
+pub mod served;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,116 @@
+//! Who may call `dlframe serve`: the bearer token, checked on every call in constant time, and
+//! the token's own rules at start (no empty token, no whitespace or control characters, which
+//! no client could send in a header).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tonic::service::Interceptor;
+use tonic::transport::server::TlsConnectInfo;
+use tonic::{Request, Status};
+
+use super::conn::ConnInfo;
+
+/// Checks a token given at start: refuses an empty one and one with whitespace or control
+/// characters.
+pub(crate) fn check_token(token: &str) -> Result<(), String> {
+    if token.is_empty() {
+        return Err("an empty token would let anyone in".into());
+    }
+    if let Some(c) = token.chars().find(|c| c.is_whitespace() || c.is_control() || !c.is_ascii()) {
+        return Err(format!(
+            "the token has the character {c:?}: a token is printable ASCII without spaces, as an HTTP \
+             header carries it"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses every call that lacks exactly one `authorization: Bearer <token>`, when a token is
+/// set, and marks the connection authenticated once a call passes.
+#[derive(Clone)]
+pub(crate) struct Bearer(pub Option<Arc<str>>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(token) = &self.0 {
+            let mut given = request.metadata().get_all("authorization").iter();
+            let first = given
+                .next()
+                .ok_or_else(|| Status::unauthenticated("dlframe serve: this server needs a bearer token"))?;
+            if given.next().is_some() {
+                return Err(Status::unauthenticated(
+                    "dlframe serve: send one authorization header, not several",
+                ));
+            }
+            let first = first.as_bytes().strip_prefix(b"Bearer ").unwrap_or_default();
+            if !same_bytes(first, token.as_bytes()) {
+                return Err(Status::unauthenticated("dlframe serve: wrong bearer token"));
+            }
+        }
+        let conn = request
+            .extensions()
+            .get::<ConnInfo>()
+            .or_else(|| request.extensions().get::<TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()));
+        if let Some(conn) = conn {
+            conn.authenticated.store(true, Ordering::Relaxed);
+        }
+        Ok(request)
+    }
+}
+
+/// Compares two byte strings in time that depends on their lengths only, not on where they differ.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The peer of a call, from its connection.
+pub(crate) fn peer<T>(request: &Request<T>) -> Option<std::net::SocketAddr> {
+    request
+        .extensions()
+        .get::<ConnInfo>()
+        .or_else(|| request.extensions().get::<TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()))
+        .and_then(|c| c.tcp.remote_addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(headers: &[&str]) -> Request<()> {
+        let mut r = Request::new(());
+        for h in headers {
+            r.metadata_mut().append("authorization", h.parse().unwrap());
+        }
+        r
+    }
+
+    #[test]
+    fn the_bearer_check() {
+        let mut open = Bearer(None);
+        assert!(open.call(with(&[])).is_ok());
+        let mut closed = Bearer(Some(Arc::from("s3cret")));
+        assert!(closed.call(with(&["Bearer s3cret"])).is_ok());
+        for bad in [
+            &[][..],
+            &["Bearer s3cre"],
+            &["Bearer s3cret2"],
+            &["s3cret"],
+            &["Basic s3cret"],
+            &["Bearer s3cret", "Bearer s3cret"],
+            &["Bearer s3cret", "Bearer wrong"],
+            &["Bearer wrong", "Bearer s3cret"],
+        ] {
+            let e = closed.call(with(bad)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tokens_that_no_header_carries_are_refused() {
+        assert!(check_token("t0k-en_1.2").is_ok());
+        for bad in ["", "tok\n", "tok en", " tok", "tok\t", "tök"] {
+            assert!(check_token(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! How `dlframe serve` runs a query within bounds: at most `max_queries` at once (the rest wait
+//! in a bounded queue), each with a memory pool of its own inside the server's, a deadline, a
+//! way to cancel it by id, and one log line when it ends.
+//!
+//! A query's stream holds its slot, its memory and its cancel handle; dropping the stream (the
+//! client went away, the deadline passed, CancelFlightInfo) drops DataFusion's stream, which
+//! stops its tasks, so CPU and memory go back to idle.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservation};
+use futures::Stream;
+use futures::stream::{AbortHandle, Abortable};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::error::ServeError;
+
+/// The bounds on running queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RunLimits {
+    /// Queries running at once.
+    pub max_queries: usize,
+    /// Queries waiting for a slot; past this a query is refused as busy.
+    pub max_queued: usize,
+    /// How long a query may take, from the start of its wait to its last batch.
+    pub timeout: Duration,
+    /// The memory of all queries together, in bytes (DataFusion's accounted memory: sorts,
+    /// joins, aggregations; they spill to disk where DataFusion can).
+    pub memory: usize,
+    /// The memory of one query, in bytes.
+    pub query_memory: usize,
+}
+
+impl Default for RunLimits {
+    /// Safe on a 2-core, 4 GB machine.
+    fn default() -> Self {
+        RunLimits {
+            max_queries: 4,
+            max_queued: 64,
+            timeout: Duration::from_secs(300),
+            memory: 1 << 30,
+            query_memory: 512 << 20,
+        }
+    }
+}
+
+/// A query's id: the random bytes in its tickets, which CancelFlightInfo names.
+pub(crate) type QueryId = [u8; 16];
+
+/// A fresh random id.
+pub(crate) fn new_id() -> QueryId {
+    let mut id = [0u8; 16];
+    // The system's random source; it fails only where none exists, which `serve` checks at start.
+    getrandom::fill(&mut id).expect("the system's random source");
+    id
+}
+
+/// The queries of one server: the slots, the memory, and the running ones by id.
+pub(crate) struct Runner {
+    limits: RunLimits,
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    memory: Arc<dyn MemoryPool>,
+    running: Mutex<HashMap<QueryId, AbortHandle>>,
+}
+
+impl Runner {
+    pub(crate) fn new(limits: RunLimits) -> Runner {
+        Runner {
+            limits,
+            slots: Arc::new(Semaphore::new(limits.max_queries)),
+            waiting: AtomicUsize::new(0),
+            memory: Arc::new(datafusion::execution::memory_pool::GreedyMemoryPool::new(limits.memory)),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Waits for a slot, within the timeout; refuses at once when the queue is full.
+    pub(crate) async fn slot(&self, started: Instant) -> Result<OwnedSemaphorePermit, ServeError> {
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            return Ok(p);
+        }
+        let waiting = self.waiting.fetch_add(1, Ordering::SeqCst);
+        struct Leave<'a>(&'a AtomicUsize);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let _leave = Leave(&self.waiting);
+        let running = self.limits.max_queries;
+        if waiting >= self.limits.max_queued {
+            return Err(ServeError::Busy { running, waiting });
+        }
+        let left = self.limits.timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, self.slots.clone().acquire_owned()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(ServeError::Busy { running, waiting }),
+            Err(_) => Err(ServeError::Timeout(self.limits.timeout.as_secs())),
+        }
+    }
+
+    /// A memory pool for one query: its own limit, inside the server's.
+    pub(crate) fn query_pool(&self) -> Arc<dyn MemoryPool> {
+        Arc::new(QueryPool {
+            server: self.memory.clone(),
+            limit: self.limits.query_memory,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// Cancels the running query `id`; false when none runs under that id.
+    pub(crate) fn cancel(&self, id: &QueryId) -> bool {
+        match self.running.lock().expect("not poisoned").remove(id) {
+            Some(handle) => {
+                handle.abort();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Wraps a running query's stream: it holds `slot`, ends with [`ServeError::Timeout`] at
+    /// the deadline and with [`ServeError::Cancelled`] when cancelled, and logs one line when it
+    /// ends or is dropped.
+    pub(crate) fn watch<S>(
+        self: &Arc<Self>,
+        id: QueryId,
+        stream: S,
+        slot: OwnedSemaphorePermit,
+        log: QueryLog,
+    ) -> Watched<S>
+    where
+        S: Stream<Item = DFResult<RecordBatch>> + Unpin,
+    {
+        let (handle, registration) = AbortHandle::new_pair();
+        self.running.lock().expect("not poisoned").insert(id, handle);
+        let left = self.limits.timeout.saturating_sub(log.started.elapsed());
+        Watched {
+            inner: Abortable::new(stream, registration),
+            deadline: Box::pin(tokio::time::sleep(left)),
+            timeout: self.limits.timeout.as_secs(),
+            runner: self.clone(),
+            id,
+            _slot: slot,
+            log,
+            done: false,
+        }
+    }
+}
+
+/// What the log line of a query says.
+pub(crate) struct QueryLog {
+    pub peer: Option<SocketAddr>,
+    /// The statement's first characters.
+    pub what: String,
+    pub started: Instant,
+    pub rows: usize,
+    pub bytes: usize,
+    pub error: Option<String>,
+}
+
+impl QueryLog {
+    pub(crate) fn new(peer: Option<SocketAddr>, what: &str, started: Instant) -> QueryLog {
+        let mut short: String = what.chars().take(80).map(|c| if c.is_control() { ' ' } else { c }).collect();
+        if short.len() < what.len() {
+            short.push_str("...");
+        }
+        QueryLog { peer, what: short, started, rows: 0, bytes: 0, error: None }
+    }
+
+    /// Writes the line: client, statement, rows, bytes, milliseconds, and the error if any.
+    pub(crate) fn write(&self) {
+        let peer = self.peer.map_or_else(|| "-".to_string(), |p| p.to_string());
+        let outcome = match &self.error {
+            None => "ok".to_string(),
+            Some(e) => format!("error: {}", e.lines().next().unwrap_or_default()),
+        };
+        crate::service::say(&format!(
+            "dlframe serve: query from {peer} {:?} rows={} bytes={} ms={} {outcome}",
+            self.what,
+            self.rows,
+            self.bytes,
+            self.started.elapsed().as_millis()
+        ));
+    }
+}
+
+/// A query's stream under watch (see [`Runner::watch`]).
+pub(crate) struct Watched<S> {
+    inner: Abortable<S>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    timeout: u64,
+    runner: Arc<Runner>,
+    id: QueryId,
+    _slot: OwnedSemaphorePermit,
+    log: QueryLog,
+    done: bool,
+}
+
+impl<S> Watched<S> {
+    fn finish(&mut self, error: Option<String>) {
+        if !self.done {
+            self.done = true;
+            if self.log.error.is_none() {
+                self.log.error = error;
+            }
+            self.log.write();
+        }
+    }
+}
+
+impl<S> Stream for Watched<S>
+where
+    S: Stream<Item = DFResult<RecordBatch>> + Unpin,
+{
+    type Item = Result<RecordBatch, ServeError>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<RecordBatch, ServeError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            let e = ServeError::Timeout(self.timeout);
+            self.finish(Some(e.to_string()));
+            return Poll::Ready(Some(Err(e)));
+        }
+        match Pin::new(&mut self.inner).poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(batch))) => {
+                self.log.rows += batch.num_rows();
+                self.log.bytes += batch.get_array_memory_size();
+                Poll::Ready(Some(Ok(batch)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let e = ServeError::Query(e);
+                self.finish(Some(e.to_string()));
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) if self.inner.is_aborted() => {
+                let e = ServeError::Cancelled;
+                self.finish(Some(e.to_string()));
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                self.finish(None);
+                Poll::Ready(None)
+            }
+        }
+    }
+}
+
+impl<S> Drop for Watched<S> {
+    fn drop(&mut self) {
+        self.runner.running.lock().expect("not poisoned").remove(&self.id);
+        self.finish(Some("the client went away".into()));
+    }
+}
+
+/// One query's memory: refuses past `limit`, and takes what it grants from the server's pool.
+#[derive(Debug)]
+struct QueryPool {
+    server: Arc<dyn MemoryPool>,
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl std::fmt::Display for QueryPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a query's pool of {} bytes in {}", self.limit, self.server)
+    }
+}
+
+impl MemoryPool for QueryPool {
+    fn name(&self) -> &str {
+        "dlframe-serve-query"
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.used.fetch_add(additional, Ordering::SeqCst);
+        self.server.grow(reservation, additional);
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.used.fetch_sub(shrink, Ordering::SeqCst);
+        self.server.shrink(reservation, shrink);
+    }
+
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> DFResult<()> {
+        let before = self.used.fetch_add(additional, Ordering::SeqCst);
+        if before + additional > self.limit {
+            self.used.fetch_sub(additional, Ordering::SeqCst);
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "the query needs more than its memory limit of {} MB (--query-memory); it asked for \
+                 {} more bytes with {} in use",
+                self.limit >> 20,
+                additional,
+                before
+            )));
+        }
+        if let Err(e) = self.server.try_grow(reservation, additional) {
+            self.used.fetch_sub(additional, Ordering::SeqCst);
+            let over = match e.find_root() {
+                DataFusionError::ResourcesExhausted(_) => DataFusionError::ResourcesExhausted(format!(
+                    "the server's memory for queries is in use (--memory {} MB); try again later",
+                    match self.server.memory_limit() {
+                        MemoryLimit::Finite(n) => n >> 20,
+                        _ => 0,
+                    }
+                )),
+                _ => e,
+            };
+            return Err(over);
+        }
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.used.load(Ordering::SeqCst)
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        MemoryLimit::Finite(self.limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::execution::memory_pool::MemoryConsumer;
+
+    #[test]
+    fn a_query_pool_refuses_past_its_limit_and_the_servers() {
+        let runner = Runner::new(RunLimits { memory: 1000, query_memory: 600, ..RunLimits::default() });
+        let a = runner.query_pool();
+        let b = runner.query_pool();
+        let mut ra = MemoryConsumer::new("a").register(&a);
+        let mut rb = MemoryConsumer::new("b").register(&b);
+        ra.try_grow(600).unwrap();
+        let e = ra.try_grow(1).unwrap_err();
+        assert!(e.to_string().contains("its memory limit"), "{e}");
+        rb.try_grow(400).unwrap();
+        let e = rb.try_grow(1).unwrap_err();
+        assert!(e.to_string().contains("server's memory"), "{e}");
+        assert!(matches!(e.find_root(), DataFusionError::ResourcesExhausted(_)));
+        ra.free();
+        rb.try_grow(200).unwrap();
+        assert_eq!((a.reserved(), b.reserved()), (0, 600));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_is_refused_and_a_slot_waits_within_the_timeout() {
+        let runner = Runner::new(RunLimits {
+            max_queries: 1,
+            max_queued: 1,
+            timeout: Duration::from_millis(200),
+            ..RunLimits::default()
+        });
+        let held = runner.slot(Instant::now()).await.unwrap();
+        let waiter = runner.slot(Instant::now());
+        let second = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            runner.slot(Instant::now()).await
+        };
+        let (first, second) = tokio::join!(waiter, second);
+        assert!(matches!(second, Err(ServeError::Busy { .. })), "{second:?}");
+        assert!(matches!(first, Err(ServeError::Timeout(_))), "{first:?}");
+        drop(held);
+        runner.slot(Instant::now()).await.unwrap();
+    }
+}

@@ -1,0 +1,706 @@
+//! The Flight SQL service of `dlframe serve`: statements, prepared statements, Substrait plans
+//! and the catalog calls, on arrow-flight's Flight SQL dispatch.
+//!
+//! - Every query, however it arrives, goes through [`guard`](super::guard): the limits on its
+//!   text and shape, then the read-only rule. Nothing a client sends changes the catalog.
+//! - Tickets and prepared-statement handles are the server's: a ticket carries a random query
+//!   id and what to run (checked again when it runs); a handle is a random id into the
+//!   server's own table of prepared statements, whose SQL and parameters the client never
+//!   holds. Parameters are checked (one row, a bounded size) before they are kept.
+//! - A query runs under [`run`](super::run)'s bounds: slots, memory, deadline, cancellation.
+//! - Errors go out through [`error`](super::error), as Display text without server paths.
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use arrow_array::RecordBatch;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionBeginSavepointRequest, ActionBeginSavepointResult, ActionBeginTransactionRequest,
+    ActionBeginTransactionResult, ActionCancelQueryRequest, ActionCancelQueryResult,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, ActionCreatePreparedSubstraitPlanRequest, CommandGetCatalogs,
+    CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest,
+    CommandStatementQuery, CommandStatementSubstraitPlan, CommandStatementUpdate,
+    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
+};
+use arrow_flight::{
+    Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor, FlightEndpoint,
+    FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
+};
+use arrow_schema::{Field, Schema, SchemaRef};
+use datafusion::common::ParamValues;
+use datafusion::execution::SessionState;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use datafusion::scalar::ScalarValue;
+use futures::{Stream, StreamExt, TryStreamExt};
+use prost::Message;
+use prost::bytes::Bytes;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::error::{Scrub, ServeError};
+use super::guard::{self, SqlLimits};
+use super::run::{QueryId, QueryLog, Runner, new_id};
+
+/// The most prepared statements the server holds; past it, the oldest is dropped.
+const MAX_PREPARED: usize = 1024;
+/// The most parameters one prepared statement takes.
+const MAX_PARAMETERS: usize = 1024;
+/// The most bytes of parameter values one prepared statement keeps.
+const MAX_PARAMETER_BYTES: usize = 1 << 20;
+
+type DoGetStream = <Served as FlightService>::DoGetStream;
+
+/// What a ticket asks for: the query's id and what to run. Encoded into a standard
+/// `TicketStatementQuery`'s handle; the query is checked again when it runs.
+#[derive(Clone, PartialEq, Message)]
+struct TicketBody {
+    #[prost(bytes = "vec", tag = "1")]
+    id: Vec<u8>,
+    #[prost(string, optional, tag = "2")]
+    sql: Option<String>,
+    #[prost(bytes = "vec", optional, tag = "3")]
+    prepared: Option<Vec<u8>>,
+    #[prost(bytes = "vec", optional, tag = "4")]
+    substrait: Option<Vec<u8>>,
+}
+
+/// A prepared statement the server holds for a client.
+#[derive(Clone)]
+struct Prepared {
+    sql: String,
+    params: Option<ParamValues>,
+}
+
+/// The prepared statements, by handle, with the order they were made in (for eviction).
+#[derive(Default)]
+struct PreparedTable {
+    by_handle: HashMap<QueryId, Prepared>,
+    order: VecDeque<QueryId>,
+}
+
+/// The Flight SQL service.
+pub(crate) struct Served {
+    state: SessionState,
+    limits: SqlLimits,
+    runner: Arc<Runner>,
+    prepared: Mutex<PreparedTable>,
+    scrub: Scrub,
+    sql_info: SqlInfoData,
+}
+
+impl Served {
+    /// A service over `state`'s tables and functions.
+    pub(crate) fn new(state: SessionState, limits: SqlLimits, runner: Arc<Runner>, scrub: Scrub) -> Served {
+        let mut info = SqlInfoDataBuilder::new();
+        info.append(SqlInfo::FlightSqlServerName, "dlframe serve");
+        info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+        info.append(SqlInfo::FlightSqlServerArrowVersion, "59");
+        info.append(SqlInfo::FlightSqlServerReadOnly, true);
+        info.append(SqlInfo::FlightSqlServerSql, true);
+        info.append(SqlInfo::FlightSqlServerSubstrait, true);
+        info.append(SqlInfo::FlightSqlServerTransaction, 0i32);
+        info.append(SqlInfo::FlightSqlServerCancel, true);
+        let sql_info = info.build().expect("static SQL info");
+        Served { state, limits, runner, prepared: Mutex::new(PreparedTable::default()), scrub, sql_info }
+    }
+
+    fn status(&self, e: ServeError) -> Status {
+        e.to_status(&self.scrub)
+    }
+
+    /// Plans `sql` (checked), with `params` bound.
+    async fn plan_sql(
+        &self,
+        state: &SessionState,
+        sql: &str,
+        params: Option<ParamValues>,
+    ) -> Result<LogicalPlan, ServeError> {
+        let plan = guard::plan_sql(state, sql, &self.limits).await?;
+        Ok(match params {
+            Some(p) => plan.with_param_values(p)?,
+            None => plan,
+        })
+    }
+
+    /// Plans a Substrait plan (checked).
+    async fn plan_substrait(&self, state: &SessionState, bytes: &[u8]) -> Result<LogicalPlan, ServeError> {
+        let plan = datafusion_substrait::serializer::deserialize_bytes(bytes)?;
+        let plan = datafusion_substrait::logical_plan::consumer::from_substrait_plan(state, &plan).await?;
+        guard::check_plan(&plan)?;
+        Ok(plan)
+    }
+
+    /// The prepared statement under `handle`.
+    fn prepared(&self, handle: &[u8]) -> Result<Prepared, ServeError> {
+        let key: QueryId = handle.try_into().map_err(|_| ServeError::UnknownHandle)?;
+        self.prepared
+            .lock()
+            .expect("not poisoned")
+            .by_handle
+            .get(&key)
+            .cloned()
+            .ok_or(ServeError::UnknownHandle)
+    }
+
+    /// Plans what `body` asks for.
+    async fn plan_ticket(
+        &self,
+        state: &SessionState,
+        body: &TicketBody,
+    ) -> Result<(LogicalPlan, String), ServeError> {
+        match (&body.sql, &body.prepared, &body.substrait) {
+            (Some(sql), None, None) => Ok((self.plan_sql(state, sql, None).await?, sql.clone())),
+            (None, Some(handle), None) => {
+                let p = self.prepared(handle)?;
+                Ok((self.plan_sql(state, &p.sql, p.params).await?, p.sql))
+            }
+            (None, None, Some(bytes)) => {
+                Ok((self.plan_substrait(state, bytes).await?, "<substrait plan>".into()))
+            }
+            _ => Err(ServeError::BadRequest("a malformed ticket".into())),
+        }
+    }
+
+    /// A FlightInfo for `plan`: its schema and one endpoint whose ticket carries `body`.
+    fn flight_info(
+        &self,
+        plan: &LogicalPlan,
+        mut body: TicketBody,
+        descriptor: FlightDescriptor,
+    ) -> Result<FlightInfo, Status> {
+        body.id = new_id().to_vec();
+        let ticket = TicketStatementQuery { statement_handle: body.encode_to_vec().into() };
+        let schema = plan.schema().as_arrow().clone();
+        FlightInfo::new()
+            .with_endpoint(
+                FlightEndpoint::new().with_ticket(Ticket { ticket: ticket.as_any().encode_to_vec().into() }),
+            )
+            .with_descriptor(descriptor)
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("cannot encode the result's schema: {e}")))
+    }
+
+    /// The query ids named by the tickets of `info`.
+    fn ids_of(info: &FlightInfo) -> Vec<QueryId> {
+        info.endpoint
+            .iter()
+            .filter_map(|e| e.ticket.as_ref())
+            .filter_map(|t| arrow_flight::sql::Any::decode(t.ticket.clone()).ok())
+            .filter_map(|any| any.unpack::<TicketStatementQuery>().ok().flatten())
+            .filter_map(|t| TicketBody::decode(t.statement_handle).ok())
+            .filter_map(|b| QueryId::try_from(b.id.as_slice()).ok())
+            .collect()
+    }
+
+    /// A session for one query: the server's tables and functions, with the query's own
+    /// memory pool.
+    fn query_state(&self) -> Result<SessionState, ServeError> {
+        let runtime = RuntimeEnvBuilder::from_runtime_env(self.state.runtime_env())
+            .with_memory_pool(self.runner.query_pool())
+            .build_arc()?;
+        Ok(SessionStateBuilder::new_from_existing(self.state.clone()).with_runtime_env(runtime).build())
+    }
+
+    /// Runs what `body` asks for, within the server's bounds.
+    async fn run(
+        &self,
+        body: TicketBody,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Result<DoGetStream, ServeError> {
+        let started = Instant::now();
+        let id: QueryId =
+            body.id.as_slice().try_into().map_err(|_| ServeError::BadRequest("a malformed ticket".into()))?;
+        let mut log = QueryLog::new(peer, body.sql.as_deref().unwrap_or("<prepared or substrait>"), started);
+        let outcome = async {
+            let slot = self.runner.slot(started).await?;
+            let state = self.query_state()?;
+            let (plan, sql) = self.plan_ticket(&state, &body).await?;
+            let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+            let stream = SessionContext::new_with_state(state)
+                .execute_logical_plan(plan)
+                .await?
+                .execute_stream()
+                .await?;
+            Ok::<_, ServeError>((slot, sql, schema, stream))
+        }
+        .await;
+        let (slot, sql, schema, stream) = match outcome {
+            Ok(x) => x,
+            Err(e) => {
+                log.error = Some(e.to_string());
+                log.write();
+                return Err(e);
+            }
+        };
+        log.what = QueryLog::new(peer, &sql, started).what;
+        let watched = self.runner.watch(id, stream, slot, log);
+        let scrub = self.scrub.clone();
+        let batches = watched.map_err(move |e| FlightError::Tonic(Box::new(e.to_status(&scrub))));
+        let data = FlightDataEncoderBuilder::new().with_schema(schema).build(batches).map_err(|e| match e {
+            FlightError::Tonic(status) => *status,
+            other => Status::internal(other.to_string()),
+        });
+        Ok(Box::pin(data))
+    }
+
+    /// One record batch as a DoGet stream.
+    fn one_batch(batch: arrow_flight::error::Result<RecordBatch>) -> Result<Response<DoGetStream>, Status> {
+        let batch = batch.map_err(|e| Status::internal(e.to_string()))?;
+        let schema = batch.schema();
+        let stream = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(futures::stream::once(async { Ok(batch) }))
+            .map_err(|e| Status::internal(e.to_string()));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    /// A FlightInfo whose one ticket is `command` itself, for the catalog calls.
+    fn command_info(
+        command: impl ProstMessageExt,
+        schema: &Schema,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let ticket = Ticket { ticket: command.as_any().encode_to_vec().into() };
+        let info = FlightInfo::new()
+            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+            .with_descriptor(descriptor)
+            .try_with_schema(schema)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(info))
+    }
+
+    /// Every (catalog, schema, table) the server serves.
+    fn tables(&self) -> Vec<(String, String, String)> {
+        let catalogs = self.state.catalog_list();
+        let mut out = vec![];
+        for c in catalogs.catalog_names() {
+            let Some(catalog) = catalogs.catalog(&c) else { continue };
+            for s in catalog.schema_names() {
+                let Some(schema) = catalog.schema(&s) else { continue };
+                for t in schema.table_names() {
+                    out.push((c.clone(), s.clone(), t));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Reads bound parameters: one row of at most [`MAX_PARAMETERS`] values, of at most
+    /// [`MAX_PARAMETER_BYTES`], checked before any value is taken from them.
+    async fn read_parameters(stream: PeekableFlightDataStream) -> Result<Option<ParamValues>, ServeError> {
+        let bad = |m: String| ServeError::BadRequest(format!("prepared statement parameters: {m}"));
+        let mut batches = FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from));
+        let mut row: Option<RecordBatch> = None;
+        while let Some(batch) = batches.next().await {
+            let batch = batch.map_err(|e| bad(e.to_string()))?;
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            if batch.num_rows() > 1 || row.is_some() {
+                return Err(bad(
+                    "one row of values is taken; several rows (a batch of executions) are not".into()
+                ));
+            }
+            if batch.num_columns() > MAX_PARAMETERS {
+                return Err(bad(format!(
+                    "{} values, over the limit of {MAX_PARAMETERS}",
+                    batch.num_columns()
+                )));
+            }
+            let size = batch.get_array_memory_size();
+            if size > MAX_PARAMETER_BYTES {
+                return Err(bad(format!("{size} bytes, over the limit of {MAX_PARAMETER_BYTES}")));
+            }
+            row = Some(batch);
+        }
+        let Some(row) = row else { return Ok(None) };
+        let values = row
+            .columns()
+            .iter()
+            .map(|c| ScalarValue::try_from_array(c, 0))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(Some(ParamValues::List(values.into_iter().map(Into::into).collect())))
+    }
+}
+
+/// The parameters of `plan` as a schema, `$1`, `$2`, ... in order.
+fn parameter_schema(plan: &LogicalPlan) -> Result<Schema, ServeError> {
+    let mut params: Vec<(String, Option<arrow_schema::DataType>)> =
+        plan.get_parameter_types()?.into_iter().collect();
+    params.sort_by_key(|(name, _)| name.trim_start_matches('$').parse::<usize>().unwrap_or(usize::MAX));
+    Ok(Schema::new(
+        params
+            .into_iter()
+            .map(|(name, t)| Field::new(name, t.unwrap_or(arrow_schema::DataType::Null), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// A schema as Flight sends it in a prepared statement's result.
+fn schema_bytes(schema: &Schema) -> Result<Bytes, Status> {
+    let options = datafusion::arrow::ipc::writer::IpcWriteOptions::default();
+    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &options)
+        .try_into()
+        .map_err(|e: arrow_schema::ArrowError| Status::internal(e.to_string()))?;
+    Ok(bytes)
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for Served {
+    type FlightService = Served;
+
+    async fn do_handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>, Status> {
+        Err(Status::unimplemented(
+            "dlframe serve has no handshake: send the token in the header 'authorization: Bearer TOKEN'",
+        ))
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let plan = self.plan_sql(&self.state, &query.query, None).await.map_err(|e| self.status(e))?;
+        let body = TicketBody { sql: Some(query.query), ..TicketBody::default() };
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner())?))
+    }
+
+    async fn get_flight_info_substrait_plan(
+        &self,
+        query: CommandStatementSubstraitPlan,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let bytes = query.plan.map(|p| p.plan).unwrap_or_default();
+        let plan = self.plan_substrait(&self.state, &bytes).await.map_err(|e| self.status(e))?;
+        let body = TicketBody { substrait: Some(bytes.to_vec()), ..TicketBody::default() };
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner())?))
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        cmd: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let p = self.prepared(&cmd.prepared_statement_handle).map_err(|e| self.status(e))?;
+        let plan = self.plan_sql(&self.state, &p.sql, p.params).await.map_err(|e| self.status(e))?;
+        let body =
+            TicketBody { prepared: Some(cmd.prepared_statement_handle.to_vec()), ..TicketBody::default() };
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner())?))
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let body = TicketBody::decode(ticket.statement_handle)
+            .map_err(|_| self.status(ServeError::BadRequest("a malformed ticket".into())))?;
+        let stream = self.run(body, super::auth::peer(&request)).await.map_err(|e| self.status(e))?;
+        Ok(Response::new(stream))
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let body = TicketBody {
+            id: new_id().to_vec(),
+            prepared: Some(query.prepared_statement_handle.to_vec()),
+            ..TicketBody::default()
+        };
+        let stream = self.run(body, super::auth::peer(&request)).await.map_err(|e| self.status(e))?;
+        Ok(Response::new(stream))
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        _request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let mut b = query.into_builder();
+        let mut names = self.state.catalog_list().catalog_names();
+        names.sort();
+        names.into_iter().for_each(|c| b.append(c));
+        Self::one_batch(b.build().map_err(Into::into))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        _request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let mut b = query.into_builder();
+        let catalogs = self.state.catalog_list();
+        let mut pairs = vec![];
+        for c in catalogs.catalog_names() {
+            if let Some(catalog) = catalogs.catalog(&c) {
+                pairs.extend(catalog.schema_names().into_iter().map(|s| (c.clone(), s)));
+            }
+        }
+        pairs.sort();
+        pairs.into_iter().for_each(|(c, s)| b.append(c, s));
+        Self::one_batch(b.build().map_err(Into::into))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        _request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let mut b = query.into_builder();
+        let catalogs = self.state.catalog_list();
+        for (c, s, t) in self.tables() {
+            let Some(schema) = catalogs.catalog(&c).and_then(|cat| cat.schema(&s)) else { continue };
+            let Ok(Some(table)) = schema.table(&t).await else { continue };
+            let kind = match table.table_type() {
+                datafusion::datasource::TableType::Base => "TABLE",
+                datafusion::datasource::TableType::View => "VIEW",
+                datafusion::datasource::TableType::Temporary => "LOCAL TEMPORARY",
+            };
+            b.append(&c, &s, &t, kind, table.schema().as_ref())
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        Self::one_batch(b.build().map_err(Into::into))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        _request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let mut b = query.into_builder();
+        ["LOCAL TEMPORARY", "TABLE", "VIEW"].into_iter().for_each(|t| b.append(t));
+        Self::one_batch(b.build().map_err(Into::into))
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder(&self.sql_info).schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        _request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        Self::one_batch(query.into_builder(&self.sql_info).build().map_err(Into::into))
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        _c: CommandStatementUpdate,
+        _r: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        Err(self.status(ServeError::ReadOnly("an update statement (CommandStatementUpdate)".into())))
+    }
+
+    async fn do_put_statement_ingest(
+        &self,
+        _c: CommandStatementIngest,
+        _r: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        Err(self.status(ServeError::ReadOnly("bulk ingestion (CommandStatementIngest)".into())))
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        _c: CommandPreparedStatementUpdate,
+        _r: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        Err(self.status(ServeError::ReadOnly("a prepared update (CommandPreparedStatementUpdate)".into())))
+    }
+
+    async fn do_put_substrait_plan(
+        &self,
+        _c: CommandStatementSubstraitPlan,
+        _r: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        Err(self.status(ServeError::ReadOnly("a Substrait update (DoPut)".into())))
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let handle = query.prepared_statement_handle;
+        self.prepared(&handle).map_err(|e| self.status(e))?;
+        let params = Self::read_parameters(request.into_inner()).await.map_err(|e| self.status(e))?;
+        let key: QueryId = handle.as_ref().try_into().map_err(|_| self.status(ServeError::UnknownHandle))?;
+        let mut table = self.prepared.lock().expect("not poisoned");
+        let entry = table.by_handle.get_mut(&key).ok_or_else(|| self.status(ServeError::UnknownHandle))?;
+        entry.params = params;
+        Ok(DoPutPreparedStatementResult { prepared_statement_handle: Some(handle) })
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let plan = self.plan_sql(&self.state, &query.query, None).await.map_err(|e| self.status(e))?;
+        let parameters = parameter_schema(&plan).map_err(|e| self.status(e))?;
+        let dataset = plan.schema().as_arrow().clone();
+        let handle = new_id();
+        {
+            let mut table = self.prepared.lock().expect("not poisoned");
+            while table.by_handle.len() >= MAX_PREPARED {
+                let Some(oldest) = table.order.pop_front() else { break };
+                table.by_handle.remove(&oldest);
+            }
+            table.by_handle.insert(handle, Prepared { sql: query.query, params: None });
+            table.order.push_back(handle);
+        }
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle.to_vec().into(),
+            dataset_schema: schema_bytes(&dataset)?,
+            parameter_schema: schema_bytes(&parameters)?,
+        })
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<(), Status> {
+        if let Ok(key) = QueryId::try_from(query.prepared_statement_handle.as_ref()) {
+            let mut table = self.prepared.lock().expect("not poisoned");
+            if table.by_handle.remove(&key).is_some() {
+                table.order.retain(|k| *k != key);
+            }
+        }
+        Ok(())
+    }
+
+    async fn do_action_create_prepared_substrait_plan(
+        &self,
+        _query: ActionCreatePreparedSubstraitPlanRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        Err(Status::unimplemented("prepared Substrait plans are not supported: send the plan as a statement"))
+    }
+
+    async fn do_action_begin_transaction(
+        &self,
+        _query: ActionBeginTransactionRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionBeginTransactionResult, Status> {
+        Err(self.status(ServeError::ReadOnly("a transaction".into())))
+    }
+
+    async fn do_action_begin_savepoint(
+        &self,
+        _query: ActionBeginSavepointRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionBeginSavepointResult, Status> {
+        Err(self.status(ServeError::ReadOnly("a savepoint".into())))
+    }
+
+    async fn do_action_cancel_query(
+        &self,
+        query: ActionCancelQueryRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCancelQueryResult, Status> {
+        let info =
+            FlightInfo::decode(query.info).map_err(|_| Status::invalid_argument("a malformed FlightInfo"))?;
+        // The deprecated action's result codes: CANCEL_RESULT_CANCELLED (1) and
+        // CANCEL_RESULT_NOT_CANCELLABLE (3), which arrow-flight does not export by name.
+        let result = match self.cancel_all(&info) {
+            CancelStatus::Cancelled => 1,
+            _ => 3,
+        };
+        Ok(ActionCancelQueryResult { result })
+    }
+
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let action = request.into_inner();
+        if action.r#type != "CancelFlightInfo" {
+            return Err(Status::invalid_argument(format!("unknown action {:?}", action.r#type)));
+        }
+        let req = CancelFlightInfoRequest::decode(action.body)
+            .map_err(|_| Status::invalid_argument("a malformed CancelFlightInfoRequest"))?;
+        let info =
+            req.info.ok_or_else(|| Status::invalid_argument("CancelFlightInfo without a FlightInfo"))?;
+        let result = CancelFlightInfoResult { status: self.cancel_all(&info).into() };
+        let out = arrow_flight::Result { body: result.encode_to_vec().into() };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(out)]))))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+impl Served {
+    /// Cancels the running queries of `info`'s tickets.
+    fn cancel_all(&self, info: &FlightInfo) -> CancelStatus {
+        let ids = Self::ids_of(info);
+        if ids.is_empty() {
+            return CancelStatus::NotCancellable;
+        }
+        let mut any = false;
+        for id in &ids {
+            any |= self.runner.cancel(id);
+        }
+        if any { CancelStatus::Cancelled } else { CancelStatus::NotCancellable }
+    }
+}

@@ -1,0 +1,536 @@
+//! `dlframe serve` attacked as a client would attack it, as a real process on a loopback port:
+//! every statement that is not a query refused on every route (SQL, prepared, Substrait) with
+//! nothing changed; the crash probes (deep sums, thousands of ANDs, UNION ALLs and CTEs) as
+//! errors; fuzzed prepared-statement handles; the token on every RPC kind; TLS and mutual TLS
+//! with certificates made here; the memory limit, the timeout, cancellation, and a flood of idle
+//! connections. Every wait is bounded and every server is killed when its test ends.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::{Array, Int64Array, RecordBatch};
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use arrow_flight::sql::{
+    ActionCreatePreparedStatementRequest, Any, CommandGetCatalogs, CommandGetTables,
+    CommandPreparedStatementQuery, CommandStatementQuery, CommandStatementSubstraitPlan, ProstMessageExt,
+    SubstraitPlan,
+};
+use arrow_flight::{Action, CancelFlightInfoRequest, FlightDescriptor, FlightInfo, HandshakeRequest, Ticket};
+use common::process::LIMIT;
+use common::served::Server;
+use common::{TempDir, write_parquet};
+use datafusion::arrow::compute::concat_batches;
+use futures::TryStreamExt;
+use prost::Message;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic::{Code, Request, Status};
+
+const TOKEN: &str = "s3cret-token";
+
+impl Server {
+    /// A Flight SQL client, with the token unless `token` is None.
+    async fn sql(&self, token: Option<&str>) -> FlightSqlServiceClient<Channel> {
+        let mut c = FlightSqlServiceClient::new(self.channel().await);
+        if let Some(t) = token {
+            c.set_token(t.to_string());
+        }
+        c
+    }
+
+    /// The server's process id.
+    fn pid(&self) -> u32 {
+        self.process.child.id()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.process.child.try_wait(), Ok(None))
+    }
+}
+
+/// The endpoints of `info` as one batch.
+async fn fetch(
+    client: &mut FlightSqlServiceClient<Channel>,
+    info: FlightInfo,
+) -> Result<RecordBatch, String> {
+    let schema = Arc::new(info.clone().try_decode_schema().map_err(|e| e.to_string())?);
+    let mut batches = vec![];
+    for endpoint in info.endpoint {
+        let stream = client.do_get(endpoint.ticket.expect("a ticket")).await.map_err(|e| e.to_string())?;
+        batches.extend(stream.try_collect::<Vec<_>>().await.map_err(|e| e.to_string())?);
+    }
+    Ok(concat_batches(&schema, &batches).unwrap())
+}
+
+/// Runs `sql` as a statement: the result, or the error's text.
+async fn query(client: &mut FlightSqlServiceClient<Channel>, sql: &str) -> Result<RecordBatch, String> {
+    let call = async {
+        let info = client.execute(sql.to_string(), None).await.map_err(|e| e.to_string())?;
+        fetch(client, info).await
+    };
+    tokio::time::timeout(LIMIT, call).await.expect("the call finished in time")
+}
+
+/// `SELECT count(*) FROM t` through `client`.
+async fn count(client: &mut FlightSqlServiceClient<Channel>) -> i64 {
+    let b = query(client, "SELECT count(*) AS n FROM t").await.unwrap();
+    b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0)
+}
+
+/// The table names the server lists (GetTables).
+async fn table_names(client: &mut FlightSqlServiceClient<Channel>) -> Vec<String> {
+    let info = client
+        .get_tables(CommandGetTables { include_schema: false, ..CommandGetTables::default() })
+        .await
+        .unwrap();
+    let batch = fetch(client, info).await.unwrap();
+    let names = batch.column_by_name("table_name").unwrap();
+    let names = names.as_any().downcast_ref::<arrow_array::StringArray>().unwrap();
+    let mut v: Vec<String> = names.iter().map(|n| n.unwrap().to_string()).collect();
+    v.sort();
+    v
+}
+
+/// A table `t` of 3000 rows in two Parquet files.
+fn table() -> (TempDir, String) {
+    let dir = TempDir::new("serve-security");
+    std::fs::create_dir(dir.join("t")).unwrap();
+    write_parquet(&dir.join("t/part-0.parquet"), 0..2000, 500);
+    write_parquet(&dir.join("t/part-1.parquet"), 2000..3000, 500);
+    let spec = format!("t={}", dir.join("t").display());
+    (dir, spec)
+}
+
+/// A Substrait plan of `sql`, made by DataFusion in this process over a table like the server's.
+async fn substrait_of(dir: &TempDir, sql: &str) -> Vec<u8> {
+    let ctx = datafusion::prelude::SessionContext::new();
+    common::register_table(&ctx, &dir.join("t")).await;
+    let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
+    let plan = datafusion_substrait::logical_plan::producer::to_substrait_plan(&plan, &ctx.state()).unwrap();
+    plan.encode_to_vec()
+}
+
+/// GetFlightInfo of a Substrait plan, with the token.
+fn substrait_request(plan: Vec<u8>) -> Request<FlightDescriptor> {
+    let cmd = CommandStatementSubstraitPlan {
+        plan: Some(SubstraitPlan { plan: plan.into(), version: "0.63".into() }),
+        transaction_id: None,
+    };
+    let mut r = Request::new(FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec()));
+    r.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    r
+}
+
+/// The statements that are not queries, with a file each would write.
+fn writers(dir: &TempDir) -> Vec<String> {
+    let out = dir.join("out.csv");
+    vec![
+        "CREATE EXTERNAL TABLE pw (line VARCHAR) STORED AS CSV LOCATION '/etc/passwd'".into(),
+        format!("COPY (SELECT 'x' AS a) TO '{}' STORED AS CSV", out.display()),
+        format!("COPY t TO '{}' STORED AS CSV", out.display()),
+        "CREATE TABLE x AS SELECT 1 AS a".into(),
+        "CREATE VIEW v AS SELECT 1 AS a".into(),
+        "INSERT INTO t SELECT * FROM t".into(),
+        "DROP TABLE t".into(),
+        "SET datafusion.execution.batch_size = 1".into(),
+        "EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO 'anywhere.csv' STORED AS CSV".into(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_queries_run_on_every_route_and_nothing_changes() {
+    let (dir, spec) = table();
+    let mut server = Server::start(&["--table", &spec, "--token", TOKEN]);
+    let mut client = server.sql(Some(TOKEN)).await;
+    let mut other = server.sql(Some(TOKEN)).await;
+    let tables = table_names(&mut client).await;
+    assert_eq!(tables, ["t"]);
+    assert_eq!(count(&mut other).await, 3000);
+    let files_before: Vec<_> =
+        std::fs::read_dir(dir.join("t")).unwrap().map(|e| e.unwrap().file_name()).collect();
+
+    for sql in writers(&dir) {
+        // A statement.
+        let e = query(&mut client, &sql).await.expect_err(&sql);
+        assert!(e.contains("read-only"), "{sql}: {e}");
+        // A prepared statement: refused when it is prepared.
+        let e = client.prepare(sql.clone(), None).await.expect_err(&sql).to_string();
+        assert!(e.contains("read-only"), "{sql}: {e}");
+        // A ticket made by hand with the statement in it is not a ticket of this server.
+        let ticket = Ticket {
+            ticket: CommandStatementQuery { query: sql.clone(), transaction_id: None }
+                .as_any()
+                .encode_to_vec()
+                .into(),
+        };
+        assert!(client.do_get(ticket).await.is_err(), "{sql}");
+    }
+    // Substrait: a read-only plan runs; DataFusion 55's consumer has no write or DDL relations,
+    // and a LocalFiles read of a path resolves to a registered table by its file name only.
+    let mut raw = FlightServiceClient::new(server.channel().await);
+    let plan = substrait_of(&dir, "SELECT id FROM t WHERE id < 10").await;
+    let info = raw.get_flight_info(substrait_request(plan)).await.unwrap().into_inner();
+    assert_eq!(fetch(&mut client, info).await.unwrap().num_rows(), 10);
+    let e = raw
+        .get_flight_info(substrait_request(b"\x0a\xff\xff\xff\xff\x0f".to_vec()))
+        .await
+        .expect_err("garbage");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+
+    assert!(!dir.join("out.csv").exists(), "COPY wrote a file");
+    assert!(!std::path::Path::new("anywhere.csv").exists());
+    let files_after: Vec<_> =
+        std::fs::read_dir(dir.join("t")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(files_before.len(), files_after.len(), "the served directory changed");
+    assert_eq!(table_names(&mut client).await, tables);
+    assert_eq!(count(&mut other).await, 3000);
+    // A path is not a table.
+    let e = query(&mut client, "SELECT * FROM '/etc/passwd'").await.expect_err("a path");
+    assert!(!e.contains("root:"), "{e}");
+    assert!(server.alive());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crash_probes_are_errors_and_the_server_answers_the_next_query() {
+    let (dir, spec) = table();
+    let mut server = Server::start(&["--table", &spec]);
+    let mut client = server.sql(None).await;
+    // 250 terms: within the default depth of 256, so it runs.
+    let sum = query(&mut client, &format!("SELECT {} AS s", vec!["1"; 250].join("+"))).await.unwrap();
+    assert_eq!(sum.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0), 250);
+    let mut ctes = String::from("WITH c0 AS (SELECT 1 AS a)");
+    for i in 1..1000 {
+        ctes.push_str(&format!(", c{i} AS (SELECT a FROM c{})", i - 1));
+    }
+    ctes.push_str(" SELECT a FROM c999");
+    for (name, sql, says) in [
+        ("a 100,000-term sum", format!("SELECT {}", vec!["1"; 100_000].join("+")), "nested too deeply"),
+        ("10,000 ANDs", format!("SELECT 1 WHERE {}", vec!["1=1"; 10_000].join(" AND ")), "nested too deeply"),
+        ("UNION ALL x 3000", vec!["SELECT 1 AS a"; 3000].join(" UNION ALL "), "query blocks"),
+        ("1000 chained CTEs", ctes, "query blocks"),
+        ("10,000 parentheses", format!("SELECT {}1{}", "(".repeat(10_000), ")".repeat(10_000)), "recursion"),
+        ("a 1 MB query", format!("SELECT 1 {}", " ".repeat(1 << 20)), "too long"),
+    ] {
+        let e = query(&mut client, &sql).await.expect_err(name);
+        assert!(e.to_lowercase().contains(says), "{name}: {e}");
+        assert!(server.alive(), "{name} stopped the server");
+        assert_eq!(count(&mut client).await, 3000, "after {name}");
+    }
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fuzzed_prepared_handles_and_parameters_are_errors() {
+    let (_dir, spec) = table();
+    let mut server = Server::start(&["--table", &spec]);
+    let mut client = server.sql(None).await;
+    let prepared = client.prepare("SELECT id FROM t WHERE id < $1".to_string(), None).await.unwrap();
+    let handle = {
+        // The handle is the server's: 16 random bytes, no SQL and no parameters in it.
+        let mut raw = FlightServiceClient::new(server.channel().await);
+        let req = ActionCreatePreparedStatementRequest { query: "SELECT 1".into(), transaction_id: None };
+        let action =
+            Action { r#type: "CreatePreparedStatement".into(), body: req.as_any().encode_to_vec().into() };
+        let mut results = raw.do_action(action).await.unwrap().into_inner();
+        let result = results.message().await.unwrap().unwrap();
+        let any = Any::decode(result.body).unwrap();
+        let r: arrow_flight::sql::ActionCreatePreparedStatementResult = any.unpack().unwrap().unwrap();
+        r.prepared_statement_handle.to_vec()
+    };
+    assert_eq!(handle.len(), 16);
+    assert!(!handle.windows(6).any(|w| w == b"SELECT"));
+    let mut raw = FlightServiceClient::new(server.channel().await);
+    // A small deterministic generator: bit flips, truncations, extensions and random bytes.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let started = Instant::now();
+    let mut refused = 0;
+    for case in 0..10_000 {
+        let mut h = handle.clone();
+        match case % 4 {
+            0 => {
+                let bit = next() as usize % (h.len() * 8);
+                h[bit / 8] ^= 1 << (bit % 8);
+            }
+            1 => h.truncate(next() as usize % h.len()),
+            2 => h.extend((0..1 + next() % 64).map(|_| next() as u8)),
+            _ => h = (0..next() % 64).map(|_| next() as u8).collect::<Vec<u8>>(),
+        }
+        let cmd = CommandPreparedStatementQuery { prepared_statement_handle: h.into() };
+        let descriptor = FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec());
+        let e = raw.get_flight_info(descriptor).await.expect_err("a mutated handle");
+        assert!(matches!(e.code(), Code::NotFound | Code::InvalidArgument), "case {case}: {e}");
+        refused += 1;
+    }
+    assert_eq!(refused, 10_000);
+    assert!(started.elapsed() < Duration::from_secs(300));
+    // Parameters: bound and run; then a query with none bound is an error, not a crash.
+    let mut prepared = prepared;
+    let params = RecordBatch::try_from_iter([("$1", Arc::new(Int64Array::from(vec![5])) as _)]).unwrap();
+    prepared.set_parameters(params).unwrap();
+    let info = prepared.execute().await.unwrap();
+    assert_eq!(fetch(&mut client, info).await.unwrap().num_rows(), 5);
+    let two_rows = RecordBatch::try_from_iter([("$1", Arc::new(Int64Array::from(vec![5, 6])) as _)]).unwrap();
+    prepared.set_parameters(two_rows).unwrap();
+    let e = prepared.execute().await.expect_err("two rows of parameters");
+    assert!(e.to_string().contains("one row"), "{e}");
+    prepared.close().await.unwrap();
+    assert!(server.alive());
+    assert_eq!(count(&mut client).await, 3000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rpc_kind_needs_the_token() {
+    let (_dir, spec) = table();
+    let server = Server::start(&["--table", &spec, "--token", TOKEN]);
+    let mut authorized = server.sql(Some(TOKEN)).await;
+    let info = authorized.execute("SELECT id FROM t".to_string(), None).await.unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let mut raw = FlightServiceClient::new(server.channel().await);
+    let statement = FlightDescriptor::new_cmd(
+        CommandStatementQuery { query: "SELECT 1".into(), transaction_id: None }.as_any().encode_to_vec(),
+    );
+    let catalogs = FlightDescriptor::new_cmd(CommandGetCatalogs {}.as_any().encode_to_vec());
+    let prepare = Action {
+        r#type: "CreatePreparedStatement".into(),
+        body: ActionCreatePreparedStatementRequest { query: "SELECT 1".into(), transaction_id: None }
+            .as_any()
+            .encode_to_vec()
+            .into(),
+    };
+    let cancel = Action {
+        r#type: "CancelFlightInfo".into(),
+        body: CancelFlightInfoRequest { info: Some(info.clone()) }.encode_to_vec().into(),
+    };
+    let substrait = FlightDescriptor::new_cmd(
+        CommandStatementSubstraitPlan { plan: None, transaction_id: None }.as_any().encode_to_vec(),
+    );
+    let codes: Vec<(&str, Result<(), Status>)> = vec![
+        ("statement", raw.get_flight_info(statement).await.map(|_| ())),
+        ("substrait", raw.get_flight_info(substrait).await.map(|_| ())),
+        ("catalogs", raw.get_flight_info(catalogs).await.map(|_| ())),
+        ("prepare", raw.do_action(prepare).await.map(|_| ())),
+        ("cancel", raw.do_action(cancel).await.map(|_| ())),
+        ("do_get with an authorized client's ticket", raw.do_get(ticket.clone()).await.map(|_| ())),
+        ("handshake", raw.handshake(futures::stream::iter([HandshakeRequest::default()])).await.map(|_| ())),
+        ("list_actions", raw.list_actions(arrow_flight::Empty {}).await.map(|_| ())),
+    ];
+    for (what, r) in codes {
+        let e = r.expect_err(what);
+        assert_eq!(e.code(), Code::Unauthenticated, "{what}: {e}");
+    }
+    // Two authorization headers, even both right, are refused.
+    let mut req = Request::new(ticket);
+    req.metadata_mut().append("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    req.metadata_mut().append("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    assert_eq!(raw.do_get(req).await.expect_err("two headers").code(), Code::Unauthenticated);
+}
+
+/// A CA, a server certificate for 127.0.0.1 signed by it, and a client certificate signed by
+/// it, as PEM: (ca, server cert, server key, client cert, client key).
+fn certificates() -> (String, String, String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(vec![]).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let client =
+        CertificateParams::new(vec!["client".into()]).unwrap().signed_by(&client_key, &issuer).unwrap();
+    (ca.pem(), server.pem(), server_key.serialize_pem(), client.pem(), client_key.serialize_pem())
+}
+
+async fn tls_channel(addr: &str, ca: &str, identity: Option<(&str, &str)>) -> Result<Channel, String> {
+    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)).domain_name("localhost");
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    let endpoint = Channel::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?;
+    endpoint.timeout(LIMIT).connect_timeout(LIMIT).connect().await.map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_mutual_tls() {
+    let (dir, spec) = table();
+    let (ca, cert, key, client_cert, client_key) = certificates();
+    for (name, text) in [("ca.pem", &ca), ("cert.pem", &cert), ("key.pem", &key)] {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let (ca_path, cert_path, key_path) = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    let tls_args = ["--tls-cert", cert_path.to_str().unwrap(), "--tls-key", key_path.to_str().unwrap()];
+
+    // TLS: a client that trusts the CA runs queries; plain text to the TLS port fails.
+    let server = Server::start(&[&["--table", &spec, "--token", TOKEN][..], &tls_args].concat());
+    let channel = tls_channel(&server.addr, &ca, None).await.unwrap();
+    let mut client = FlightSqlServiceClient::new(channel);
+    client.set_token(TOKEN.into());
+    assert_eq!(count(&mut client).await, 3000);
+    let mut plain = server.sql(Some(TOKEN)).await;
+    assert!(query(&mut plain, "SELECT 1").await.is_err(), "plain text reached a TLS port");
+    drop(server);
+
+    // Mutual TLS: a client certificate signed by the CA is required.
+    let mtls = [&tls_args[..], &["--tls-client-ca", ca_path.to_str().unwrap()]].concat();
+    let server = Server::start(&[&["--table", &spec][..], &mtls].concat());
+    let channel = tls_channel(&server.addr, &ca, Some((&client_cert, &client_key))).await.unwrap();
+    assert_eq!(count(&mut FlightSqlServiceClient::new(channel)).await, 3000);
+    // No client certificate, or one the CA did not sign: refused.
+    let refused = match tls_channel(&server.addr, &ca, None).await {
+        Err(_) => true,
+        Ok(ch) => query(&mut FlightSqlServiceClient::new(ch), "SELECT 1").await.is_err(),
+    };
+    assert!(refused, "a client without a certificate got through");
+    let (_, _, _, stranger_cert, stranger_key) = certificates();
+    let refused = match tls_channel(&server.addr, &ca, Some((&stranger_cert, &stranger_key))).await {
+        Err(_) => true,
+        Ok(ch) => query(&mut FlightSqlServiceClient::new(ch), "SELECT 1").await.is_err(),
+    };
+    assert!(refused, "a certificate from another CA got through");
+}
+
+#[test]
+fn listening_beyond_loopback_without_token_and_tls_exits_with_a_message() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlframe"))
+        .args(["serve", "--listen", "0.0.0.0:0", "--token", TOKEN])
+        .env_remove("DLFRAME_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs both a token") && err.contains("--insecure"), "{err}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlframe"))
+        .args(["serve", "--token", "tok\n"])
+        .env_remove("DLFRAME_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a token with a newline was taken");
+}
+
+/// (resident memory in KB, threads, open descriptors) of process `pid`.
+fn usage(pid: u32) -> (u64, u64, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    (field("VmRSS:"), field("Threads:"), fds)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounds_memory_timeout_cancellation_and_connections() {
+    let (_dir, spec) = table();
+    let mut server = Server::start(&[
+        "--table",
+        &spec,
+        "--query-memory",
+        "32M",
+        "--memory",
+        "64M",
+        "--timeout",
+        "3",
+        "--max-connections",
+        "64",
+        "--idle-timeout",
+        "1",
+    ]);
+    let mut client = server.sql(None).await;
+    assert_eq!(count(&mut client).await, 3000);
+
+    // Over the query's memory: ResourcesExhausted, while a small query beside it runs.
+    let mut small = server.sql(None).await;
+    let big = query(&mut client, "SELECT array_agg(value) FROM generate_series(1, 20000000)");
+    let (big, n) = tokio::join!(big, count(&mut small));
+    let e = big.expect_err("over the memory limit");
+    assert!(e.contains("Resources exhausted") && e.contains("memory limit"), "{e}");
+    assert_eq!(n, 3000);
+
+    // The timeout.
+    let started = Instant::now();
+    let e = query(&mut client, "SELECT count(*) FROM generate_series(1, 10000000000)")
+        .await
+        .expect_err("timeout");
+    assert!(e.contains("timeout of 3 s"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+
+    // CancelFlightInfo stops a running query.
+    let info =
+        client.execute("SELECT count(*) FROM generate_series(1, 10000000000)".into(), None).await.unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let mut reader = server.sql(None).await;
+    let running = tokio::spawn(async move {
+        let started = Instant::now();
+        let r = match reader.do_get(ticket).await {
+            Ok(s) => s.try_collect::<Vec<_>>().await.map(|_| ()).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        (r, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut raw = FlightServiceClient::new(server.channel().await);
+    let action = Action {
+        r#type: "CancelFlightInfo".into(),
+        body: CancelFlightInfoRequest { info: Some(info) }.encode_to_vec().into(),
+    };
+    let mut results = raw.do_action(action).await.unwrap().into_inner();
+    let result =
+        arrow_flight::CancelFlightInfoResult::decode(results.message().await.unwrap().unwrap().body).unwrap();
+    assert_eq!(result.status(), arrow_flight::CancelStatus::Cancelled);
+    let (r, took) = running.await.unwrap();
+    assert!(r.unwrap_err().contains("cancelled"));
+    assert!(took < Duration::from_secs(3), "{took:?}");
+
+    // 50 clients dropped mid-stream: memory, threads and descriptors go back near the baseline.
+    let pid = server.pid();
+    let (rss0, threads0, fds0) = usage(pid);
+    for _ in 0..50 {
+        let mut c = server.sql(None).await;
+        let info = c.execute("SELECT a.value FROM generate_series(1, 3000000) a".into(), None).await.unwrap();
+        let mut stream = c.do_get(info.endpoint[0].ticket.clone().unwrap()).await.unwrap();
+        let _first = stream.try_next().await.unwrap();
+        drop(stream);
+        drop(c);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (rss1, threads1, fds1) = usage(pid);
+    assert!(rss1 < rss0 + 200 * 1024, "RSS {rss0} KB -> {rss1} KB");
+    assert!(threads1 <= threads0 + 4, "threads {threads0} -> {threads1}");
+    assert!(fds1 <= fds0 + 8, "descriptors {fds0} -> {fds1}");
+
+    // A flood of idle connections past the cap: a real client is still served once the idle
+    // ones are closed (after --idle-timeout 1).
+    let flood: Vec<_> = (0..200).filter_map(|_| std::net::TcpStream::connect(&server.addr).ok()).collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut late = server.sql(None).await;
+    assert_eq!(count(&mut late).await, 3000);
+    drop(flood);
+    let (_, _, fds2) = usage(pid);
+    assert!(fds2 <= fds0 + 16, "descriptors {fds0} -> {fds2} after the flood");
+    assert!(server.alive());
+    // One log line per query.
+    let line = server.process.line_with("\"SELECT count(*) AS n FROM t\" rows=1 ");
+    assert!(line.contains("query from 127.0.0.1:") && line.ends_with(" ok"), "{line}");
+}
