@@ -98,3 +98,17 @@ class Served:
 
     def __exit__(self, *exc) -> None:
         self.kill()
+
+
+def serve_table(table_dir: pathlib.Path, token: str):
+    """A module fixture's body: `dlframe serve --table t=TABLE_DIR` with `token`, skipped (saying
+    why) when the CLI is not built; stopped with SIGTERM after the tests, which must exit 0."""
+    import pytest  # the tests' fixture only: benches/flight.py imports this module without pytest
+
+    cli = cli_path()
+    if not cli.exists():
+        pytest.skip(f"the dlframe CLI is not built at {cli}: run `cargo build -p dlframe-cli`")
+    s = Served(cli, "--table", f"t={table_dir}", token=token)
+    yield s
+    code = s.stop()
+    assert code == 0, f"dlframe serve exited with {code} on SIGTERM; stderr: {s.errors}"

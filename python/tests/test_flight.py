@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import optional
-from served import Served, cli_path, statement_query
+from served import serve_table, statement_query
 
 import dlframe
 import dlframe.datafusion as dldf
@@ -38,13 +38,7 @@ def table_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(table_dir):
-    cli = cli_path()
-    if not cli.exists():
-        pytest.skip(f"the dlframe CLI is not built at {cli}: run `cargo build -p dlframe-cli`")
-    s = Served(cli, "--table", f"t={table_dir}", token=TOKEN)
-    yield s
-    code = s.stop()
-    assert code == 0, f"dlframe serve exited with {code} on SIGTERM; stderr: {s.errors}"
+    yield from serve_table(table_dir, TOKEN)
 
 
 def local(table_dir, sql):
