@@ -3,15 +3,20 @@
 //! Ballista client reaches as any user would. Results are compared value for value with a local
 //! DataFusion run over the same files; the executors' work directories show that both ran tasks;
 //! and an executor killed in the middle of a query gives the client an error or the right
-//! result, within a bounded time. Every process is killed when its test ends.
+//! result, within a bounded time. The cluster checks its token on every call, refuses plans
+//! that write or read outside its data directory, and fetches by well-formed job ids only.
+//! Every process is killed when its test ends.
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use ballista::prelude::SessionContextExt;
+use ballista_core::extension::SessionConfigExt;
 use common::process::{LIMIT, Process};
 use common::{TempDir, collect_one, local, register_table, write_parquet};
 use datafusion::execution::{FunctionRegistry, SessionStateBuilder};
@@ -27,10 +32,31 @@ fn table(dir: &TempDir, files: i64, rows: i64) -> PathBuf {
     t
 }
 
+/// The cluster token of the process tests.
+const TOKEN: &str = "cluster-s3cret";
+
 /// A session configuration that splits a scan of `files` files into one partition per file,
 /// whatever the machine's core count.
 fn config(files: usize) -> SessionConfig {
     SessionConfig::new().with_target_partitions(files)
+}
+
+/// [`config`] for a client of a cluster with `token`: the header to the scheduler, and the
+/// user agent on the channels Ballista opens to the executors.
+fn client_config(files: usize, token: Option<&str>) -> SessionConfig {
+    let config = SessionConfig::new_with_ballista().with_target_partitions(files);
+    let Some(token) = token else { return config };
+    let agent = format!("dlframe-token/{token}");
+    let endpoint: ballista_core::extension::EndpointOverrideFn =
+        Arc::new(move |e: tonic::transport::Endpoint| {
+            e.user_agent(agent.clone()).map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+        });
+    config
+        .with_ballista_grpc_metadata(HashMap::from([(
+            "authorization".to_string(),
+            format!("Bearer {token}"),
+        )]))
+        .with_ballista_override_create_grpc_client_endpoint(endpoint)
 }
 
 /// Asserts that `got` equals `want`: the same schema (the tensor column's extension metadata
@@ -86,12 +112,15 @@ struct Cluster {
     scheduler: Process,
     address: String,
     executors: Vec<(Process, PathBuf)>,
+    /// Where each executor serves its results.
+    served_at: Vec<String>,
 }
 
 impl Cluster {
-    /// Starts a scheduler that gives up on a silent executor after `timeout` seconds, and
-    /// `n` executors of one task slot each, reporting every second, each with a work directory
-    /// under `dir`. Returns once every executor has been answered by the scheduler.
+    /// Starts a scheduler that gives up on a silent executor after `timeout` seconds and lets
+    /// jobs read the files under `dir`, and `n` executors of one task slot each, each with a
+    /// work directory under `dir`, all with the cluster token. Returns once every executor has
+    /// been answered by the scheduler.
     fn start(dir: &TempDir, n: usize, timeout: u64) -> Cluster {
         let mut scheduler = Process::start(&[
             "scheduler",
@@ -99,8 +128,13 @@ impl Cluster {
             "127.0.0.1:0",
             "--executor-timeout",
             &timeout.to_string(),
+            "--data",
+            dir.path().to_str().unwrap(),
+            "--token",
+            TOKEN,
         ]);
         let address = scheduler.address("listening on ");
+        let mut served_at = vec![];
         let executors = (0..n)
             .map(|i| {
                 let work = dir.join(&format!("executor-{i}"));
@@ -111,26 +145,32 @@ impl Cluster {
                     &address,
                     "--listen",
                     "127.0.0.1:0",
-                    "--grpc-port",
-                    "0",
                     "--slots",
                     "1",
-                    "--heartbeat",
-                    "1",
+                    "--token",
+                    TOKEN,
                     "--work-dir",
                     work.to_str().unwrap(),
                 ]);
+                served_at.push(e.address("serving on "));
                 e.line_with("ready");
                 (e, work)
             })
             .collect();
-        Cluster { scheduler, address, executors }
+        Cluster { scheduler, address, executors, served_at }
     }
 
-    /// A Ballista client session on this cluster, with dlframe's functions added after it is
-    /// built.
+    /// A Ballista client session on this cluster, with the token, and with dlframe's functions
+    /// added after it is built.
     async fn client(&self, files: usize) -> SessionContext {
-        let state = SessionStateBuilder::new().with_default_features().with_config(config(files)).build();
+        self.client_with(files, Some(TOKEN)).await
+    }
+
+    async fn client_with(&self, files: usize, token: Option<&str>) -> SessionContext {
+        let state = SessionStateBuilder::new()
+            .with_default_features()
+            .with_config(client_config(files, token))
+            .build();
         let ctx = SessionContext::remote_with_state(&format!("df://{}", self.address), state).await.unwrap();
         dlframe_datafusion::register(&ctx);
         ctx
@@ -208,5 +248,99 @@ async fn an_executor_killed_mid_query_gives_an_error_or_the_right_result() {
             eprintln!("the lost work ran again after the kill, and the result matched the local run");
         }
         Err(e) => eprintln!("the query failed after the kill, as it may: {e}"),
+    }
+}
+
+/// A raw gRPC request with the cluster token as a bearer header.
+fn with_token<T>(message: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    r.metadata_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
+    use ballista_core::serde::protobuf;
+    use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+    use datafusion_proto::logical_plan::{AsLogicalPlan, DefaultLogicalExtensionCodec};
+    use datafusion_proto::protobuf::LogicalPlanNode;
+
+    let dir = TempDir::new("ballista-guard");
+    let t = table(&dir, 2, 1000);
+    let mut cluster = Cluster::start(&dir, 1, 180);
+
+    // Without the token, a client's query is refused.
+    let ctx = cluster.client_with(2, None).await;
+    register_table(&ctx, &t).await;
+    let e = tokio::time::timeout(LIMIT, collect_one(&ctx, "SELECT count(*) FROM t")).await.expect("in time");
+    let e = e.expect_err("a client without the token");
+    assert!(e.to_string().contains("cluster token"), "{e}");
+    // With it, a query over the data directory runs.
+    let ctx = cluster.client(2).await;
+    register_table(&ctx, &t).await;
+    let n =
+        tokio::time::timeout(LIMIT, collect_one(&ctx, "SELECT count(*) AS n FROM t")).await.unwrap().unwrap();
+    assert_eq!(n.num_rows(), 1);
+    // A table outside the data directory is refused by the scheduler.
+    let outside = TempDir::new("ballista-outside");
+    let o = table(&outside, 1, 10);
+    ctx.register_parquet("o", o.to_str().unwrap(), Default::default()).await.unwrap();
+    let e =
+        tokio::time::timeout(LIMIT, collect_one(&ctx, "SELECT count(*) FROM o")).await.unwrap().unwrap_err();
+    assert!(e.to_string().contains("data directories"), "{e}");
+
+    // Plans that write or change the catalog, sent as a client would send them: refused before
+    // the scheduler accepts a job; no file appears.
+    let local = SessionContext::new();
+    let out = dir.join("copied.csv");
+    let mut scheduler = SchedulerGrpcClient::connect(format!("http://{}", cluster.address)).await.unwrap();
+    for sql in [
+        format!("COPY (SELECT 1 AS a) TO '{}' STORED AS CSV", out.display()),
+        "CREATE EXTERNAL TABLE pw (line VARCHAR) STORED AS CSV LOCATION '/etc/passwd'".to_string(),
+    ] {
+        let plan = local.state().create_logical_plan(&sql).await.unwrap();
+        let mut bytes = vec![];
+        LogicalPlanNode::try_from_logical_plan(&plan, &DefaultLogicalExtensionCodec {})
+            .unwrap()
+            .try_encode(&mut bytes)
+            .unwrap();
+        let params = protobuf::ExecuteQueryParams {
+            query: Some(protobuf::execute_query_params::Query::LogicalPlan(bytes)),
+            ..Default::default()
+        };
+        let e = scheduler.execute_query(with_token(params.clone())).await.expect_err(&sql);
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{sql}: {e}");
+        assert!(e.message().contains("read-only"), "{sql}: {e}");
+        let e = scheduler.execute_query(tonic::Request::new(params)).await.expect_err(&sql);
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{sql}: {e}");
+    }
+    assert!(!out.exists(), "COPY wrote a file");
+
+    // The executor's result server: the token, and no job id that leaves the work directory.
+    let flight = cluster.served_at[0].clone();
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{flight}")).unwrap().connect().await.unwrap();
+    let mut client = arrow_flight::flight_service_client::FlightServiceClient::new(channel);
+    for (job, code) in [("../outside", tonic::Code::InvalidArgument), ("/etc", tonic::Code::InvalidArgument)]
+    {
+        let action = protobuf::Action {
+            action_type: Some(protobuf::action::ActionType::FetchPartition(protobuf::FetchPartition {
+                job_id: job.into(),
+                stage_id: 1,
+                partition_id: 0,
+                host: "127.0.0.1".into(),
+                port: 1,
+                ..Default::default()
+            })),
+            settings: vec![],
+        };
+        let ticket = arrow_flight::Ticket { ticket: prost::Message::encode_to_vec(&action).into() };
+        let e = client.do_get(with_token(ticket.clone())).await.expect_err(job);
+        assert_eq!(e.code(), code, "{job}: {e}");
+        let e = client.do_get(tonic::Request::new(ticket)).await.expect_err(job);
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "{job}: {e}");
+    }
+    for (e, _) in &mut cluster.executors {
+        e.signal("TERM");
     }
 }

@@ -60,7 +60,7 @@ impl Interceptor for Bearer {
 }
 
 /// Compares two byte strings in time that depends on their lengths only, not on where they differ.
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -9,6 +9,15 @@
 //! after each session is built, never before.
 //!
 //! Nothing here copies data: the functions run inside the executors as in any DataFusion process.
+//!
+//! Both processes check a cluster token on every call (`auth`); the scheduler holds every job
+//! to the read-only rule and to its data directories before accepting it (`plans`); the
+//! executors serve results only by well-formed job ids (`fetch`). The executors pull their
+//! tasks from the scheduler, so they open no task port that anyone could call.
+
+mod auth;
+mod fetch;
+mod plans;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;
@@ -16,58 +25,77 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ballista_core::config::TaskSchedulingPolicy;
+use ballista_core::extension::SessionConfigExt;
 use ballista_core::registry::BallistaFunctionRegistry;
 use ballista_core::utils::default_session_builder;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 use ballista_executor::health::ExecutorHealth;
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
-use ballista_scheduler::scheduler_process::{create_scheduler, start_grpc_service_with_listener};
+use ballista_scheduler::scheduler_process::create_scheduler;
 use datafusion::execution::SessionState;
-use datafusion::prelude::SessionConfig;
+use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 
+use self::auth::{CLUSTER_TOKEN_ENV, ClusterAuth, token_endpoint};
+use self::plans::{DataRoots, PlanGuard, serve_scheduler};
+use crate::flight::auth::check_token;
 use crate::service::{command_main, parse_listen, say, stop_signal};
 
 pub(crate) const SCHEDULER_USAGE: &str = "\
-usage: dlframe scheduler [--listen ADDR] [--executor-timeout SECS]
+usage: dlframe scheduler [--listen ADDR] [--data DIR]... [--token TOKEN] [--insecure]
+                         [--executor-timeout SECS]
 
 Runs an Apache Ballista scheduler that knows dlframe's functions (to_tensor and friends), so
-Ballista clients can use them in SQL and the work runs on `dlframe executor` processes. Prints
-'listening on ADDR' once it accepts connections; stops on SIGINT or SIGTERM.
+Ballista clients can use them in SQL and the work runs on `dlframe executor` processes. Jobs
+are read-only: DDL, DML, COPY and SET are refused, and files are read only under --data.
+Prints 'listening on ADDR' once it accepts connections; stops on SIGINT or SIGTERM.
 
   --listen ADDR             the address to listen on (default 127.0.0.1:50050; port 0 picks a
-                            free one)
+                            free one); beyond loopback it needs --insecure (no TLS)
+  --data DIR                a directory whose files jobs may read (repeat for more); without
+                            one, jobs read no files
+  --token TOKEN             the cluster token every call must carry (the executors' and the
+                            clients'); DLFRAME_CLUSTER_TOKEN does the same, out of `ps`
+  --insecure                listen beyond loopback, where the token travels in clear text
   --executor-timeout SECS   an executor silent this long is taken as lost, and its tasks run
                             again elsewhere (default 180)
   -h, --help                print this help";
 
 pub(crate) const EXECUTOR_USAGE: &str = "\
-usage: dlframe executor --scheduler HOST:PORT [--listen ADDR] [--grpc-port PORT]
-                        [--work-dir DIR] [--slots N] [--heartbeat SECS]
+usage: dlframe executor --scheduler HOST:PORT [--listen ADDR] [--work-dir DIR] [--slots N]
+                        [--token TOKEN] [--insecure]
 
 Runs an Apache Ballista executor with dlframe's functions registered. It registers with the
-scheduler, runs the tasks the scheduler gives it, and serves their results to the other
-executors and to the client. Prints 'ready' once the scheduler has answered its heartbeat;
-stops on SIGINT or SIGTERM, after the tasks it is running.
+scheduler, asks it for tasks, runs them, and serves their results to the other executors and
+to the client. Prints 'ready' once the scheduler has answered; stops on SIGINT or SIGTERM,
+after the tasks it is running.
 
   --scheduler HOST:PORT  the scheduler (a `dlframe scheduler`); waited for up to 30 s
   --listen ADDR          where the results are served (default 127.0.0.1:50051; port 0 picks a
-                         free one); the host is the one the scheduler hands to the others
-  --grpc-port PORT       where the scheduler sends tasks (default 50052; 0 picks a free one)
+                         free one); the host is the one the scheduler hands to the others;
+                         beyond loopback it needs --insecure (no TLS)
   --work-dir DIR         where task results are written (default: a new temporary directory)
   --slots N              tasks run at once (default: the number of cores)
-  --heartbeat SECS       how often the executor reports to the scheduler (default 60)
+  --token TOKEN          the cluster token (as the scheduler's); DLFRAME_CLUSTER_TOKEN does
+                         the same, out of `ps`
+  --insecure             listen beyond loopback, where the token travels in clear text
   -h, --help             print this help";
 
 /// How long an executor waits for its scheduler to answer before it gives up.
 const CONNECT_SECS: u16 = 30;
+
+/// The largest gRPC message the executors' Flight servers take or send (Ballista's default).
+const MAX_MESSAGE: usize = 16 << 20;
 
 /// What `dlframe scheduler` was asked to do.
 #[derive(Debug)]
 pub(crate) struct SchedulerArgs {
     listen: SocketAddr,
     executor_timeout: u64,
+    data: Vec<PathBuf>,
+    token: Option<String>,
 }
 
 /// What `dlframe executor` was asked to do.
@@ -75,10 +103,29 @@ pub(crate) struct SchedulerArgs {
 pub(crate) struct ExecutorArgs {
     scheduler: (String, u16),
     listen: SocketAddr,
-    grpc_port: u16,
     work_dir: Option<PathBuf>,
     slots: usize,
-    heartbeat: u64,
+    token: Option<String>,
+}
+
+/// The rules both processes share: the token is one a header can carry, and listening beyond
+/// loopback (where Ballista gives no TLS) takes `--insecure`.
+fn check_exposure(
+    what: &str,
+    listen: &SocketAddr,
+    token: &Option<String>,
+    insecure: bool,
+) -> Result<(), String> {
+    if let Some(t) = token {
+        check_token(t).map_err(|e| format!("{what}: --token or {CLUSTER_TOKEN_ENV}: {e}"))?;
+    }
+    if !listen.ip().is_loopback() && !insecure {
+        return Err(format!(
+            "{what}: --listen {listen} takes connections from other machines, and Ballista's servers have \
+             no TLS, so the token would cross the network in clear text; --insecure serves it anyway"
+        ));
+    }
+    Ok(())
 }
 
 fn parse_number<T: std::str::FromStr + PartialOrd + Default>(flag: &str, v: &str) -> Result<T, String> {
@@ -89,33 +136,48 @@ fn parse_number<T: std::str::FromStr + PartialOrd + Default>(flag: &str, v: &str
 }
 
 /// Reads `dlframe scheduler`'s arguments; `Ok(None)` asks for the help.
-pub(crate) fn parse_scheduler(mut it: impl Iterator<Item = String>) -> Result<Option<SchedulerArgs>, String> {
-    let mut args =
-        SchedulerArgs { listen: "127.0.0.1:50050".parse().expect("an address"), executor_timeout: 180 };
+pub(crate) fn parse_scheduler(
+    mut it: impl Iterator<Item = String>,
+    env_token: Option<String>,
+) -> Result<Option<SchedulerArgs>, String> {
+    let mut args = SchedulerArgs {
+        listen: "127.0.0.1:50050".parse().expect("an address"),
+        executor_timeout: 180,
+        data: vec![],
+        token: env_token,
+    };
+    let mut insecure = false;
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
             "-h" | "--help" => return Ok(None),
             "--listen" => args.listen = parse_listen(&value("--listen")?)?,
+            "--data" => args.data.push(PathBuf::from(value("--data")?)),
+            "--token" => args.token = Some(value("--token")?),
+            "--insecure" => insecure = true,
             "--executor-timeout" => {
                 args.executor_timeout = parse_number("--executor-timeout", &value("--executor-timeout")?)?;
             }
             other => return Err(format!("scheduler: unexpected argument {other}")),
         }
     }
+    check_exposure("scheduler", &args.listen, &args.token, insecure)?;
     Ok(Some(args))
 }
 
 /// Reads `dlframe executor`'s arguments; `Ok(None)` asks for the help.
-pub(crate) fn parse_executor(mut it: impl Iterator<Item = String>) -> Result<Option<ExecutorArgs>, String> {
+pub(crate) fn parse_executor(
+    mut it: impl Iterator<Item = String>,
+    env_token: Option<String>,
+) -> Result<Option<ExecutorArgs>, String> {
     let mut scheduler = None;
+    let mut insecure = false;
     let mut args = ExecutorArgs {
         scheduler: (String::new(), 0),
         listen: "127.0.0.1:50051".parse().expect("an address"),
-        grpc_port: 50052,
         work_dir: None,
         slots: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        heartbeat: 60,
+        token: env_token,
     };
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -132,13 +194,10 @@ pub(crate) fn parse_executor(mut it: impl Iterator<Item = String>) -> Result<Opt
                 scheduler = Some((host.trim_matches(['[', ']']).to_string(), port));
             }
             "--listen" => args.listen = parse_listen(&value("--listen")?)?,
-            "--grpc-port" => {
-                let v = value("--grpc-port")?;
-                args.grpc_port = v.parse().map_err(|_| format!("--grpc-port {v}: expected a port number"))?;
-            }
             "--work-dir" => args.work_dir = Some(PathBuf::from(value("--work-dir")?)),
             "--slots" => args.slots = parse_number("--slots", &value("--slots")?)?,
-            "--heartbeat" => args.heartbeat = parse_number("--heartbeat", &value("--heartbeat")?)?,
+            "--token" => args.token = Some(value("--token")?),
+            "--insecure" => insecure = true,
             other => return Err(format!("executor: unexpected argument {other}")),
         }
     }
@@ -150,6 +209,7 @@ pub(crate) fn parse_executor(mut it: impl Iterator<Item = String>) -> Result<Opt
             args.listen
         ));
     }
+    check_exposure("executor", &args.listen, &args.token, insecure)?;
     Ok(Some(args))
 }
 
@@ -194,14 +254,28 @@ async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
     config.expire_dead_executor_interval_seconds =
         config.expire_dead_executor_interval_seconds.min(args.executor_timeout / 2).max(1);
     config.override_session_builder = Some(Arc::new(scheduler_session));
+    // The executors ask for tasks: the scheduler never calls them, so they open no task port.
+    config.scheduling_policy = TaskSchedulingPolicy::PullStaged;
+    let token: Option<Arc<str>> = args.token.as_deref().map(Arc::from);
+    if let Some(t) = &token {
+        config.override_create_grpc_client_endpoint = Some(token_endpoint(t.clone()));
+    }
     config.validate().map_err(|e| e.to_string())?;
+    let roots = DataRoots::new(&args.data)?;
+    let decode = SessionContext::new_with_state(
+        scheduler_session(SessionConfig::new_with_ballista()).map_err(|e| e.to_string())?,
+    );
     let cluster = BallistaCluster::new_from_config(&config).await.map_err(|e| e.to_string())?;
     let scheduler = create_scheduler::<LogicalPlanNode, PhysicalPlanNode>(cluster, Arc::new(config))
         .await
         .map_err(|e| e.to_string())?;
+    let data: Vec<String> = args.data.iter().map(|d| d.display().to_string()).collect();
+    let auth = if token.is_some() { "cluster token required" } else { "no token" };
+    say(&format!("dlframe scheduler: data [{}], {auth}, read-only jobs", data.join(", ")));
     say(&format!("dlframe scheduler: listening on {addr}"));
+    let guard = PlanGuard::new(scheduler, decode, roots);
     tokio::select! {
-        served = start_grpc_service_with_listener(listener, scheduler) => {
+        served = serve_scheduler(listener, guard, ClusterAuth(token)) => {
             served.map_err(|e| format!("serving on {addr}: {e}"))?;
         }
         () = stop_signal() => {}
@@ -213,29 +287,38 @@ async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
 async fn run_executor(args: ExecutorArgs) -> Result<(), String> {
     let ip = args.listen.ip();
     let port = if args.listen.port() == 0 { free_port(ip)? } else { args.listen.port() };
-    let grpc_port = if args.grpc_port == 0 { free_port(ip)? } else { args.grpc_port };
     let health = ExecutorHealth::new();
+    let token: Option<Arc<str>> = args.token.as_deref().map(Arc::from);
+    // Every channel the executor opens (to the scheduler, to other executors' results) carries
+    // the token; its own result server checks it.
+    let endpoint = token.clone().map(token_endpoint);
+    let task_endpoint = endpoint.clone();
     let config = ExecutorProcessConfig {
         bind_host: ip.to_string(),
         external_host: Some(ip.to_string()),
         port,
-        grpc_port,
         scheduler_host: args.scheduler.0.clone(),
         scheduler_port: args.scheduler.1,
         scheduler_connect_timeout_seconds: CONNECT_SECS,
+        task_scheduling_policy: TaskSchedulingPolicy::PullStaged,
         vcores: args.slots,
         work_dir: args.work_dir.as_ref().map(|d| d.display().to_string()),
-        executor_heartbeat_interval_seconds: args.heartbeat,
         override_function_registry: Some(Arc::new(executor_registry())),
+        override_create_grpc_client_endpoint: endpoint,
+        override_config_producer: Some(Arc::new(move || match &task_endpoint {
+            Some(e) => SessionConfig::new_with_ballista()
+                .with_ballista_override_create_grpc_client_endpoint(e.clone()),
+            None => SessionConfig::new_with_ballista(),
+        })),
+        override_arrow_flight_service: Some(fetch::flight_server(ClusterAuth(token.clone()), MAX_MESSAGE)),
         health: health.clone(),
         ..ExecutorProcessConfig::default()
     };
     let id = config.executor_id.clone();
     let addr = SocketAddr::new(ip, port);
     let (host, sport) = &args.scheduler;
-    say(&format!(
-        "dlframe executor {id}: serving on {addr}, tasks on port {grpc_port}, scheduler {host}:{sport}"
-    ));
+    let auth = if token.is_some() { "cluster token required" } else { "no token" };
+    say(&format!("dlframe executor {id}: serving on {addr}, scheduler {host}:{sport}, {auth}"));
     let ready = async {
         while !health.is_ready() {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -254,12 +337,22 @@ async fn run_executor(args: ExecutorArgs) -> Result<(), String> {
 
 /// `dlframe scheduler ...`: the exit code after serving, or after a bad command line (2).
 pub(crate) fn scheduler_main(args: impl Iterator<Item = String>) -> ExitCode {
-    command_main("scheduler", SCHEDULER_USAGE, parse_scheduler(args), run_scheduler)
+    command_main(
+        "scheduler",
+        SCHEDULER_USAGE,
+        parse_scheduler(args, std::env::var(CLUSTER_TOKEN_ENV).ok()),
+        run_scheduler,
+    )
 }
 
 /// `dlframe executor ...`: the exit code after serving, or after a bad command line (2).
 pub(crate) fn executor_main(args: impl Iterator<Item = String>) -> ExitCode {
-    command_main("executor", EXECUTOR_USAGE, parse_executor(args), run_executor)
+    command_main(
+        "executor",
+        EXECUTOR_USAGE,
+        parse_executor(args, std::env::var(CLUSTER_TOKEN_ENV).ok()),
+        run_executor,
+    )
 }
 
 #[cfg(test)]
@@ -270,9 +363,18 @@ mod tests {
         a.iter().map(|s| s.to_string()).collect::<Vec<_>>().into_iter()
     }
 
+    fn parse_scheduler(a: impl Iterator<Item = String>) -> Result<Option<SchedulerArgs>, String> {
+        super::parse_scheduler(a, None)
+    }
+
+    fn parse_executor(a: impl Iterator<Item = String>) -> Result<Option<ExecutorArgs>, String> {
+        super::parse_executor(a, None)
+    }
+
     #[test]
     fn scheduler_arguments() {
         let a = parse_scheduler(args(&[])).unwrap().unwrap();
+        assert!(a.token.is_none() && a.data.is_empty());
         assert_eq!(a.listen.to_string(), "127.0.0.1:50050");
         assert_eq!(a.executor_timeout, 180);
         let a =
@@ -285,6 +387,13 @@ mod tests {
         assert!(e.contains("--listen localhost"), "{e}");
         let e = parse_scheduler(args(&["SELECT 1"])).unwrap_err();
         assert!(e.contains("unexpected argument SELECT 1"), "{e}");
+        let e = parse_scheduler(args(&["--listen", "0.0.0.0:0", "--token", "t"])).unwrap_err();
+        assert!(e.contains("no TLS") && e.contains("--insecure"), "{e}");
+        let a =
+            parse_scheduler(args(&["--listen", "0.0.0.0:0", "--insecure", "--data", "/d", "--data", "/e"]))
+                .unwrap()
+                .unwrap();
+        assert_eq!(a.data, [PathBuf::from("/d"), PathBuf::from("/e")]);
     }
 
     #[test]
@@ -296,19 +405,17 @@ mod tests {
             "localhost:7000",
             "--listen",
             "127.0.0.1:0",
-            "--grpc-port",
-            "0",
             "--slots",
             "2",
-            "--heartbeat",
-            "1",
             "--work-dir",
             "/tmp/w",
+            "--token",
+            "tok",
         ]))
         .unwrap()
         .unwrap();
         assert_eq!(a.scheduler, ("localhost".to_string(), 7000));
-        assert_eq!((a.listen.port(), a.grpc_port, a.slots, a.heartbeat), (0, 0, 2, 1));
+        assert_eq!((a.listen.port(), a.slots, a.token.as_deref()), (0, 2, Some("tok")));
         assert_eq!(a.work_dir, Some(PathBuf::from("/tmp/w")));
         let a = parse_executor(args(&["--scheduler", "[::1]:7000"])).unwrap().unwrap();
         assert_eq!(a.scheduler.0, "::1");
@@ -318,6 +425,15 @@ mod tests {
         }
         let e = parse_executor(args(&["--scheduler", "h:1", "--listen", "0.0.0.0:5000"])).unwrap_err();
         assert!(e.contains("not a wildcard"), "{e}");
+        let e = parse_executor(args(&["--scheduler", "h:1", "--listen", "10.1.2.3:5000"])).unwrap_err();
+        assert!(e.contains("--insecure"), "{e}");
+        assert!(
+            parse_executor(args(&["--scheduler", "h:1", "--listen", "10.1.2.3:5000", "--insecure"])).is_ok()
+        );
+        let e = parse_executor(args(&["--scheduler", "h:1", "--token", "a b"])).unwrap_err();
+        assert!(e.contains("character"), "{e}");
+        let a = super::parse_executor(args(&["--scheduler", "h:1"]), Some("env".into())).unwrap().unwrap();
+        assert_eq!(a.token.as_deref(), Some("env"));
         let e = parse_executor(args(&["--scheduler", "h:1", "--slots", "0"])).unwrap_err();
         assert!(e.contains("positive"), "{e}");
     }

@@ -1,0 +1,182 @@
+//! The executor's Flight server, which serves task results to the other executors and to the
+//! client: Ballista's own service behind the cluster token, with the job id of every fetch
+//! checked first.
+//!
+//! Ballista 55 builds the path of a fetched file from the work directory and the job id the
+//! caller sends, without checking the id: `../outside` or an absolute id reads `data.arrow`
+//! files outside the work directory. A job id here must be what Ballista makes (letters,
+//! digits, `-` and `_`), so the path stays inside. Only the fetch actions are served; the
+//! handshake (whose token nothing checks) and the calls Ballista leaves unimplemented are
+//! refused.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
+use arrow_flight::{
+    Action, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, PollInfo,
+    SchemaResult, Ticket,
+};
+use ballista_core::error::BallistaError;
+use ballista_core::serde::decode_protobuf;
+use ballista_core::serde::scheduler::Action as BallistaAction;
+use ballista_core::utils::{GrpcServerConfig, create_grpc_server};
+use ballista_executor::ArrowFlightServerProvider;
+use ballista_executor::flight_service::BallistaFlightService;
+use ballista_executor::shutdown::Shutdown;
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::auth::ClusterAuth;
+
+type Inner = BallistaFlightService;
+
+/// Ballista's Flight service with every fetch's job id checked.
+#[derive(Clone)]
+struct CheckedFlight(Inner);
+
+/// Refuses a fetch whose job id could name a path: only letters, digits, `-` and `_`.
+fn check_fetch(bytes: &[u8]) -> Result<(), Status> {
+    let action =
+        decode_protobuf(bytes).map_err(|e| Status::invalid_argument(format!("a malformed fetch: {e}")))?;
+    let BallistaAction::FetchPartition { job_id, .. } = &action;
+    let id = job_id.as_str();
+    let plain = !id.is_empty()
+        && id.len() <= 64
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if plain {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!("job id {id:?}: a job id is letters, digits, '-' and '_'")))
+    }
+}
+
+#[tonic::async_trait]
+impl FlightService for CheckedFlight {
+    type HandshakeStream = <Inner as FlightService>::HandshakeStream;
+    type ListFlightsStream = <Inner as FlightService>::ListFlightsStream;
+    type DoGetStream = <Inner as FlightService>::DoGetStream;
+    type DoPutStream = <Inner as FlightService>::DoPutStream;
+    type DoActionStream = <Inner as FlightService>::DoActionStream;
+    type ListActionsStream = <Inner as FlightService>::ListActionsStream;
+    type DoExchangeStream = <Inner as FlightService>::DoExchangeStream;
+
+    async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+        check_fetch(&request.get_ref().ticket)?;
+        self.0.do_get(request).await
+    }
+
+    async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
+        if request.get_ref().r#type != "IO_BLOCK_TRANSPORT" {
+            return Err(Status::unimplemented(format!("action {:?}", request.get_ref().r#type)));
+        }
+        check_fetch(&request.get_ref().body)?;
+        self.0.do_action(request).await
+    }
+
+    async fn list_actions(
+        &self,
+        request: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        self.0.list_actions(request).await
+    }
+
+    async fn handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        Err(Status::unimplemented("handshake: send the cluster token with every call"))
+    }
+
+    async fn list_flights(
+        &self,
+        _request: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        Err(Status::unimplemented("list_flights"))
+    }
+
+    async fn get_flight_info(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Err(Status::unimplemented("get_flight_info"))
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented("poll_flight_info"))
+    }
+
+    async fn get_schema(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        Err(Status::unimplemented("get_schema"))
+    }
+
+    async fn do_put(
+        &self,
+        _request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        Err(Status::unimplemented("do_put"))
+    }
+
+    async fn do_exchange(
+        &self,
+        _request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        Err(Status::unimplemented("do_exchange"))
+    }
+}
+
+/// The executor's Flight server: [`CheckedFlight`] behind `auth`, with Ballista's message
+/// size limits (`max_message`, in bytes, both ways).
+pub(crate) fn flight_server(auth: ClusterAuth, max_message: usize) -> Arc<ArrowFlightServerProvider> {
+    Arc::new(move |work_dir: String, addr: SocketAddr, mut shutdown: Shutdown, grpc: GrpcServerConfig| {
+        let auth = auth.clone();
+        tokio::spawn(async move {
+            let service = FlightServiceServer::new(CheckedFlight(BallistaFlightService::new(work_dir)))
+                .max_decoding_message_size(max_message)
+                .max_encoding_message_size(max_message);
+            create_grpc_server(&grpc)
+                .add_service(InterceptedService::new(service, auth))
+                .serve_with_shutdown(addr, shutdown.recv())
+                .await
+                .map_err(BallistaError::TonicError)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ballista_core::serde::protobuf;
+    use prost::Message;
+
+    fn fetch(job_id: &str) -> Vec<u8> {
+        let action = protobuf::Action {
+            action_type: Some(protobuf::action::ActionType::FetchPartition(protobuf::FetchPartition {
+                job_id: job_id.into(),
+                stage_id: 1,
+                partition_id: 0,
+                host: "127.0.0.1".into(),
+                port: 1,
+                ..Default::default()
+            })),
+            settings: vec![],
+        };
+        action.encode_to_vec()
+    }
+
+    #[test]
+    fn job_ids_that_could_name_a_path_are_refused() {
+        assert!(check_fetch(&fetch("aB3xK9_q-1")).is_ok());
+        for bad in ["../outside", "/etc", "a/b", ".", "", "..", "a b"] {
+            let e = check_fetch(&fetch(bad)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        }
+        assert!(check_fetch(b"\xff\xff").is_err());
+    }
+}

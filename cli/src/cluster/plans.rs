@@ -1,0 +1,281 @@
+//! The scheduler's door: every job is held to the same read-only rule as `dlframe serve`, and
+//! its file scans to the data directories the operator named, before the scheduler accepts it.
+//!
+//! A Ballista client sends its plan, with the tables it registered (their paths included), as
+//! protobuf. The check decodes it once more with the scheduler's own functions and codec:
+//! - DDL, DML, COPY and statements are refused (`flight::guard::check_plan`, the rule written
+//!   once for both services);
+//! - a scan of files must lie under one of `--data DIR`; with none given, no file is scanned;
+//! - only logical plans are accepted: a physical plan would skip both checks.
+//!
+//! Everything else goes to Ballista's scheduler unchanged.
+
+use std::net::SocketAddr;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use ballista_core::serde::protobuf::execute_query_params::Query;
+use ballista_core::serde::protobuf::scheduler_grpc_server::{SchedulerGrpc, SchedulerGrpcServer};
+use ballista_core::serde::protobuf::{self as pb};
+use ballista_scheduler::scheduler_server::SchedulerServer;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::listing::ListingTable;
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use datafusion_proto::logical_plan::AsLogicalPlan;
+use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
+use tonic::service::RoutesBuilder;
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status};
+
+use super::auth::ClusterAuth;
+use crate::flight::guard::check_plan;
+
+type Inner = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
+
+/// The directories a job may scan, canonical.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DataRoots(Vec<PathBuf>);
+
+impl DataRoots {
+    /// The roots `dirs`, each of which must exist.
+    pub(crate) fn new(dirs: &[PathBuf]) -> Result<DataRoots, String> {
+        let roots = dirs
+            .iter()
+            .map(|d| std::fs::canonicalize(d).map_err(|e| format!("--data {}: {e}", d.display())))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(DataRoots(roots))
+    }
+
+    /// Whether `path` (absolute, from a file URL) lies under a root.
+    fn allows(&self, path: &Path) -> bool {
+        if path.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir)) {
+            return false;
+        }
+        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        self.0.iter().any(|root| real.starts_with(root))
+    }
+}
+
+/// Refuses a plan that writes, changes the catalog, sets options, or scans files outside
+/// `roots`.
+pub(crate) fn check_job(plan: &LogicalPlan, roots: &DataRoots) -> Result<(), String> {
+    check_plan(plan).map_err(|e| e.to_string())?;
+    let mut refused = None;
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            let listing = source_as_provider(&scan.source).ok();
+            let listing = listing.as_ref().and_then(|p| p.downcast_ref::<ListingTable>());
+            for url in listing.map(|l| l.table_paths().as_slice()).unwrap_or_default() {
+                let path = PathBuf::from(format!("/{}", url.prefix()));
+                if url.scheme() != "file" || !roots.allows(&path) {
+                    refused = Some(format!(
+                        "this cluster reads files only under its data directories (dlframe scheduler --data \
+                         DIR); table {} reads {}",
+                        scan.table_name,
+                        url.as_str()
+                    ));
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| e.to_string())?;
+    refused.map_or(Ok(()), Err)
+}
+
+/// Ballista's scheduler service with every submitted job checked first.
+#[derive(Clone)]
+pub(crate) struct PlanGuard {
+    inner: Inner,
+    decode: Arc<SessionContext>,
+    roots: Arc<DataRoots>,
+}
+
+impl PlanGuard {
+    /// `decode`: a session with the scheduler's functions, to decode plans with.
+    pub(crate) fn new(inner: Inner, decode: SessionContext, roots: DataRoots) -> PlanGuard {
+        PlanGuard { inner, decode: Arc::new(decode), roots: Arc::new(roots) }
+    }
+
+    fn check(&self, params: &pb::ExecuteQueryParams) -> Result<(), Status> {
+        let bytes = match &params.query {
+            Some(Query::LogicalPlan(bytes)) => bytes,
+            Some(_) => {
+                return Err(Status::permission_denied(
+                    "this cluster takes logical plans only: a physical or Substrait plan would skip its checks",
+                ));
+            }
+            None => return Err(Status::invalid_argument("a job without a plan")),
+        };
+        let plan = LogicalPlanNode::try_decode(bytes)
+            .and_then(|n| {
+                n.try_into_logical_plan(
+                    &self.decode.task_ctx(),
+                    self.inner.state.codec.logical_extension_codec(),
+                )
+            })
+            .map_err(|e| Status::invalid_argument(format!("cannot decode the plan: {}", e.find_root())))?;
+        check_job(&plan, &self.roots).map_err(Status::permission_denied)
+    }
+}
+
+#[tonic::async_trait]
+impl SchedulerGrpc for PlanGuard {
+    type ExecuteQueryPushStream = <Inner as SchedulerGrpc>::ExecuteQueryPushStream;
+
+    async fn execute_query(
+        &self,
+        r: Request<pb::ExecuteQueryParams>,
+    ) -> Result<Response<pb::ExecuteQueryResult>, Status> {
+        self.check(r.get_ref())?;
+        <Inner as SchedulerGrpc>::execute_query(&self.inner, r).await
+    }
+
+    async fn execute_query_push(
+        &self,
+        r: Request<pb::ExecuteQueryParams>,
+    ) -> Result<Response<Self::ExecuteQueryPushStream>, Status> {
+        self.check(r.get_ref())?;
+        <Inner as SchedulerGrpc>::execute_query_push(&self.inner, r).await
+    }
+
+    async fn poll_work(
+        &self,
+        r: Request<pb::PollWorkParams>,
+    ) -> Result<Response<pb::PollWorkResult>, Status> {
+        <Inner as SchedulerGrpc>::poll_work(&self.inner, r).await
+    }
+
+    async fn register_executor(
+        &self,
+        r: Request<pb::RegisterExecutorParams>,
+    ) -> Result<Response<pb::RegisterExecutorResult>, Status> {
+        <Inner as SchedulerGrpc>::register_executor(&self.inner, r).await
+    }
+
+    async fn heart_beat_from_executor(
+        &self,
+        r: Request<pb::HeartBeatParams>,
+    ) -> Result<Response<pb::HeartBeatResult>, Status> {
+        <Inner as SchedulerGrpc>::heart_beat_from_executor(&self.inner, r).await
+    }
+
+    async fn update_task_status(
+        &self,
+        r: Request<pb::UpdateTaskStatusParams>,
+    ) -> Result<Response<pb::UpdateTaskStatusResult>, Status> {
+        <Inner as SchedulerGrpc>::update_task_status(&self.inner, r).await
+    }
+
+    async fn create_update_session(
+        &self,
+        r: Request<pb::CreateUpdateSessionParams>,
+    ) -> Result<Response<pb::CreateUpdateSessionResult>, Status> {
+        <Inner as SchedulerGrpc>::create_update_session(&self.inner, r).await
+    }
+
+    async fn remove_session(
+        &self,
+        r: Request<pb::RemoveSessionParams>,
+    ) -> Result<Response<pb::RemoveSessionResult>, Status> {
+        <Inner as SchedulerGrpc>::remove_session(&self.inner, r).await
+    }
+
+    async fn get_job_status(
+        &self,
+        r: Request<pb::GetJobStatusParams>,
+    ) -> Result<Response<pb::GetJobStatusResult>, Status> {
+        <Inner as SchedulerGrpc>::get_job_status(&self.inner, r).await
+    }
+
+    async fn get_job_metrics(
+        &self,
+        r: Request<pb::GetJobMetricsParams>,
+    ) -> Result<Response<pb::GetJobMetricsResult>, Status> {
+        <Inner as SchedulerGrpc>::get_job_metrics(&self.inner, r).await
+    }
+
+    async fn executor_stopped(
+        &self,
+        r: Request<pb::ExecutorStoppedParams>,
+    ) -> Result<Response<pb::ExecutorStoppedResult>, Status> {
+        <Inner as SchedulerGrpc>::executor_stopped(&self.inner, r).await
+    }
+
+    async fn cancel_job(
+        &self,
+        r: Request<pb::CancelJobParams>,
+    ) -> Result<Response<pb::CancelJobResult>, Status> {
+        <Inner as SchedulerGrpc>::cancel_job(&self.inner, r).await
+    }
+
+    async fn clean_job_data(
+        &self,
+        r: Request<pb::CleanJobDataParams>,
+    ) -> Result<Response<pb::CleanJobDataResult>, Status> {
+        <Inner as SchedulerGrpc>::clean_job_data(&self.inner, r).await
+    }
+}
+
+/// Serves the scheduler on `listener`: [`PlanGuard`] behind `auth`, through axum as Ballista
+/// does (its handlers read the peer's address from axum's connection info).
+pub(crate) async fn serve_scheduler(
+    listener: tokio::net::TcpListener,
+    guard: PlanGuard,
+    auth: ClusterAuth,
+) -> std::io::Result<()> {
+    let config = guard.inner.state.config.clone();
+    let grpc = SchedulerGrpcServer::new(guard)
+        .max_encoding_message_size(config.grpc_server_max_encoding_message_size as usize)
+        .max_decoding_message_size(config.grpc_server_max_decoding_message_size as usize);
+    let mut routes = RoutesBuilder::default();
+    routes.add_service(InterceptedService::new(grpc, auth));
+    let app = routes.routes().into_axum_router().into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn plan(ctx: &SessionContext, sql: &str) -> LogicalPlan {
+        ctx.state().create_logical_plan(sql).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn jobs_are_read_only_and_read_only_under_the_data_directories() {
+        let dir = std::env::temp_dir().join(format!("dlframe-plans-{}", std::process::id()));
+        let inside = dir.join("data");
+        let outside = dir.join("other");
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(inside.join("a.csv"), "x\n1\n").unwrap();
+        std::fs::write(outside.join("b.csv"), "x\n2\n").unwrap();
+        let roots = DataRoots::new(&[inside.clone()]).unwrap();
+        let ctx = SessionContext::new();
+        ctx.register_csv("a", inside.join("a.csv").to_str().unwrap(), Default::default()).await.unwrap();
+        ctx.register_csv("b", outside.join("b.csv").to_str().unwrap(), Default::default()).await.unwrap();
+        check_job(&plan(&ctx, "SELECT x FROM a").await, &roots).unwrap();
+        check_job(&plan(&ctx, "SELECT 1").await, &DataRoots::default()).unwrap();
+        let e = check_job(&plan(&ctx, "SELECT x FROM b").await, &roots).unwrap_err();
+        assert!(e.contains("data directories") && e.contains("table b"), "{e}");
+        let e =
+            check_job(&plan(&ctx, "SELECT x FROM a WHERE x IN (SELECT x FROM b)").await, &roots).unwrap_err();
+        assert!(e.contains("table b"), "{e}");
+        assert!(check_job(&plan(&ctx, "SELECT x FROM a").await, &DataRoots::default()).is_err());
+        for sql in [
+            "COPY (SELECT 1 AS a) TO '/tmp/dlframe-never.csv' STORED AS CSV",
+            "CREATE EXTERNAL TABLE pw (line VARCHAR) STORED AS CSV LOCATION '/etc/passwd'",
+            "INSERT INTO a VALUES (3)",
+        ] {
+            let e = check_job(&plan(&ctx, sql).await, &roots).unwrap_err();
+            assert!(e.contains("read-only"), "{sql}: {e}");
+        }
+        assert!(!roots.allows(&inside.join("../other/b.csv")));
+        assert!(DataRoots::new(&[dir.join("missing")]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
