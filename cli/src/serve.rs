@@ -32,7 +32,7 @@ usage: dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]
                      [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--insecure]
                      [--memory BYTES] [--query-memory BYTES] [--max-queries N] [--max-queued N]
                      [--timeout SECS] [--max-sql-bytes N] [--max-depth N] [--max-blocks N]
-                     [--max-connections N] [--idle-timeout SECS]
+                     [--max-connections N] [--idle-timeout SECS] [--partitions N]
 
 Serves SQL with dlframe's tensor functions over Arrow Flight SQL, for ADBC, pyarrow.flight or
 any Flight SQL client. A tensor column (to_tensor, to_tensor_fill, ...) reaches the client as
@@ -61,6 +61,9 @@ accepts connections, and one line per query; stops on SIGINT or SIGTERM.
   --max-blocks N         the most SELECTs, CTEs, subqueries and tables in a query (default 256)
   --max-connections N    connections open at once (default 256)
   --idle-timeout SECS    close a connection without an authenticated call after this (default 10)
+  --partitions N         plan each query in N partitions and answer with one endpoint per
+                         partition of its plan, so that several readers fetch disjoint parts
+                         of one result in parallel (default: one endpoint for the result)
   -h, --help             print this help
 
 Without ORDER BY, rows of a table of several files come in the order DataFusion's partitions
@@ -97,6 +100,7 @@ pub(crate) struct ServeArgs {
     sql: SqlLimits,
     run: RunLimits,
     conn: ConnLimits,
+    partitions: Option<usize>,
 }
 
 /// A count: a positive integer.
@@ -132,6 +136,7 @@ pub(crate) fn parse(
         sql: SqlLimits::default(),
         run: RunLimits::default(),
         conn: ConnLimits::default(),
+        partitions: None,
     };
     let (mut cert, mut key, mut client_ca) = (None, None, None);
     let mut query_memory_set = false;
@@ -146,6 +151,7 @@ pub(crate) fn parse(
             "--tls-key" => key = Some(PathBuf::from(value("--tls-key")?)),
             "--tls-client-ca" => client_ca = Some(PathBuf::from(value("--tls-client-ca")?)),
             "--insecure" => args.insecure = true,
+            "--partitions" => args.partitions = Some(count("--partitions", &value("--partitions")?)?),
             "--memory" => args.run.memory = bytes("--memory", &value("--memory")?)?,
             "--query-memory" => {
                 args.run.query_memory = bytes("--query-memory", &value("--query-memory")?)?;
@@ -216,9 +222,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_max_temp_directory_size(SPILL_BYTES)
         .build_arc()
         .map_err(|e| e.to_string())?;
+    let mut config = SessionConfig::new();
+    if let Some(n) = args.partitions {
+        config = config.with_target_partitions(n);
+        // Each endpoint runs one partition alone: a scan partition must read its own files, not
+        // take over its idle siblings' (DataFusion's default, which would give every endpoint
+        // the whole result).
+        config.options_mut().execution.enable_file_stream_work_stealing = false;
+    }
     let state = SessionStateBuilder::new()
         .with_default_features()
-        .with_config(SessionConfig::new())
+        .with_config(config)
         .with_runtime_env(runtime)
         .build();
     let ctx = SessionContext::new_with_state(state);
@@ -236,7 +250,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
     let runner = Arc::new(Runner::new(args.run));
     let service = FlightServiceServer::with_interceptor(
-        Served::new(ctx.state(), args.sql, runner, scrub),
+        Served::new(ctx.state(), args.sql, runner, scrub, args.partitions.is_some()),
         Bearer(args.token.as_deref().map(Arc::from)),
     );
     let mut builder = Server::builder();
@@ -337,6 +351,8 @@ mod tests {
                 "9",
                 "--max-depth",
                 "50",
+                "--partitions",
+                "4",
             ],
             None,
         )
@@ -344,6 +360,7 @@ mod tests {
         .unwrap();
         assert_eq!((a.run.memory, a.run.query_memory), (2 << 30, 300 << 20));
         assert_eq!((a.run.max_queries, a.run.timeout, a.sql.max_depth), (3, Duration::from_secs(9), 50));
+        assert_eq!(a.partitions, Some(4));
         let a = parse_all(&["--memory", "100M"], None).unwrap().unwrap();
         assert_eq!(a.run.query_memory, 100 << 20, "the query's share follows a smaller server limit");
         for bad in

@@ -9,6 +9,8 @@
 - ``batches(source, batch_size, ...)`` streams any Arrow stream (a DataFusion query, a pyarrow
   dataset, a Polars LazyFrame) as tensors of exactly ``batch_size`` rows, converting the next
   batch on a background thread.
+- ``dlframe.flight.query(location, sql, shard=(rank, world))`` is a Flight SQL query (such as
+  ``dlframe serve``'s) as a source of ``batches``, each reader fetching only its endpoints.
 - ``dlframe.polars`` (imported with ``dlframe`` when Polars is installed) and
   ``dlframe.datafusion`` (imported on first use, so ``import dlframe`` never imports
   datafusion) hold the Polars and DataFusion integrations.
@@ -18,6 +20,7 @@ from typing import Any
 
 from ._native import Tensor, __version__, cuda_device_count, from_dlpack, tensor, to_dlpack
 from ._stream import Batches, batches
+from . import flight as flight
 
 import importlib.util as _util
 

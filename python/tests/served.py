@@ -22,18 +22,9 @@ def cli_path(profile: str = "debug") -> pathlib.Path:
 def statement_query(sql: str) -> bytes:
     """A Flight SQL CommandStatementQuery wrapped in google.protobuf.Any, the command that
     pyarrow.flight (which has no Flight SQL client) sends in a FlightDescriptor."""
+    from dlframe.flight import statement_command
 
-    def field(number: int, payload: bytes) -> bytes:  # a length-delimited protobuf field
-        n, size = len(payload), bytearray()
-        while True:
-            byte, n = n & 0x7F, n >> 7
-            size.append(byte | (0x80 if n else 0))
-            if not n:
-                break
-        return bytes([number << 3 | 2]) + bytes(size) + payload
-
-    type_url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery"
-    return field(1, type_url) + field(2, field(1, sql.encode()))
+    return statement_command(sql)
 
 
 class Served:

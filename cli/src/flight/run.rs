@@ -167,6 +167,8 @@ pub(crate) struct QueryLog {
     pub rows: usize,
     pub bytes: usize,
     pub error: Option<String>,
+    /// (partition, of how many), for one endpoint of a partitioned result.
+    pub partition: Option<(u32, u32)>,
 }
 
 impl QueryLog {
@@ -175,7 +177,7 @@ impl QueryLog {
         if short.len() < what.len() {
             short.push_str("...");
         }
-        QueryLog { peer, what: short, started, rows: 0, bytes: 0, error: None }
+        QueryLog { peer, what: short, started, rows: 0, bytes: 0, error: None, partition: None }
     }
 
     /// Writes the line: client, statement, rows, bytes, milliseconds, and the error if any.
@@ -185,8 +187,9 @@ impl QueryLog {
             None => "ok".to_string(),
             Some(e) => format!("error: {}", e.lines().next().unwrap_or_default()),
         };
+        let partition = self.partition.map_or_else(String::new, |(i, n)| format!(" partition={i}/{n}"));
         crate::service::say(&format!(
-            "dlframe serve: query from {peer} {:?} rows={} bytes={} ms={} {outcome}",
+            "dlframe serve: query from {peer} {:?}{partition} rows={} bytes={} ms={} {outcome}",
             self.what,
             self.rows,
             self.bytes,
@@ -346,8 +349,8 @@ mod tests {
         let runner = Runner::new(RunLimits { memory: 1000, query_memory: 600, ..RunLimits::default() });
         let a = runner.query_pool();
         let b = runner.query_pool();
-        let mut ra = MemoryConsumer::new("a").register(&a);
-        let mut rb = MemoryConsumer::new("b").register(&b);
+        let ra = MemoryConsumer::new("a").register(&a);
+        let rb = MemoryConsumer::new("b").register(&b);
         ra.try_grow(600).unwrap();
         let e = ra.try_grow(1).unwrap_err();
         assert!(e.to_string().contains("its memory limit"), "{e}");
@@ -378,6 +381,6 @@ mod tests {
         assert!(matches!(second, Err(ServeError::Busy { .. })), "{second:?}");
         assert!(matches!(first, Err(ServeError::Timeout(_))), "{first:?}");
         drop(held);
-        runner.slot(Instant::now()).await.unwrap();
+        let _again = runner.slot(Instant::now()).await.unwrap();
     }
 }

@@ -42,6 +42,7 @@ use datafusion::execution::SessionState;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -74,6 +75,12 @@ struct TicketBody {
     prepared: Option<Vec<u8>>,
     #[prost(bytes = "vec", optional, tag = "4")]
     substrait: Option<Vec<u8>>,
+    /// The one partition of the plan to run, for a partitioned result.
+    #[prost(uint32, optional, tag = "5")]
+    partition: Option<u32>,
+    /// How many partitions the plan had when the FlightInfo was made.
+    #[prost(uint32, tag = "6")]
+    partitions: u32,
 }
 
 /// A prepared statement the server holds for a client.
@@ -98,11 +105,21 @@ pub(crate) struct Served {
     prepared: Mutex<PreparedTable>,
     scrub: Scrub,
     sql_info: SqlInfoData,
+    /// Whether a FlightInfo lists one endpoint per partition of the plan.
+    partitioned: bool,
 }
 
 impl Served {
     /// A service over `state`'s tables and functions.
-    pub(crate) fn new(state: SessionState, limits: SqlLimits, runner: Arc<Runner>, scrub: Scrub) -> Served {
+    /// `partitioned`: a FlightInfo lists one endpoint per partition of the query's plan, for
+    /// readers in parallel, instead of one endpoint for the whole result.
+    pub(crate) fn new(
+        state: SessionState,
+        limits: SqlLimits,
+        runner: Arc<Runner>,
+        scrub: Scrub,
+        partitioned: bool,
+    ) -> Served {
         let mut info = SqlInfoDataBuilder::new();
         info.append(SqlInfo::FlightSqlServerName, "dlframe serve");
         info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
@@ -113,7 +130,15 @@ impl Served {
         info.append(SqlInfo::FlightSqlServerTransaction, 0i32);
         info.append(SqlInfo::FlightSqlServerCancel, true);
         let sql_info = info.build().expect("static SQL info");
-        Served { state, limits, runner, prepared: Mutex::new(PreparedTable::default()), scrub, sql_info }
+        Served {
+            state,
+            limits,
+            runner,
+            prepared: Mutex::new(PreparedTable::default()),
+            scrub,
+            sql_info,
+            partitioned,
+        }
     }
 
     fn status(&self, e: ServeError) -> Status {
@@ -173,21 +198,32 @@ impl Served {
         }
     }
 
-    /// A FlightInfo for `plan`: its schema and one endpoint whose ticket carries `body`.
-    fn flight_info(
+    /// A FlightInfo for `plan`: its schema and its endpoints, whose tickets carry `body`, each
+    /// with an id of its own: one endpoint, or one per partition of the plan when the server is
+    /// partitioned.
+    async fn flight_info(
         &self,
         plan: &LogicalPlan,
         mut body: TicketBody,
         descriptor: FlightDescriptor,
     ) -> Result<FlightInfo, Status> {
-        body.id = new_id().to_vec();
-        let ticket = TicketStatementQuery { statement_handle: body.encode_to_vec().into() };
+        let partitions = if self.partitioned {
+            let physical = self.state.create_physical_plan(plan).await.map_err(|e| self.status(e.into()))?;
+            Some(physical.output_partitioning().partition_count())
+        } else {
+            None
+        };
+        let mut info = FlightInfo::new();
+        for partition in 0..partitions.unwrap_or(1) {
+            body.id = new_id().to_vec();
+            body.partition = partitions.map(|_| partition as u32);
+            body.partitions = partitions.unwrap_or(1) as u32;
+            let ticket = TicketStatementQuery { statement_handle: body.encode_to_vec().into() };
+            let ticket = Ticket { ticket: ticket.as_any().encode_to_vec().into() };
+            info = info.with_endpoint(FlightEndpoint::new().with_ticket(ticket));
+        }
         let schema = plan.schema().as_arrow().clone();
-        FlightInfo::new()
-            .with_endpoint(
-                FlightEndpoint::new().with_ticket(Ticket { ticket: ticket.as_any().encode_to_vec().into() }),
-            )
-            .with_descriptor(descriptor)
+        info.with_descriptor(descriptor)
             .try_with_schema(&schema)
             .map_err(|e| Status::internal(format!("cannot encode the result's schema: {e}")))
     }
@@ -223,16 +259,30 @@ impl Served {
         let id: QueryId =
             body.id.as_slice().try_into().map_err(|_| ServeError::BadRequest("a malformed ticket".into()))?;
         let mut log = QueryLog::new(peer, body.sql.as_deref().unwrap_or("<prepared or substrait>"), started);
+        log.partition = body.partition.map(|i| (i + 1, body.partitions));
         let outcome = async {
             let slot = self.runner.slot(started).await?;
             let state = self.query_state()?;
             let (plan, sql) = self.plan_ticket(&state, &body).await?;
             let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
-            let stream = SessionContext::new_with_state(state)
-                .execute_logical_plan(plan)
-                .await?
-                .execute_stream()
-                .await?;
+            let (stream, sql) = match body.partition {
+                None => {
+                    let df = SessionContext::new_with_state(state).execute_logical_plan(plan).await?;
+                    (df.execute_stream().await?, sql)
+                }
+                Some(i) => {
+                    let physical = state.create_physical_plan(&plan).await?;
+                    let n = physical.output_partitioning().partition_count();
+                    if n != body.partitions as usize || i as usize >= n {
+                        return Err(ServeError::BadRequest(format!(
+                            "the query's plan has {n} partitions now, not the {} of its FlightInfo (the \
+                             tables changed): ask for the FlightInfo again",
+                            body.partitions
+                        )));
+                    }
+                    (physical.execute(i as usize, state.task_ctx())?, sql)
+                }
+            };
             Ok::<_, ServeError>((slot, sql, schema, stream))
         }
         .await;
@@ -245,6 +295,7 @@ impl Served {
             }
         };
         log.what = QueryLog::new(peer, &sql, started).what;
+        log.partition = body.partition.map(|i| (i + 1, body.partitions));
         let watched = self.runner.watch(id, stream, slot, log);
         let scrub = self.scrub.clone();
         let batches = watched.map_err(move |e| FlightError::Tonic(Box::new(e.to_status(&scrub))));
@@ -379,7 +430,7 @@ impl FlightSqlService for Served {
     ) -> Result<Response<FlightInfo>, Status> {
         let plan = self.plan_sql(&self.state, &query.query, None).await.map_err(|e| self.status(e))?;
         let body = TicketBody { sql: Some(query.query), ..TicketBody::default() };
-        Ok(Response::new(self.flight_info(&plan, body, request.into_inner())?))
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner()).await?))
     }
 
     async fn get_flight_info_substrait_plan(
@@ -390,7 +441,7 @@ impl FlightSqlService for Served {
         let bytes = query.plan.map(|p| p.plan).unwrap_or_default();
         let plan = self.plan_substrait(&self.state, &bytes).await.map_err(|e| self.status(e))?;
         let body = TicketBody { substrait: Some(bytes.to_vec()), ..TicketBody::default() };
-        Ok(Response::new(self.flight_info(&plan, body, request.into_inner())?))
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner()).await?))
     }
 
     async fn get_flight_info_prepared_statement(
@@ -402,7 +453,7 @@ impl FlightSqlService for Served {
         let plan = self.plan_sql(&self.state, &p.sql, p.params).await.map_err(|e| self.status(e))?;
         let body =
             TicketBody { prepared: Some(cmd.prepared_statement_handle.to_vec()), ..TicketBody::default() };
-        Ok(Response::new(self.flight_info(&plan, body, request.into_inner())?))
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner()).await?))
     }
 
     async fn do_get_statement(
