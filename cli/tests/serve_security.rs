@@ -460,13 +460,35 @@ async fn bounds_memory_timeout_cancellation_and_connections() {
     let mut client = server.sql(None).await;
     assert_eq!(count(&mut client).await, 3000);
 
-    // Over the query's memory: ResourcesExhausted, while a small query beside it runs.
+    // Over the query's memory: ResourcesExhausted, while a small query beside it runs. The
+    // server's resident memory, sampled meanwhile, stays within its 64 MB limit plus a stated
+    // margin: 160 MB of the array that was refused would be far past it.
+    let pid = server.pid();
+    let (rss_idle, _, _) = usage(pid);
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let sampling = sampling.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(usage(pid).0);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            peak
+        })
+    };
     let mut small = server.sql(None).await;
     let big = query(&mut client, "SELECT array_agg(value) FROM generate_series(1, 20000000)");
     let (big, n) = tokio::join!(big, count(&mut small));
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
     let e = big.expect_err("over the memory limit");
     assert!(e.contains("Resources exhausted") && e.contains("memory limit"), "{e}");
     assert_eq!(n, 3000);
+    // The margin: DataFusion's unaccounted batches in flight and the allocator's slack.
+    let margin_kb = 96 * 1024;
+    eprintln!("RSS while a query went over its memory limit: {rss_idle} KB idle, {peak} KB at the peak");
+    assert!(peak < rss_idle + 64 * 1024 + margin_kb, "RSS {rss_idle} KB idle, {peak} KB at the peak");
 
     // The timeout.
     let started = Instant::now();
