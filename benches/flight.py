@@ -13,13 +13,20 @@ decoding, is what differs), each path ending in an (n, 8) float32 numpy array:
 
 Run with release builds of the command and the extension:
 `DLFRAME_CLI=<release dlframe> .venv/bin/python benches/flight.py [--rows N]`.
+
+`--load` instead runs 16 clients x 100 queries at once through ADBC, each a `to_tensor_fill`
+over a slice of a 100,000-row table whose every value is checked, and prints the p50 and p99
+latency of one query (DLFRAME_CLI picks the binary, so two builds can be compared, and
+DLFRAME_SERVE_ARGS adds arguments to `dlframe serve`, such as `--max-queries 16`).
 """
 
 import datetime
+import os
 import pathlib
 import platform
 import sys
 import tempfile
+import threading
 import time
 
 import adbc_driver_flightsql.dbapi as adbc
@@ -64,7 +71,62 @@ def write_table(root: pathlib.Path) -> pathlib.Path:
     return d
 
 
+CLIENTS, QUERIES, LOAD_ROWS = 16, 100, 100_000
+
+
+def load(cli: pathlib.Path) -> None:
+    """16 clients x 100 checked queries at once; p50 and p99 of one query's latency."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = pathlib.Path(tmp) / "t"
+        d.mkdir()
+        ids = np.arange(LOAD_ROWS, dtype=np.int64)
+        b = np.where(ids % 7 == 0, np.nan, ids * 0.5)
+        pq.write_table(pa.table({"id": ids, "a": ids.astype(np.float64), "b": pa.array(b, from_pandas=True)}), d / "p.parquet")
+        latencies: list[float] = []
+        errors: list[str] = []
+        lock = threading.Lock()
+        extra = os.environ.get("DLFRAME_SERVE_ARGS", "").split()
+        with Served(cli, "--table", f"t={d}", *extra) as server:
+
+            def client(k: int) -> None:
+                conn = adbc.connect(server.uri, autocommit=True)
+                cur = conn.cursor()
+                mine = []
+                for q in range(QUERIES):
+                    m = (k * QUERIES + q) % 16
+                    sql = f"SELECT to_tensor_fill(0, a, b) AS x FROM t WHERE id % 16 = {m} ORDER BY id"
+                    t = time.perf_counter()
+                    cur.execute(sql)
+                    x = np.from_dlpack(dlframe.to_dlpack(cur.fetch_arrow_table()))
+                    mine.append(time.perf_counter() - t)
+                    rows = ids[ids % 16 == m]
+                    want = np.stack([rows.astype(np.float64), np.where(rows % 7 == 0, 0.0, rows * 0.5)], axis=1)
+                    if not np.array_equal(x, want):
+                        with lock:
+                            errors.append(sql)
+                conn.close()
+                with lock:
+                    latencies.extend(mine)
+
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
+            start = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - start
+            assert server.stop() == 0
+    assert not errors, f"{len(errors)} results differed, first: {errors[0]}"
+    assert len(latencies) == CLIENTS * QUERIES
+    p50, p99 = np.percentile(latencies, [50, 99])
+    print(f"# benches/flight.py --load, {datetime.date.today()}, {platform.machine()}, {cli} {' '.join(extra)}")
+    print(f"{CLIENTS} clients x {QUERIES} queries, every result checked: p50 {p50 * 1e3:.1f} ms, "
+          f"p99 {p99 * 1e3:.1f} ms, {CLIENTS * QUERIES / wall:.0f} queries/s")
+
+
 def main():
+    if "--load" in sys.argv:
+        return load(cli_path("release"))
     cli = cli_path("release")
     if not cli.exists():
         sys.exit(f"no release dlframe at {cli}: cargo build --release -p dlframe-cli, or set DLFRAME_CLI")

@@ -237,6 +237,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .build();
     let ctx = SessionContext::new_with_state(state);
     dlframe_datafusion::register(&ctx);
+    crate::flight::bounded::register(&ctx, args.run.query_memory).map_err(|e| e.to_string())?;
     // Decompressed `.csv.gz` copies live as long as the server.
     let mut staging = Vec::new();
     for (name, path) in &args.tables {

@@ -212,6 +212,11 @@ async fn the_crash_probes_are_errors_and_the_server_answers_the_next_query() {
         ("1000 chained CTEs", ctes, "query blocks"),
         ("10,000 parentheses", format!("SELECT {}1{}", "(".repeat(10_000), ")".repeat(10_000)), "recursion"),
         ("a 1 MB query", format!("SELECT 1 {}", " ".repeat(1 << 20)), "too long"),
+        (
+            "a gigabyte from repeat()",
+            "SELECT length(repeat('x', 1000000000)) FROM generate_series(1, 5)".to_string(),
+            "resources exhausted",
+        ),
     ] {
         let e = query(&mut client, &sql).await.expect_err(name);
         assert!(e.to_lowercase().contains(says), "{name}: {e}");
