@@ -5,8 +5,8 @@
 //! executor) can only be customised through their tonic `Endpoint`, which sets no header but
 //! the user agent. So the token travels either as `authorization: Bearer TOKEN` (what a client
 //! sends to the scheduler) or as a user agent whose first word is `dlframe-token/TOKEN` (what
-//! Ballista's channels send). Ballista's servers have no TLS, so the token crosses the network
-//! in clear text: beyond loopback that takes `--insecure` (see docs/serve.md).
+//! Ballista's channels send). The cluster has no TLS yet, so the token crosses the network in
+//! clear text: beyond loopback that takes `--insecure` (see docs/serve.md).
 
 use std::sync::Arc;
 

@@ -109,7 +109,7 @@ pub(crate) struct ExecutorArgs {
 }
 
 /// The rules both processes share: the token is one a header can carry, and listening beyond
-/// loopback (where Ballista gives no TLS) takes `--insecure`.
+/// loopback (the cluster has no TLS yet) takes `--insecure`.
 fn check_exposure(
     what: &str,
     listen: &SocketAddr,
@@ -121,8 +121,8 @@ fn check_exposure(
     }
     if !listen.ip().is_loopback() && !insecure {
         return Err(format!(
-            "{what}: --listen {listen} takes connections from other machines, and Ballista's servers have \
-             no TLS, so the token would cross the network in clear text; --insecure serves it anyway"
+            "{what}: --listen {listen} takes connections from other machines, and the cluster has no TLS \
+             yet, so the token would cross the network in clear text; --insecure serves it anyway"
         ));
     }
     Ok(())
