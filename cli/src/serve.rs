@@ -78,6 +78,9 @@ pub(crate) const TOKEN_ENV: &str = "DLFRAME_TOKEN";
 /// How long a stop signal waits for calls in flight before the server exits anyway.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// The most calls one connection has open at once.
+const CALLS_PER_CONNECTION: u32 = 32;
+
 /// The most spill files a server writes, in bytes, where DataFusion spills.
 const SPILL_BYTES: u64 = 4 << 30;
 
@@ -254,7 +257,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         Served::new(ctx.state(), args.sql, runner, scrub, args.partitions.is_some()),
         Bearer(args.token.as_deref().map(Arc::from)),
     );
-    let mut builder = Server::builder();
+    // Calls at once on one connection, and keepalives that find a peer that vanished.
+    let mut builder = Server::builder()
+        .max_concurrent_streams(Some(CALLS_PER_CONNECTION))
+        .concurrency_limit_per_connection(CALLS_PER_CONNECTION as usize)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .tcp_keepalive(Some(Duration::from_secs(60)));
     if let Some(files) = &args.tls {
         builder = builder.tls_config(tls_config(files)?).map_err(|e| format!("TLS: {e}"))?;
     }

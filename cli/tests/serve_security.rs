@@ -561,3 +561,23 @@ async fn bounds_memory_timeout_cancellation_and_connections() {
     let line = server.process.line_with("\"SELECT count(*) AS n FROM t\" rows=1 ");
     assert!(line.contains("query from 127.0.0.1:") && line.ends_with(" ok"), "{line}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_loses_its_slot_at_the_deadline() {
+    let (_dir, spec) = table();
+    let mut server = Server::start(&["--table", &spec, "--max-queries", "1", "--timeout", "3"]);
+    // A takes the only slot with a large result and never reads it: the server's writes stall.
+    let mut a = server.sql(None).await;
+    let info = a.execute("SELECT value FROM generate_series(1, 50000000)".into(), None).await.unwrap();
+    let stalled = a.do_get(info.endpoint[0].ticket.clone().unwrap()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // B waits for the slot, which A's deadline frees even though nothing polls A's stream.
+    let started = Instant::now();
+    let mut b = server.sql(None).await;
+    assert_eq!(count(&mut b).await, 3000, "B got no slot");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    let line = server.process.line_with("generate_series(1, 50000000)");
+    assert!(line.contains("timeout of 3 s"), "{line}");
+    drop(stalled);
+    assert!(server.alive());
+}

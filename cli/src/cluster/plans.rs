@@ -153,6 +153,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::RegisterExecutorParams>,
     ) -> Result<Response<pb::RegisterExecutorResult>, Status> {
+        complete(r.get_ref().metadata.as_ref())?;
         <Inner as SchedulerGrpc>::register_executor(&self.inner, r).await
     }
 
@@ -160,6 +161,9 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::HeartBeatParams>,
     ) -> Result<Response<pb::HeartBeatResult>, Status> {
+        if let Some(m) = r.get_ref().metadata.as_ref() {
+            complete(Some(m))?;
+        }
         <Inner as SchedulerGrpc>::heart_beat_from_executor(&self.inner, r).await
     }
 
@@ -218,6 +222,18 @@ impl SchedulerGrpc for PlanGuard {
     ) -> Result<Response<pb::CleanJobDataResult>, Status> {
         <Inner as SchedulerGrpc>::clean_job_data(&self.inner, r).await
     }
+}
+
+/// Refuses an executor's registration that lacks a field Ballista's scheduler unwraps (its
+/// host, specification or OS information), which would panic in the middle of the call.
+fn complete(metadata: Option<&pb::ExecutorRegistration>) -> Result<(), Status> {
+    let m = metadata.ok_or_else(|| Status::invalid_argument("an executor call without its registration"))?;
+    if m.host.is_none() || m.specification.is_none() || m.os_info.is_none() {
+        return Err(Status::invalid_argument(
+            "an executor registration without its host, specification or OS information",
+        ));
+    }
+    Ok(())
 }
 
 /// Serves the scheduler on `listener`: [`PlanGuard`] behind `auth`, through axum as Ballista

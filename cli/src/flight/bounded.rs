@@ -3,7 +3,8 @@
 //! give stops the process. `dlframe serve` registers these wrappers over DataFusion's own
 //! `repeat`, `lpad` and `rpad`: each call first works out how many bytes its result would take
 //! (from the lengths and counts it was given, without building anything), and a call past the
-//! limit fails with "Resources exhausted", as a query over its memory limit does.
+//! limit fails with "Resources exhausted", as a query over its memory limit does. A call on
+//! constants counts a full batch of its value, since that is what the plan makes of it.
 
 use std::sync::Arc;
 
@@ -77,10 +78,13 @@ impl Bounded {
             }
             Growth::Pad => n.iter().map(|n| n.saturating_mul(4)).collect(),
         };
-        // A scalar call is made once for all rows; an array call's rows add up.
+        // An array call's rows add up. A call on constants is made once (often while the plan
+        // is simplified) and its value is then copied onto every row of each batch, so it
+        // counts a full batch of copies.
         let all_scalar = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
         Ok(if all_scalar {
-            per_row.first().copied().unwrap_or(0)
+            let copies = args.config_options.execution.batch_size.get().max(rows) as u64;
+            per_row.first().copied().unwrap_or(0).saturating_mul(copies)
         } else {
             per_row.iter().fold(0u64, |acc, b| acc.saturating_add(*b))
         })
@@ -148,11 +152,11 @@ mod tests {
     async fn calls_past_the_limit_fail_before_they_allocate() {
         let ctx = SessionContext::new();
         register(&ctx, 1 << 20).unwrap();
-        assert_eq!(
-            run(&ctx, "SELECT repeat('ab', 1000), lpad('x', 100), rpad('y', 100, 'z')").await.unwrap(),
-            1
-        );
+        // Constants within a batch's share (1 MB / 8,192 rows = 128 bytes a value) run.
+        assert_eq!(run(&ctx, "SELECT repeat('ab', 50), lpad('x', 30), rpad('y', 30, 'z')").await.unwrap(), 1);
         for sql in [
+            // A constant is copied onto every row: 8,192 copies of 200 KB.
+            "SELECT repeat('x', 200000) FROM generate_series(1, 8192)",
             "SELECT length(repeat('x', 1000000000)) FROM generate_series(1, 5)",
             "SELECT repeat(CAST(value AS VARCHAR), 100000) FROM generate_series(1, 100)",
             "SELECT lpad('x', 1000000000)",
@@ -162,7 +166,15 @@ mod tests {
             assert!(matches!(e.find_root(), DataFusionError::ResourcesExhausted(_)), "{sql}: {e}");
             assert!(e.to_string().contains("over the query's memory limit"), "{sql}: {e}");
         }
-        // Nulls and negative counts build nothing.
+        // A constant within a batch's share (1 MB / 8,192 rows), and an array call within the
+        // limit, run; nulls and negative counts build nothing.
+        assert_eq!(run(&ctx, "SELECT repeat('x', 100) FROM generate_series(1, 20000)").await.unwrap(), 20000);
+        assert_eq!(
+            run(&ctx, "SELECT repeat(CAST(value AS VARCHAR), 10) FROM generate_series(1, 1000)")
+                .await
+                .unwrap(),
+            1000
+        );
         assert_eq!(run(&ctx, "SELECT repeat(NULL, 1000000000), repeat('x', -5)").await.unwrap(), 1);
     }
 }

@@ -78,12 +78,20 @@ impl AsyncRead for Conn {
     }
 }
 
+// Writes check the deadline too: a client that sends without reading stalls the server's
+// writes, and then no read is polled.
 impl AsyncWrite for Conn {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if let Err(e) = self.check_idle(cx) {
+            return Poll::Ready(Err(e));
+        }
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Err(e) = self.check_idle(cx) {
+            return Poll::Ready(Err(e));
+        }
         Pin::new(&mut self.stream).poll_flush(cx)
     }
 

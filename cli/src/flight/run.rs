@@ -2,15 +2,15 @@
 //! in a bounded queue), each with a memory pool of its own inside the server's, a deadline, a
 //! way to cancel it by id, and one log line when it ends.
 //!
-//! A query's stream holds its slot, its memory and its cancel handle; dropping the stream (the
-//! client went away, the deadline passed, CancelFlightInfo) drops DataFusion's stream, which
-//! stops its tasks, so CPU and memory go back to idle.
+//! A query runs on a task of its own that holds its slot and its memory; the task ends at the
+//! deadline, on CancelFlightInfo, or when the client goes away, also while the client has
+//! stopped reading, and dropping DataFusion's stream there stops its tasks, so CPU and memory
+//! go back to idle.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -18,9 +18,8 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservation};
-use futures::Stream;
-use futures::stream::{AbortHandle, Abortable};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use futures::{Stream, StreamExt};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::error::ServeError;
 
@@ -70,7 +69,11 @@ pub(crate) struct Runner {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
     memory: Arc<dyn MemoryPool>,
-    running: Mutex<HashMap<QueryId, AbortHandle>>,
+    /// The running queries by id: a nonce for each run (a ticket may be run twice) and the
+    /// signal that cancels it.
+    running: Mutex<HashMap<QueryId, Vec<(u64, Arc<Notify>)>>>,
+    /// The next run's nonce.
+    next_run: AtomicU64,
 }
 
 impl Runner {
@@ -81,6 +84,7 @@ impl Runner {
             waiting: AtomicUsize::new(0),
             memory: Arc::new(datafusion::execution::memory_pool::GreedyMemoryPool::new(limits.memory)),
             running: Mutex::new(HashMap::new()),
+            next_run: AtomicU64::new(0),
         }
     }
 
@@ -118,43 +122,79 @@ impl Runner {
         })
     }
 
-    /// Cancels the running query `id`; false when none runs under that id.
+    /// Cancels the running queries under `id`; false when none runs under that id.
     pub(crate) fn cancel(&self, id: &QueryId) -> bool {
         match self.running.lock().expect("not poisoned").remove(id) {
-            Some(handle) => {
-                handle.abort();
+            Some(runs) => {
+                runs.iter().for_each(|(_, signal)| signal.notify_one());
                 true
             }
             None => false,
         }
     }
 
-    /// Wraps a running query's stream: it holds `slot`, ends with [`ServeError::Timeout`] at
-    /// the deadline and with [`ServeError::Cancelled`] when cancelled, and logs one line when it
-    /// ends or is dropped.
-    pub(crate) fn watch<S>(
+    /// Runs a query's stream on a task of its own, which holds `slot` and hands the batches to
+    /// the client through a channel of two. The deadline and a cancel end the query there,
+    /// whether the client reads or has stopped reading (then only the channel waits); a client
+    /// that goes away closes the channel, which ends it too. One log line is written when it
+    /// ends. Returns the client's side: the batches, then the reason if the query was ended.
+    pub(crate) fn run<S>(
         self: &Arc<Self>,
         id: QueryId,
         stream: S,
         slot: OwnedSemaphorePermit,
         log: QueryLog,
-    ) -> Watched<S>
+    ) -> impl Stream<Item = Result<RecordBatch, ServeError>> + Send + 'static
     where
-        S: Stream<Item = DFResult<RecordBatch>> + Unpin,
+        S: Stream<Item = DFResult<RecordBatch>> + Send + Unpin + 'static,
     {
-        let (handle, registration) = AbortHandle::new_pair();
-        self.running.lock().expect("not poisoned").insert(id, handle);
-        let left = self.limits.timeout.saturating_sub(log.started.elapsed());
-        Watched {
-            inner: Abortable::new(stream, registration),
-            deadline: Box::pin(tokio::time::sleep(left)),
-            timeout: self.limits.timeout.as_secs(),
-            runner: self.clone(),
-            id,
-            _slot: slot,
-            log,
-            done: false,
-        }
+        let signal = Arc::new(Notify::new());
+        let nonce = self.next_run.fetch_add(1, Ordering::Relaxed);
+        self.running.lock().expect("not poisoned").entry(id).or_default().push((nonce, signal.clone()));
+        let deadline = tokio::time::Instant::from_std(log.started + self.limits.timeout);
+        let secs = self.limits.timeout.as_secs();
+        let mut watched =
+            Watched { inner: stream, runner: self.clone(), id, nonce, _slot: slot, log, done: false };
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, ServeError>>(2);
+        let ended: Arc<Mutex<Option<ServeError>>> = Arc::new(Mutex::new(None));
+        let verdict = ended.clone();
+        tokio::spawn(async move {
+            let cancelled = signal.notified();
+            tokio::pin!(cancelled);
+            let stop = loop {
+                let item = tokio::select! {
+                    biased;
+                    () = &mut cancelled => break Some(ServeError::Cancelled),
+                    () = tokio::time::sleep_until(deadline) => break Some(ServeError::Timeout(secs)),
+                    item = watched.next() => item,
+                };
+                let Some(item) = item else { break None };
+                tokio::select! {
+                    biased;
+                    () = &mut cancelled => break Some(ServeError::Cancelled),
+                    () = tokio::time::sleep_until(deadline) => break Some(ServeError::Timeout(secs)),
+                    sent = tx.send(item) => if sent.is_err() {
+                        watched.finish(Some("the client went away".into()));
+                        break None;
+                    },
+                }
+            };
+            if let Some(e) = stop {
+                watched.finish(Some(e.to_string()));
+                *verdict.lock().expect("not poisoned") = Some(e);
+            }
+            // The query's stream, its memory and its slot go here, before the client hears.
+            drop(watched);
+        });
+        futures::stream::unfold((rx, Some(ended)), |(mut rx, ended)| async move {
+            match rx.recv().await {
+                Some(item) => Some((item, (rx, ended))),
+                None => {
+                    let e = ended?.lock().expect("not poisoned").take()?;
+                    Some((Err(e), (rx, None)))
+                }
+            }
+        })
     }
 }
 
@@ -198,19 +238,20 @@ impl QueryLog {
     }
 }
 
-/// A query's stream under watch (see [`Runner::watch`]).
-pub(crate) struct Watched<S> {
-    inner: Abortable<S>,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-    timeout: u64,
+/// A running query's stream, with its slot, its entry among the running queries and its log
+/// (see [`Runner::run`]).
+struct Watched<S> {
+    inner: S,
     runner: Arc<Runner>,
     id: QueryId,
+    nonce: u64,
     _slot: OwnedSemaphorePermit,
     log: QueryLog,
     done: bool,
 }
 
 impl<S> Watched<S> {
+    /// Writes the log line once, with `error` unless one is already set.
     fn finish(&mut self, error: Option<String>) {
         if !self.done {
             self.done = true;
@@ -235,11 +276,6 @@ where
         if self.done {
             return Poll::Ready(None);
         }
-        if self.deadline.as_mut().poll(cx).is_ready() {
-            let e = ServeError::Timeout(self.timeout);
-            self.finish(Some(e.to_string()));
-            return Poll::Ready(Some(Err(e)));
-        }
         match Pin::new(&mut self.inner).poll_next(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(batch))) => {
@@ -249,11 +285,6 @@ where
             }
             Poll::Ready(Some(Err(e))) => {
                 let e = ServeError::Query(e);
-                self.finish(Some(e.to_string()));
-                Poll::Ready(Some(Err(e)))
-            }
-            Poll::Ready(None) if self.inner.is_aborted() => {
-                let e = ServeError::Cancelled;
                 self.finish(Some(e.to_string()));
                 Poll::Ready(Some(Err(e)))
             }
@@ -267,7 +298,14 @@ where
 
 impl<S> Drop for Watched<S> {
     fn drop(&mut self) {
-        self.runner.running.lock().expect("not poisoned").remove(&self.id);
+        let mut running = self.runner.running.lock().expect("not poisoned");
+        if let Some(runs) = running.get_mut(&self.id) {
+            runs.retain(|(nonce, _)| *nonce != self.nonce);
+            if runs.is_empty() {
+                running.remove(&self.id);
+            }
+        }
+        drop(running);
         self.finish(Some("the client went away".into()));
     }
 }

@@ -45,7 +45,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use prost::bytes::Bytes;
 use tonic::{Request, Response, Status, Streaming};
@@ -60,6 +60,10 @@ const MAX_PREPARED: usize = 1024;
 const MAX_PARAMETERS: usize = 1024;
 /// The most bytes of parameter values one prepared statement keeps.
 const MAX_PARAMETER_BYTES: usize = 1 << 20;
+/// The most messages a client may send to bind parameters.
+const MAX_PARAMETER_MESSAGES: usize = 64;
+/// How long a client may take to send its parameters.
+const PARAMETER_TIME: std::time::Duration = std::time::Duration::from_secs(60);
 
 type DoGetStream = <Served as FlightService>::DoGetStream;
 
@@ -159,10 +163,15 @@ impl Served {
         })
     }
 
-    /// Plans a Substrait plan (checked).
+    /// Plans a Substrait plan (checked). DataFusion 55's consumer unwraps some missing fields
+    /// (a join or cross relation without an input, a sort without an expression), so a panic
+    /// there is caught and refused as a malformed plan.
     async fn plan_substrait(&self, state: &SessionState, bytes: &[u8]) -> Result<LogicalPlan, ServeError> {
         let plan = datafusion_substrait::serializer::deserialize_bytes(bytes)?;
-        let plan = datafusion_substrait::logical_plan::consumer::from_substrait_plan(state, &plan).await?;
+        let consume = datafusion_substrait::logical_plan::consumer::from_substrait_plan(state, &plan);
+        let plan = std::panic::AssertUnwindSafe(consume).catch_unwind().await.map_err(|_| {
+            ServeError::BadRequest("a malformed Substrait plan (a relation lacks a required field)".into())
+        })??;
         guard::check_plan(&plan)?;
         Ok(plan)
     }
@@ -209,7 +218,9 @@ impl Served {
     ) -> Result<FlightInfo, Status> {
         let partitions = if self.partitioned {
             let physical = self.state.create_physical_plan(plan).await.map_err(|e| self.status(e.into()))?;
-            Some(physical.output_partitioning().partition_count())
+            // A plan with a shuffle would run its whole input again for every endpoint, and
+            // hold or spill the other partitions' rows: such a result comes as one endpoint.
+            (!has_shuffle(&physical)).then(|| physical.output_partitioning().partition_count())
         } else {
             None
         };
@@ -259,7 +270,7 @@ impl Served {
         let id: QueryId =
             body.id.as_slice().try_into().map_err(|_| ServeError::BadRequest("a malformed ticket".into()))?;
         let mut log = QueryLog::new(peer, body.sql.as_deref().unwrap_or("<prepared or substrait>"), started);
-        log.partition = body.partition.map(|i| (i + 1, body.partitions));
+        log.partition = body.partition.map(|i| (i.saturating_add(1), body.partitions));
         let outcome = async {
             let slot = self.runner.slot(started).await?;
             let state = self.query_state()?;
@@ -295,8 +306,8 @@ impl Served {
             }
         };
         log.what = QueryLog::new(peer, &sql, started).what;
-        log.partition = body.partition.map(|i| (i + 1, body.partitions));
-        let watched = self.runner.watch(id, stream, slot, log);
+        log.partition = body.partition.map(|i| (i.saturating_add(1), body.partitions));
+        let watched = self.runner.run(id, stream, slot, log);
         let scrub = self.scrub.clone();
         let batches = watched.map_err(move |e| FlightError::Tonic(Box::new(e.to_status(&scrub))));
         let data = FlightDataEncoderBuilder::new().with_schema(schema).build(batches).map_err(|e| match e {
@@ -353,7 +364,21 @@ impl Served {
     /// [`MAX_PARAMETER_BYTES`], checked before any value is taken from them.
     async fn read_parameters(stream: PeekableFlightDataStream) -> Result<Option<ParamValues>, ServeError> {
         let bad = |m: String| ServeError::BadRequest(format!("prepared statement parameters: {m}"));
-        let mut batches = FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from));
+        // Every message counts, dictionaries included, before it is decoded.
+        let (mut messages, mut bytes) = (0usize, 0usize);
+        let counted = stream.map_err(FlightError::from).map(move |data| {
+            let data = data?;
+            messages += 1;
+            bytes += data.data_header.len() + data.data_body.len() + data.app_metadata.len();
+            if messages > MAX_PARAMETER_MESSAGES || bytes > 2 * MAX_PARAMETER_BYTES {
+                return Err(FlightError::ProtocolError(format!(
+                    "more than {MAX_PARAMETER_MESSAGES} messages or {} bytes",
+                    2 * MAX_PARAMETER_BYTES
+                )));
+            }
+            Ok(data)
+        });
+        let mut batches = FlightRecordBatchStream::new_from_flight_data(counted);
         let mut row: Option<RecordBatch> = None;
         while let Some(batch) = batches.next().await {
             let batch = batch.map_err(|e| bad(e.to_string()))?;
@@ -386,6 +411,11 @@ impl Served {
             .map_err(|e| bad(e.to_string()))?;
         Ok(Some(ParamValues::List(values.into_iter().map(Into::into).collect())))
     }
+}
+
+/// Whether `plan` repartitions rows anywhere (a shuffle between its partitions).
+fn has_shuffle(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>) -> bool {
+    plan.name() == "RepartitionExec" || plan.children().into_iter().any(has_shuffle)
 }
 
 /// The parameters of `plan` as a schema, `$1`, `$2`, ... in order.
@@ -428,6 +458,8 @@ impl FlightSqlService for Served {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        // Planning takes a slot as running does: the limits on running queries bound it too.
+        let _slot = self.runner.slot(Instant::now()).await.map_err(|e| self.status(e))?;
         let plan = self.plan_sql(&self.state, &query.query, None).await.map_err(|e| self.status(e))?;
         let body = TicketBody { sql: Some(query.query), ..TicketBody::default() };
         Ok(Response::new(self.flight_info(&plan, body, request.into_inner()).await?))
@@ -439,6 +471,8 @@ impl FlightSqlService for Served {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let bytes = query.plan.map(|p| p.plan).unwrap_or_default();
+        // Planning takes a slot as running does: the limits on running queries bound it too.
+        let _slot = self.runner.slot(Instant::now()).await.map_err(|e| self.status(e))?;
         let plan = self.plan_substrait(&self.state, &bytes).await.map_err(|e| self.status(e))?;
         let body = TicketBody { substrait: Some(bytes.to_vec()), ..TicketBody::default() };
         Ok(Response::new(self.flight_info(&plan, body, request.into_inner()).await?))
@@ -449,6 +483,8 @@ impl FlightSqlService for Served {
         cmd: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        // Planning takes a slot as running does: the limits on running queries bound it too.
+        let _slot = self.runner.slot(Instant::now()).await.map_err(|e| self.status(e))?;
         let p = self.prepared(&cmd.prepared_statement_handle).map_err(|e| self.status(e))?;
         let plan = self.plan_sql(&self.state, &p.sql, p.params).await.map_err(|e| self.status(e))?;
         let body =
@@ -634,7 +670,12 @@ impl FlightSqlService for Served {
     ) -> Result<DoPutPreparedStatementResult, Status> {
         let handle = query.prepared_statement_handle;
         self.prepared(&handle).map_err(|e| self.status(e))?;
-        let params = Self::read_parameters(request.into_inner()).await.map_err(|e| self.status(e))?;
+        let params = tokio::time::timeout(PARAMETER_TIME, Self::read_parameters(request.into_inner()))
+            .await
+            .map_err(|_| {
+                self.status(ServeError::BadRequest("prepared statement parameters: sent too slowly".into()))
+            })?
+            .map_err(|e| self.status(e))?;
         let key: QueryId = handle.as_ref().try_into().map_err(|_| self.status(ServeError::UnknownHandle))?;
         let mut table = self.prepared.lock().expect("not poisoned");
         let entry = table.by_handle.get_mut(&key).ok_or_else(|| self.status(ServeError::UnknownHandle))?;
@@ -647,6 +688,8 @@ impl FlightSqlService for Served {
         query: ActionCreatePreparedStatementRequest,
         _request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        // Planning takes a slot as running does: the limits on running queries bound it too.
+        let _slot = self.runner.slot(Instant::now()).await.map_err(|e| self.status(e))?;
         let plan = self.plan_sql(&self.state, &query.query, None).await.map_err(|e| self.status(e))?;
         let parameters = parameter_schema(&plan).map_err(|e| self.status(e))?;
         let dataset = plan.schema().as_arrow().clone();
