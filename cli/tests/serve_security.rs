@@ -210,7 +210,16 @@ async fn the_crash_probes_are_errors_and_the_server_answers_the_next_query() {
         ("10,000 ANDs", format!("SELECT 1 WHERE {}", vec!["1=1"; 10_000].join(" AND ")), "nested too deeply"),
         ("UNION ALL x 3000", vec!["SELECT 1 AS a"; 3000].join(" UNION ALL "), "query blocks"),
         ("1000 chained CTEs", ctes, "query blocks"),
-        ("10,000 parentheses", format!("SELECT {}1{}", "(".repeat(10_000), ")".repeat(10_000)), "recursion"),
+        (
+            "10,000 parentheses",
+            format!("SELECT {}1{}", "(".repeat(10_000), ")".repeat(10_000)),
+            "nested too deeply",
+        ),
+        (
+            "10,000 nested ARRAY<> types",
+            format!("SELECT CAST(NULL AS {}INT{})", "ARRAY<".repeat(10_000), ">".repeat(10_000)),
+            "nested too deeply",
+        ),
         ("a 1 MB query", format!("SELECT 1 {}", " ".repeat(1 << 20)), "too long"),
         (
             "a gigabyte from repeat()",

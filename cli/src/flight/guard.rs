@@ -51,12 +51,92 @@ pub(crate) async fn plan_sql(
             limits.max_sql_bytes
         )));
     }
+    let depth = bracket_depth(sql);
+    if depth > limits.max_depth {
+        return Err(too_deep(limits.max_depth));
+    }
     let dialect = state.config().options().sql_parser.dialect;
     let statement = state.sql_to_statement(sql, &dialect)?;
     check_statement(&statement, limits)?;
     let plan = state.statement_to_plan(statement).await?;
     check_plan(&plan)?;
     Ok(plan)
+}
+
+/// The refusal of a query nested past `max` levels.
+fn too_deep(max: usize) -> ServeError {
+    ServeError::Limit(format!(
+        "the query's expressions are nested too deeply: over the server's limit of {max} levels (--max-depth)"
+    ))
+}
+
+/// The deepest nesting of brackets in `sql`, read from the text before it is parsed, outside
+/// quotes and comments: parentheses, square brackets, the angle brackets of a type
+/// (`ARRAY<...>`, `STRUCT<...>`, `MAP<...>`) and runs of array suffixes (`INT[][]`). The
+/// parser and the planner recurse through each such level (sqlparser's type parser without a
+/// recursion limit: 10,000 nested `ARRAY<` overflowed the stack), so they are counted first.
+fn bracket_depth(sql: &str) -> usize {
+    let bytes = sql.as_bytes();
+    let (mut depth, mut deepest, mut angles, mut suffixes) = (0usize, 0usize, 0usize, 0usize);
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        match c {
+            b'\'' | b'"' | b'`' => {
+                // A quoted string or name: up to the closing quote (a doubled quote stays inside).
+                i += 1;
+                while i < bytes.len() && !(bytes[i] == c && bytes.get(i + 1) != Some(&c)) {
+                    i += if bytes[i] == c { 2 } else { 1 };
+                }
+            }
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'[' if bytes.get(i + 1) == Some(&b']') => {
+                // An array suffix: a level of the type, however many follow in a run.
+                suffixes += 1;
+                i += 1;
+            }
+            b'(' | b'[' => depth += 1,
+            b')' | b']' => depth = depth.saturating_sub(1),
+            b'<' => {
+                let word: Vec<u8> = bytes[..i]
+                    .iter()
+                    .rev()
+                    .skip_while(|b| b.is_ascii_whitespace())
+                    .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
+                    .map(|b| b.to_ascii_uppercase())
+                    .collect();
+                let word: Vec<u8> = word.into_iter().rev().collect();
+                if matches!(word.as_slice(), b"ARRAY" | b"STRUCT" | b"MAP" | b"NULLABLE" | b"LOWCARDINALITY")
+                {
+                    depth += 1;
+                    angles += 1;
+                }
+            }
+            b'>' if angles > 0 => {
+                depth = depth.saturating_sub(1);
+                angles -= 1;
+            }
+            c if c.is_ascii_whitespace() => {}
+            _ => suffixes = 0,
+        }
+        if !matches!(c, b'[' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+            suffixes = 0;
+        }
+        deepest = deepest.max(depth + suffixes);
+        i += 1;
+    }
+    deepest
 }
 
 /// Refuses DataFusion's own non-query statements before planning them, and holds a SQL
@@ -139,11 +219,7 @@ impl Visitor for Shape<'_> {
         }
         self.depth += 1;
         if self.depth > self.limits.max_depth {
-            return ControlFlow::Break(ServeError::Limit(format!(
-                "the query's expressions are nested too deeply: over the server's limit of {} \
-                 levels (--max-depth)",
-                self.limits.max_depth
-            )));
+            return ControlFlow::Break(too_deep(self.limits.max_depth));
         }
         ControlFlow::Continue(())
     }
@@ -173,6 +249,17 @@ mod tests {
 
     fn sum(terms: usize) -> String {
         format!("SELECT {}", vec!["1"; terms].join("+"))
+    }
+
+    #[test]
+    fn brackets_are_counted_outside_quotes_and_comments() {
+        assert_eq!(bracket_depth("SELECT ((1)), f(g(x))"), 2);
+        assert_eq!(bracket_depth("SELECT '((((' AS \"a(((\" -- ((((\n, 1 /* (((( */"), 0);
+        assert_eq!(bracket_depth("SELECT 'it''s (' , (1)"), 1);
+        assert_eq!(bracket_depth("SELECT a < b, a > b FROM t WHERE x<(1)"), 1);
+        assert_eq!(bracket_depth("CAST(x AS ARRAY<ARRAY<INT>>)"), 3);
+        assert_eq!(bracket_depth("CAST(x AS INT[][][])"), 4);
+        assert_eq!(bracket_depth("SELECT a[1][2][3]"), 1);
     }
 
     #[tokio::test]
@@ -251,9 +338,16 @@ mod tests {
         }
         ctes.push_str(" SELECT a FROM c999");
         assert!(plan(&ctes).await.unwrap_err().to_string().contains("query blocks"));
-        // Parentheses: DataFusion's parser has its own recursion limit.
-        let parens = format!("SELECT {}1{}", "(".repeat(10_000), ")".repeat(10_000));
-        assert!(plan(&parens).await.is_err());
+        // Brackets, counted in the text before it is parsed.
+        for deep in [
+            format!("SELECT {}1{}", "(".repeat(10_000), ")".repeat(10_000)),
+            format!("SELECT CAST(NULL AS {}INT{})", "ARRAY<".repeat(10_000), ">".repeat(10_000)),
+            format!("SELECT CAST(NULL AS INT{})", "[]".repeat(10_000)),
+            format!("SELECT CAST(NULL AS {}INT{})", "STRUCT<a ".repeat(100), ">".repeat(100)),
+        ] {
+            let e = plan(&deep).await.unwrap_err().to_string();
+            assert!(e.contains("nested too deeply"), "{}: {e}", &deep[..40]);
+        }
         let long = format!("SELECT 1 {}", " ".repeat(1 << 20));
         assert!(plan(&long).await.unwrap_err().to_string().contains("too long"));
     }
