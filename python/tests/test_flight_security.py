@@ -316,3 +316,37 @@ def test_a_crafted_ticket_is_an_error_and_the_server_lives_on(server):
         client.close()
     answers(server)
     assert flight_table(server, "SELECT count(*) AS n FROM t").column("n").to_pylist() == [ROWS]
+
+
+# ---------------------------------------------------------------------------------------------
+# Substrait: a plan made by datafusion-python runs; a malformed one is refused
+
+
+def substrait_descriptor(fl, plan: bytes):
+    """GetFlightInfo's descriptor for a Flight SQL CommandStatementSubstraitPlan."""
+    from dlframe.flight import _field
+
+    url = b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementSubstraitPlan"
+    command = _field(1, _field(1, plan) + _field(2, b"0.63"))
+    return fl.FlightDescriptor.for_command(_field(1, url) + _field(2, command))
+
+
+def test_a_substrait_plan_runs_and_a_malformed_one_is_refused(server, table_dir):
+    fl = optional("pyarrow.flight")
+    substrait = optional("datafusion.substrait")
+    datafusion = optional("datafusion")
+    ctx = datafusion.SessionContext()
+    ctx.register_parquet("t", str(table_dir))
+    plan = substrait.Serde.serialize_bytes("SELECT id FROM t WHERE id < 10", ctx)
+    client = fl.FlightClient(server.uri)
+    try:
+        options = flight_options(fl)
+        info = client.get_flight_info(substrait_descriptor(fl, plan), options)
+        got = pa.concat_tables([client.do_get(e.ticket, options).read_all() for e in info.endpoints])
+        assert sorted(got.column("id").to_pylist()) == list(range(10))
+        for bad in [b"\x0a\xff\xff\xff\xff\x0f", bytes(random.Random(7).randbytes(256)), b""]:
+            with pytest.raises((fl.FlightError, pa.ArrowException)):
+                client.get_flight_info(substrait_descriptor(fl, bad), options)
+    finally:
+        client.close()
+    answers(server)
