@@ -10,14 +10,13 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 
 use arrow_flight::FlightDescriptor;
-use arrow_flight::FlightInfo;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
 use common::process::LIMIT;
-use common::served::Server;
+use common::served::{Server, fetch};
 use common::{TempDir, local, write_parquet};
 use datafusion::arrow::compute::concat_batches;
 use futures::{StreamExt, TryStreamExt};
@@ -135,20 +134,6 @@ async fn tensor_results_equal_a_local_run_and_errors_keep_the_server_up() {
     server.sigterm();
     let status = server.wait_exit();
     assert!(status.success(), "dlframe serve exited with {status} on SIGTERM");
-}
-
-/// The endpoints of `info`, read with arrow-flight's Flight SQL client, as one batch.
-async fn fetch(
-    client: &mut FlightSqlServiceClient<Channel>,
-    info: FlightInfo,
-) -> Result<RecordBatch, String> {
-    let schema = Arc::new(info.clone().try_decode_schema().map_err(|e| e.to_string())?);
-    let mut batches = vec![];
-    for endpoint in info.endpoint {
-        let stream = client.do_get(endpoint.ticket.expect("a ticket")).await.map_err(|e| e.to_string())?;
-        batches.extend(stream.try_collect::<Vec<_>>().await.map_err(|e| e.to_string())?);
-    }
-    Ok(concat_batches(&schema, &batches).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,11 +18,10 @@ use arrow_flight::sql::{
     CommandPreparedStatementQuery, CommandStatementQuery, CommandStatementSubstraitPlan, ProstMessageExt,
     SubstraitPlan,
 };
-use arrow_flight::{Action, CancelFlightInfoRequest, FlightDescriptor, FlightInfo, HandshakeRequest, Ticket};
+use arrow_flight::{Action, CancelFlightInfoRequest, FlightDescriptor, HandshakeRequest, Ticket};
 use common::process::LIMIT;
-use common::served::Server;
+use common::served::{Server, fetch};
 use common::{TempDir, write_parquet};
-use datafusion::arrow::compute::concat_batches;
 use futures::TryStreamExt;
 use prost::Message;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
@@ -48,20 +47,6 @@ impl Server {
     fn alive(&mut self) -> bool {
         matches!(self.process.child.try_wait(), Ok(None))
     }
-}
-
-/// The endpoints of `info` as one batch.
-async fn fetch(
-    client: &mut FlightSqlServiceClient<Channel>,
-    info: FlightInfo,
-) -> Result<RecordBatch, String> {
-    let schema = Arc::new(info.clone().try_decode_schema().map_err(|e| e.to_string())?);
-    let mut batches = vec![];
-    for endpoint in info.endpoint {
-        let stream = client.do_get(endpoint.ticket.expect("a ticket")).await.map_err(|e| e.to_string())?;
-        batches.extend(stream.try_collect::<Vec<_>>().await.map_err(|e| e.to_string())?);
-    }
-    Ok(concat_batches(&schema, &batches).unwrap())
 }
 
 /// Runs `sql` as a statement: the result, or the error's text.

@@ -15,7 +15,7 @@ use tonic::service::Interceptor;
 use tonic::transport::Endpoint;
 use tonic::{Request, Status};
 
-use crate::flight::auth::same_bytes;
+use crate::flight::auth::{bearer, same_bytes};
 
 /// The environment variable that sets the cluster token when `--token` is not given.
 pub(crate) const CLUSTER_TOKEN_ENV: &str = "DLFRAME_CLUSTER_TOKEN";
@@ -31,14 +31,7 @@ impl Interceptor for ClusterAuth {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         let Some(token) = &self.0 else { return Ok(request) };
         let md = request.metadata();
-        let mut bearers = md.get_all("authorization").iter();
-        let bearer = bearers.next();
-        if bearers.next().is_some() {
-            return Err(Status::unauthenticated(
-                "dlframe cluster: send one authorization header, not several",
-            ));
-        }
-        let bearer = bearer.and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+        let bearer = bearer(md, "dlframe cluster")?;
         let agent = md
             .get("user-agent")
             .and_then(|v| v.as_bytes().split(|b| *b == b' ').next())

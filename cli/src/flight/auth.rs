@@ -34,29 +34,39 @@ pub(crate) struct Bearer(pub Option<Arc<str>>);
 impl Interceptor for Bearer {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         if let Some(token) = &self.0 {
-            let mut given = request.metadata().get_all("authorization").iter();
-            let first = given
-                .next()
+            let given = bearer(request.metadata(), "dlframe serve")?
                 .ok_or_else(|| Status::unauthenticated("dlframe serve: this server needs a bearer token"))?;
-            if given.next().is_some() {
-                return Err(Status::unauthenticated(
-                    "dlframe serve: send one authorization header, not several",
-                ));
-            }
-            let first = first.as_bytes().strip_prefix(b"Bearer ").unwrap_or_default();
-            if !same_bytes(first, token.as_bytes()) {
+            if !same_bytes(given, token.as_bytes()) {
                 return Err(Status::unauthenticated("dlframe serve: wrong bearer token"));
             }
         }
-        let conn = request
-            .extensions()
-            .get::<ConnInfo>()
-            .or_else(|| request.extensions().get::<TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()));
+        let conn = conn_info(&request);
         if let Some(conn) = conn {
             conn.authenticated.store(true, Ordering::Relaxed);
         }
         Ok(request)
     }
+}
+
+/// The token of the one `authorization` header of a call: what follows `Bearer ` (empty for
+/// another scheme), or None without the header. Several headers are refused, so no check can
+/// read one and a proxy another; `who` names the service in the refusal.
+pub(crate) fn bearer<'a>(
+    metadata: &'a tonic::metadata::MetadataMap,
+    who: &str,
+) -> Result<Option<&'a [u8]>, Status> {
+    let mut given = metadata.get_all("authorization").iter();
+    let first = given.next();
+    if given.next().is_some() {
+        return Err(Status::unauthenticated(format!("{who}: send one authorization header, not several")));
+    }
+    Ok(first.map(|v| v.as_bytes().strip_prefix(b"Bearer ").unwrap_or_default()))
+}
+
+/// The connection a call came on, through TLS or not.
+fn conn_info<T>(request: &Request<T>) -> Option<&ConnInfo> {
+    let extensions = request.extensions();
+    extensions.get::<ConnInfo>().or_else(|| extensions.get::<TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()))
 }
 
 /// Compares two byte strings in time that depends on their lengths only, not on where they differ.
@@ -66,11 +76,7 @@ pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 
 /// The peer of a call, from its connection.
 pub(crate) fn peer<T>(request: &Request<T>) -> Option<std::net::SocketAddr> {
-    request
-        .extensions()
-        .get::<ConnInfo>()
-        .or_else(|| request.extensions().get::<TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()))
-        .and_then(|c| c.tcp.remote_addr)
+    conn_info(request).and_then(|c| c.tcp.remote_addr)
 }
 
 #[cfg(test)]

@@ -127,10 +127,10 @@ fn bracket_depth(sql: &str) -> usize {
                 depth = depth.saturating_sub(1);
                 angles -= 1;
             }
-            c if c.is_ascii_whitespace() => {}
-            _ => suffixes = 0,
+            _ => {}
         }
-        if !matches!(c, b'[' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+        // A run of array suffixes ends at anything but brackets and whitespace.
+        if !(matches!(c, b'[' | b']') || c.is_ascii_whitespace()) {
             suffixes = 0;
         }
         deepest = deepest.max(depth + suffixes);

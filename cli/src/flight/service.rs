@@ -306,7 +306,6 @@ impl Served {
             }
         };
         log.what = QueryLog::new(peer, &sql, started).what;
-        log.partition = body.partition.map(|i| (i.saturating_add(1), body.partitions));
         let watched = self.runner.run(id, stream, slot, log);
         let scrub = self.scrub.clone();
         let batches = watched.map_err(move |e| FlightError::Tonic(Box::new(e.to_status(&scrub))));

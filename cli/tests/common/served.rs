@@ -1,6 +1,13 @@
 //! A `dlframe serve` process on `127.0.0.1:0` and a gRPC channel to it, for the Flight SQL
 //! tests; the process is killed on drop unless it was stopped.
 
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_flight::FlightInfo;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use datafusion::arrow::compute::concat_batches;
+use futures::TryStreamExt;
 use tonic::transport::Channel;
 
 use super::process::{LIMIT, Process};
@@ -29,4 +36,18 @@ impl Server {
             .await
             .unwrap()
     }
+}
+
+/// The endpoints of `info`, read with arrow-flight's Flight SQL client, as one batch.
+pub async fn fetch(
+    client: &mut FlightSqlServiceClient<Channel>,
+    info: FlightInfo,
+) -> Result<RecordBatch, String> {
+    let schema = Arc::new(info.clone().try_decode_schema().map_err(|e| e.to_string())?);
+    let mut batches = vec![];
+    for endpoint in info.endpoint {
+        let stream = client.do_get(endpoint.ticket.expect("a ticket")).await.map_err(|e| e.to_string())?;
+        batches.extend(stream.try_collect::<Vec<_>>().await.map_err(|e| e.to_string())?);
+    }
+    Ok(concat_batches(&schema, &batches).unwrap())
 }
