@@ -8,5 +8,6 @@ pub(crate) mod bounded;
 pub(crate) mod conn;
 pub(crate) mod error;
 pub(crate) mod guard;
+pub(crate) mod prepared;
 pub(crate) mod run;
 pub(crate) mod service;

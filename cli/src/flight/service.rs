@@ -10,13 +10,11 @@
 //! - A query runs under [`run`](super::run)'s bounds: slots, memory, deadline, cancellation.
 //! - Errors go out through [`error`](super::error), as Display text without server paths.
 
-use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::RecordBatch;
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
@@ -36,7 +34,7 @@ use arrow_flight::{
     Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor, FlightEndpoint,
     FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
 };
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::{Schema, SchemaRef};
 use datafusion::common::ParamValues;
 use datafusion::execution::SessionState;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -44,26 +42,15 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::prelude::SessionContext;
-use datafusion::scalar::ScalarValue;
-use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, TryStreamExt};
 use prost::Message;
 use prost::bytes::Bytes;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::error::{Scrub, ServeError};
 use super::guard::{self, SqlLimits};
+use super::prepared::{PARAMETER_TIME, PreparedStatements, parameter_schema, read_parameters};
 use super::run::{QueryId, QueryLog, Runner, new_id};
-
-/// The most prepared statements the server holds; past it, the oldest is dropped.
-const MAX_PREPARED: usize = 1024;
-/// The most parameters one prepared statement takes.
-const MAX_PARAMETERS: usize = 1024;
-/// The most bytes of parameter values one prepared statement keeps.
-const MAX_PARAMETER_BYTES: usize = 1 << 20;
-/// The most messages a client may send to bind parameters.
-const MAX_PARAMETER_MESSAGES: usize = 64;
-/// How long a client may take to send its parameters.
-const PARAMETER_TIME: std::time::Duration = std::time::Duration::from_secs(60);
 
 type DoGetStream = <Served as FlightService>::DoGetStream;
 
@@ -87,26 +74,12 @@ struct TicketBody {
     partitions: u32,
 }
 
-/// A prepared statement the server holds for a client.
-#[derive(Clone)]
-struct Prepared {
-    sql: String,
-    params: Option<ParamValues>,
-}
-
-/// The prepared statements, by handle, with the order they were made in (for eviction).
-#[derive(Default)]
-struct PreparedTable {
-    by_handle: HashMap<QueryId, Prepared>,
-    order: VecDeque<QueryId>,
-}
-
 /// The Flight SQL service.
 pub(crate) struct Served {
     state: SessionState,
     limits: SqlLimits,
     runner: Arc<Runner>,
-    prepared: Mutex<PreparedTable>,
+    prepared: PreparedStatements,
     scrub: Scrub,
     sql_info: SqlInfoData,
     /// Whether a FlightInfo lists one endpoint per partition of the plan.
@@ -138,7 +111,7 @@ impl Served {
             state,
             limits,
             runner,
-            prepared: Mutex::new(PreparedTable::default()),
+            prepared: PreparedStatements::default(),
             scrub,
             sql_info,
             partitioned,
@@ -176,18 +149,6 @@ impl Served {
         Ok(plan)
     }
 
-    /// The prepared statement under `handle`.
-    fn prepared(&self, handle: &[u8]) -> Result<Prepared, ServeError> {
-        let key: QueryId = handle.try_into().map_err(|_| ServeError::UnknownHandle)?;
-        self.prepared
-            .lock()
-            .expect("not poisoned")
-            .by_handle
-            .get(&key)
-            .cloned()
-            .ok_or(ServeError::UnknownHandle)
-    }
-
     /// Plans what `body` asks for.
     async fn plan_ticket(
         &self,
@@ -197,7 +158,7 @@ impl Served {
         match (&body.sql, &body.prepared, &body.substrait) {
             (Some(sql), None, None) => Ok((self.plan_sql(state, sql, None).await?, sql.clone())),
             (None, Some(handle), None) => {
-                let p = self.prepared(handle)?;
+                let p = self.prepared.get(handle)?;
                 Ok((self.plan_sql(state, &p.sql, p.params).await?, p.sql))
             }
             (None, None, Some(bytes)) => {
@@ -358,76 +319,11 @@ impl Served {
         out.sort();
         out
     }
-
-    /// Reads bound parameters: one row of at most [`MAX_PARAMETERS`] values, of at most
-    /// [`MAX_PARAMETER_BYTES`], checked before any value is taken from them.
-    async fn read_parameters(stream: PeekableFlightDataStream) -> Result<Option<ParamValues>, ServeError> {
-        let bad = |m: String| ServeError::BadRequest(format!("prepared statement parameters: {m}"));
-        // Every message counts, dictionaries included, before it is decoded.
-        let (mut messages, mut bytes) = (0usize, 0usize);
-        let counted = stream.map_err(FlightError::from).map(move |data| {
-            let data = data?;
-            messages += 1;
-            bytes += data.data_header.len() + data.data_body.len() + data.app_metadata.len();
-            if messages > MAX_PARAMETER_MESSAGES || bytes > 2 * MAX_PARAMETER_BYTES {
-                return Err(FlightError::ProtocolError(format!(
-                    "more than {MAX_PARAMETER_MESSAGES} messages or {} bytes",
-                    2 * MAX_PARAMETER_BYTES
-                )));
-            }
-            Ok(data)
-        });
-        let mut batches = FlightRecordBatchStream::new_from_flight_data(counted);
-        let mut row: Option<RecordBatch> = None;
-        while let Some(batch) = batches.next().await {
-            let batch = batch.map_err(|e| bad(e.to_string()))?;
-            if batch.num_rows() == 0 {
-                continue;
-            }
-            if batch.num_rows() > 1 || row.is_some() {
-                return Err(bad(
-                    "one row of values is taken; several rows (a batch of executions) are not".into()
-                ));
-            }
-            if batch.num_columns() > MAX_PARAMETERS {
-                return Err(bad(format!(
-                    "{} values, over the limit of {MAX_PARAMETERS}",
-                    batch.num_columns()
-                )));
-            }
-            let size = batch.get_array_memory_size();
-            if size > MAX_PARAMETER_BYTES {
-                return Err(bad(format!("{size} bytes, over the limit of {MAX_PARAMETER_BYTES}")));
-            }
-            row = Some(batch);
-        }
-        let Some(row) = row else { return Ok(None) };
-        let values = row
-            .columns()
-            .iter()
-            .map(|c| ScalarValue::try_from_array(c, 0))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| bad(e.to_string()))?;
-        Ok(Some(ParamValues::List(values.into_iter().map(Into::into).collect())))
-    }
 }
 
 /// Whether `plan` repartitions rows anywhere (a shuffle between its partitions).
 fn has_shuffle(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>) -> bool {
     plan.name() == "RepartitionExec" || plan.children().into_iter().any(has_shuffle)
-}
-
-/// The parameters of `plan` as a schema, `$1`, `$2`, ... in order.
-fn parameter_schema(plan: &LogicalPlan) -> Result<Schema, ServeError> {
-    let mut params: Vec<(String, Option<arrow_schema::DataType>)> =
-        plan.get_parameter_types()?.into_iter().collect();
-    params.sort_by_key(|(name, _)| name.trim_start_matches('$').parse::<usize>().unwrap_or(usize::MAX));
-    Ok(Schema::new(
-        params
-            .into_iter()
-            .map(|(name, t)| Field::new(name, t.unwrap_or(arrow_schema::DataType::Null), true))
-            .collect::<Vec<_>>(),
-    ))
 }
 
 /// A schema as Flight sends it in a prepared statement's result.
@@ -484,7 +380,7 @@ impl FlightSqlService for Served {
     ) -> Result<Response<FlightInfo>, Status> {
         // Planning takes a slot as running does: the limits on running queries bound it too.
         let _slot = self.runner.slot(Instant::now()).await.map_err(|e| self.status(e))?;
-        let p = self.prepared(&cmd.prepared_statement_handle).map_err(|e| self.status(e))?;
+        let p = self.prepared.get(&cmd.prepared_statement_handle).map_err(|e| self.status(e))?;
         let plan = self.plan_sql(&self.state, &p.sql, p.params).await.map_err(|e| self.status(e))?;
         let body =
             TicketBody { prepared: Some(cmd.prepared_statement_handle.to_vec()), ..TicketBody::default() };
@@ -668,17 +564,14 @@ impl FlightSqlService for Served {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
         let handle = query.prepared_statement_handle;
-        self.prepared(&handle).map_err(|e| self.status(e))?;
-        let params = tokio::time::timeout(PARAMETER_TIME, Self::read_parameters(request.into_inner()))
+        self.prepared.get(&handle).map_err(|e| self.status(e))?;
+        let params = tokio::time::timeout(PARAMETER_TIME, read_parameters(request.into_inner()))
             .await
             .map_err(|_| {
                 self.status(ServeError::BadRequest("prepared statement parameters: sent too slowly".into()))
             })?
             .map_err(|e| self.status(e))?;
-        let key: QueryId = handle.as_ref().try_into().map_err(|_| self.status(ServeError::UnknownHandle))?;
-        let mut table = self.prepared.lock().expect("not poisoned");
-        let entry = table.by_handle.get_mut(&key).ok_or_else(|| self.status(ServeError::UnknownHandle))?;
-        entry.params = params;
+        self.prepared.bind(&handle, params).map_err(|e| self.status(e))?;
         Ok(DoPutPreparedStatementResult { prepared_statement_handle: Some(handle) })
     }
 
@@ -692,16 +585,7 @@ impl FlightSqlService for Served {
         let plan = self.plan_sql(&self.state, &query.query, None).await.map_err(|e| self.status(e))?;
         let parameters = parameter_schema(&plan).map_err(|e| self.status(e))?;
         let dataset = plan.schema().as_arrow().clone();
-        let handle = new_id();
-        {
-            let mut table = self.prepared.lock().expect("not poisoned");
-            while table.by_handle.len() >= MAX_PREPARED {
-                let Some(oldest) = table.order.pop_front() else { break };
-                table.by_handle.remove(&oldest);
-            }
-            table.by_handle.insert(handle, Prepared { sql: query.query, params: None });
-            table.order.push_back(handle);
-        }
+        let handle = self.prepared.insert(query.query);
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.to_vec().into(),
             dataset_schema: schema_bytes(&dataset)?,
@@ -714,12 +598,7 @@ impl FlightSqlService for Served {
         query: ActionClosePreparedStatementRequest,
         _request: Request<Action>,
     ) -> Result<(), Status> {
-        if let Ok(key) = QueryId::try_from(query.prepared_statement_handle.as_ref()) {
-            let mut table = self.prepared.lock().expect("not poisoned");
-            if table.by_handle.remove(&key).is_some() {
-                table.order.retain(|k| *k != key);
-            }
-        }
+        self.prepared.close(&query.prepared_statement_handle);
         Ok(())
     }
 
