@@ -1,7 +1,8 @@
 //! `dlframe serve`'s Flight SQL service and what keeps it safe to expose: the read-only rule
 //! and the limits on a query's shape (`guard`), the bounds on running queries (`run`) and on
-//! the functions that build large values from small inputs (`bounded`), the
-//! token (`auth`), the connections (`conn`), and the errors clients read (`error`).
+//! the functions that build large values from small inputs (`bounded`), the prepared
+//! statements and their parameters (`prepared`), the token (`auth`), the connections
+//! (`conn`), and the errors clients read (`error`).
 
 pub(crate) mod auth;
 pub(crate) mod bounded;
