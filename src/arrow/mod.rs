@@ -20,7 +20,7 @@
 //! Files: `spec.rs` decides what a conversion makes (for the CPU and the CUDA executors alike),
 //! `read.rs` reads Arrow columns for the executors, `copy.rs` is the CPU executor,
 //! `to_tensor.rs` and `from_tensor.rs` are the zero-copy views, `back.rs` the way back with its
-//! copy fallback, `layout.rs` the layout of a column's rows, `lists.rs` the List -> FixedSizeList views and `extension.rs` the tensor
+//! copy fallback, `layout.rs` the layout of a column's rows, `take.rs` the matrix of rows picked by index, `lists.rs` the List -> FixedSizeList views and `extension.rs` the tensor
 //! extension's metadata.
 
 mod back;
@@ -32,6 +32,7 @@ mod lists;
 mod ragged;
 pub(crate) mod read;
 pub(crate) mod spec;
+mod take;
 mod to_tensor;
 
 pub use back::tensor_to_column_with;
@@ -41,4 +42,5 @@ pub use from_tensor::{tensor_to_array, tensor_to_column};
 pub use layout::CellLayout;
 pub use lists::{is_list_like, lists_as_fixed};
 pub use ragged::{is_ragged, ragged_to_tensor};
+pub use take::take_matrix;
 pub use to_tensor::{array_to_tensor, column_to_tensor};

@@ -10,6 +10,7 @@
 //! | [`concat_into`], [`concat_fill_into`] | chunks (with validity) | one preallocated buffer |
 //! | [`gather_strided`], [`contiguous_copy`], [`ordered_copy`] | a strided view (negative, zero strides) | C or F order |
 //! | [`interleave`] | `k` columns of any numeric types (with validity) | an `(n, k)` matrix, C or F order, cast |
+//! | [`take_rows`] | rows picked by index from `k` columns of one type | an `(n, k)` C-order matrix |
 //! | [`pad_rows`] | ragged rows end to end | an `(n, width)` matrix, padded |
 //! | [`stream_copy`] | bytes | bytes, with non-temporal stores (memory a device reads next) |
 //!
@@ -40,6 +41,7 @@ mod interleave;
 mod pad;
 mod pool;
 mod stream;
+mod take;
 
 pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer, RECYCLE_THRESHOLD};
 pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
@@ -56,6 +58,7 @@ pub(crate) use pool::{install, spawn};
 #[cfg(feature = "cuda")]
 pub(crate) use pool::{on_every_thread, on_own_pool};
 pub use stream::stream_copy;
+pub use take::take_rows;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -159,6 +162,19 @@ pub fn interleave_into(
         let fill = fill.map(fill_value::<D>).transpose()?;
         interleave(cols, order, fill, elements_mut::<D>(out)?)
     })
+}
+
+/// [`take_rows`] into `out`, the bytes of a `dtype` matrix (copies).
+///
+/// # Errors
+/// As [`take_rows`]; bool targets are refused, and bytes that are not whole aligned elements.
+pub fn take_rows_into(
+    dtype: DType,
+    chunks: &[Vec<Column>],
+    rows: &[(u32, u32)],
+    out: &mut [u8],
+) -> Result<()> {
+    with_numeric!(dtype, D => take_rows(chunks, rows, elements_mut::<D>(out)?))
 }
 
 /// Checks that every valid value of column `j` casts to `dtype` as [`interleave`] would cast
