@@ -207,8 +207,9 @@ def test_errors_are_clear_and_end_the_stream():
         next(it)
     with pytest.raises(StopIteration):
         next(it)
+    assert len(dlframe.batches(table, 2)) == 3  # a table's length is known ahead
     with pytest.raises(TypeError, match="has no length"):
-        len(dlframe.batches(table, 2))
+        len(dlframe.batches(table.to_reader(), 2))
     strings = pa.table({"s": ["a", "b"]})
     with pytest.raises(BufferError, match="cannot become a tensor"):
         list(dlframe.batches(strings, 1))
