@@ -1,12 +1,22 @@
 //! Exact-size tensor batches of a running query: DataFusion's record batch stream through the
 //! core's [`Batcher`], converted as they are pulled, so a result larger than memory never sits
-//! in memory at once.
+//! in memory at once; and one rank's epoch of a training job over a plan whose partitions are
+//! the units of the core's [`EpochPlan`]: sharded, shuffled, resumable, its partitions read
+//! ahead in parallel and handed on in the plan's order.
 
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::stats::Precision;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::SendableRecordBatchStream;
-use dlframe::batches::{BatchOptions, Batcher};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use dlframe::batches::{BatchOptions, Batcher, EpochPlan, EpochSpec, Select};
 use dlframe::table::TableTensors;
-use futures::{Stream, StreamExt};
+use futures::channel::mpsc;
+use futures::{SinkExt, Stream, StreamExt};
 
 /// A dlframe error as DataFusion's external error, whose source is the structured
 /// [`dlframe::Error`] (the SQL remedies of [`crate::external`] do not apply here: the null
@@ -27,9 +37,89 @@ pub fn tensor_batches(
     options: BatchOptions,
 ) -> impl Stream<Item = Result<TableTensors>> + Send {
     let fields = stream.schema().fields().iter().cloned().collect();
-    let batcher = Batcher::new(fields, true, options).map_err(external);
-    futures::stream::unfold(Some((stream, batcher)), |state| async move {
-        let (mut stream, batcher) = state?;
+    drive(stream, Batcher::new(fields, true, options).map_err(external))
+}
+
+/// One rank's epoch of batches over `plan`, whose partitions are the units: `spec` says the
+/// rank, the world, `even`, the shuffle and the epoch ([`EpochPlan`]), and the pass starts at
+/// batch `start` (a resumed job's next batch). Only the partitions that hold this rank's rows
+/// are executed, up to `ahead` at once (each buffering two record batches), and their rows
+/// are handed on in the plan's order, whatever order the threads finish in.
+///
+/// # Errors
+/// A plan error when a partition's row count is not known exactly ahead (DataFusion knows it
+/// for in-memory tables and for files with statistics and no filter); the plan's numbers
+/// ([`EpochPlan::new`]). The stream then yields the query's and the conversions' errors, and a
+/// source shorter than its statistics said.
+pub fn epoch_batches(
+    plan: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+    spec: EpochSpec,
+    start: u64,
+    options: BatchOptions,
+    ahead: usize,
+) -> Result<impl Stream<Item = Result<TableTensors>> + Send> {
+    let partitions = plan.output_partitioning().partition_count();
+    let stats = StatisticsContext::new();
+    let units = (0..partitions)
+        .map(|i| {
+            match stats.compute(plan.as_ref(), &StatisticsArgs::new().with_partition(Some(i)))?.num_rows {
+                Precision::Exact(n) => Ok(n as u64),
+                other => Err(DataFusionError::Plan(format!(
+                    "partition {i} of the plan has {other:?} rows, not an exact count, so the ranks \
+                 cannot be given their shares ahead; use tensor_batches, or a source with exact \
+                 statistics (a MemTable, or Parquet files without a filter)"
+                ))),
+            }
+        })
+        .collect::<Result<Vec<u64>>>()?;
+    let epoch = EpochPlan::new(&units, spec).map_err(external)?;
+    let (read, runs) = epoch.reads(start);
+    let fields = plan.schema().fields().iter().cloned().collect();
+    let batcher = Batcher::new(fields, true, options)
+        .and_then(|b| b.on_course(epoch.course(start)))
+        .map(|b| b.selecting(Select::new(runs)))
+        .map_err(external);
+    let input = futures::stream::iter(read)
+        .map(move |unit| {
+            let (plan, task) = (plan.clone(), task.clone());
+            async move { read_ahead(plan.execute(unit, task)) }
+        })
+        .buffered(ahead.max(1))
+        .flatten();
+    Ok(drive(input, batcher))
+}
+
+/// A partition's record batches, read on a task of their own (two ahead) until the stream it
+/// returns is dropped.
+fn read_ahead(stream: Result<SendableRecordBatchStream>) -> impl Stream<Item = Result<RecordBatch>> + Send {
+    let (mut tx, rx) = mpsc::channel(2);
+    let job = SpawnedTask::spawn(async move {
+        match stream {
+            Ok(mut s) => {
+                while let Some(b) = s.next().await {
+                    if tx.send(b).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+            }
+        }
+    });
+    // The task is aborted when the stream (which holds it) is dropped.
+    futures::stream::unfold((rx, job), |(mut rx, job)| async move { rx.next().await.map(|b| (b, (rx, job))) })
+}
+
+/// Feeds `input` to `batcher` and yields its batches; the first error ends the stream.
+fn drive(
+    input: impl Stream<Item = Result<RecordBatch>> + Send + 'static,
+    batcher: std::result::Result<Batcher, DataFusionError>,
+) -> impl Stream<Item = Result<TableTensors>> + Send {
+    let input = Box::pin(input);
+    futures::stream::unfold(Some((input, batcher)), |state| async move {
+        let (mut input, batcher) = state?;
         let mut b = match batcher {
             Ok(b) => b,
             Err(e) => return Some((Err(e), None)),
@@ -38,17 +128,17 @@ pub fn tensor_batches(
             if let Some(ready) = b.next_ready() {
                 let failed = ready.is_err();
                 let item = ready.map_err(external);
-                return Some((item, (!failed).then_some((stream, Ok(b)))));
+                return Some((item, (!failed).then_some((input, Ok(b)))));
             }
             if b.ended() {
                 return None;
             }
-            let input = match stream.next().await {
+            let next = match input.next().await {
                 None => None,
                 Some(Ok(batch)) => Some(Ok(batch.columns().to_vec())),
                 Some(Err(e)) => return Some((Err(e), None)),
             };
-            if let Err(e) = b.feed(input) {
+            if let Err(e) = b.feed(next) {
                 return Some((Err(external(e)), None));
             }
         }
@@ -122,5 +212,101 @@ mod tests {
             tensor_batches(df.execute_stream().await.unwrap(), BatchOptions::new(1).unwrap()).collect().await;
         assert_eq!(got.len(), 1);
         assert!(got[0].as_ref().unwrap_err().to_string().contains("Divide by zero"), "{:?}", got[0]);
+    }
+
+    /// A table of row ids in `parts` partitions of the given sizes.
+    async fn partitioned(sizes: &[i64]) -> (Arc<dyn ExecutionPlan>, Arc<TaskContext>) {
+        use datafusion::datasource::MemTable;
+        let schema = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "id",
+            arrow_schema::DataType::Int64,
+            false,
+        )]));
+        let mut next = 0;
+        let parts = sizes
+            .iter()
+            .map(|&n| {
+                let ids: Arc<dyn arrow_array::Array> = Arc::new(Int64Array::from_iter_values(next..next + n));
+                next += n;
+                vec![RecordBatch::try_new(schema.clone(), vec![ids]).unwrap()]
+            })
+            .collect();
+        let ctx = SessionContext::new();
+        ctx.register_table("t", Arc::new(MemTable::try_new(schema, parts).unwrap())).unwrap();
+        let df = ctx.sql("SELECT id FROM t").await.unwrap();
+        (df.create_physical_plan().await.unwrap(), ctx.task_ctx())
+    }
+
+    async fn ids(
+        plan: &Arc<dyn ExecutionPlan>,
+        task: &Arc<TaskContext>,
+        spec: EpochSpec,
+        start: u64,
+    ) -> Vec<Vec<i64>> {
+        let options =
+            BatchOptions { drop_last: spec.drop_last, ..BatchOptions::new(spec.batch_size).unwrap() };
+        let stream = epoch_batches(plan.clone(), task.clone(), spec, start, options, 3).unwrap();
+        stream
+            .map(|b| match b.unwrap() {
+                TableTensors::One(c) => c.values.as_slice::<i64>().unwrap().to_vec(),
+                TableTensors::Dict(_) => unreachable!(),
+            })
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn an_epoch_over_partitions_shards_shuffles_and_resumes() {
+        use dlframe::batches::Even;
+        let (plan, task) = partitioned(&[300, 120, 500, 81]).await;
+        let spec = |rank, seed| EpochSpec {
+            batch_size: 64,
+            drop_last: false,
+            rank,
+            world: 3,
+            even: Even::Drop,
+            seed,
+            buffer: 128,
+            epoch: 1,
+        };
+        for seed in [None, Some(9)] {
+            let mut all = Vec::new();
+            let mut counts = Vec::new();
+            for rank in 0..3 {
+                let got = ids(&plan, &task, spec(rank, seed), 0).await;
+                counts.push(got.len());
+                // Resuming at any batch gives the rest of the same batches.
+                for start in [1, 3] {
+                    assert_eq!(ids(&plan, &task, spec(rank, seed), start).await, got[start as usize..]);
+                }
+                all.extend(got.into_iter().flatten());
+            }
+            assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
+            assert_eq!(all.len(), 1001 - 1001 % 3);
+            let mut sorted = all.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), all.len(), "no row twice");
+            assert_eq!(seed.is_some(), all != sorted, "shuffled only with a seed");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plan_without_exact_row_counts_is_refused() {
+        let ctx = SessionContext::new();
+        let df = ctx.sql("SELECT value FROM generate_series(1, 100) WHERE value % 3 = 0").await.unwrap();
+        let plan = df.create_physical_plan().await.unwrap();
+        let spec = EpochSpec {
+            batch_size: 8,
+            drop_last: false,
+            rank: 0,
+            world: 2,
+            even: dlframe::batches::Even::Keep,
+            seed: None,
+            buffer: 0,
+            epoch: 0,
+        };
+        let e = epoch_batches(plan, ctx.task_ctx(), spec, 0, BatchOptions::new(8).unwrap(), 2).err().unwrap();
+        assert!(e.to_string().contains("not an exact count"), "{e}");
     }
 }

@@ -23,7 +23,8 @@
 //! [`register_tensors`] serves tensors as a table without copying them.
 //!
 //! [`tensor_batches`] streams a query's result as tensors of an exact number of rows, for
-//! results larger than memory.
+//! results larger than memory; [`epoch_batches`] gives one rank of a training job its share of
+//! a plan's partitions, shuffled and resumable, reading several partitions at once.
 //!
 //! Errors from dlframe become DataFusion errors in one place, [`to_df_err`].
 //!
@@ -83,7 +84,7 @@ use datafusion::execution::FunctionRegistry;
 use datafusion::logical_expr::ScalarUDF;
 use datafusion::prelude::SessionContext;
 
-pub use batches::tensor_batches;
+pub use batches::{epoch_batches, tensor_batches};
 pub use inspect::{TensorDtypeFunc, TensorElementFunc, TensorNdimFunc, TensorReshapeFunc, TensorShapeFunc};
 pub use padded::ToTensorPaddedFunc;
 #[cfg(feature = "sql")]
