@@ -4,6 +4,8 @@
 //! - `batches`: [`Batches`] over the record batches, each batch converted when asked for;
 //! - `batches_ahead`: a [`Batcher`] and [`Ahead`] with 2 windows converted at once while the
 //!   next input is pushed, as the Python binding's thread drives them;
+//! - `batches_shuffled`: the same with a shuffle (blocks of 4 batches permuted by a seed,
+//!   each batch gathered and interleaved in one pass), as `dlframe.batches(shuffle=True)`;
 //! - `memcpy`: the 128 MB copied once into a buffer that is already mapped.
 //!
 //! `cargo bench --bench batches -- --warm-up-time 1 --measurement-time 3`, then
@@ -15,7 +17,7 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Float32Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use dlframe::batches::{Ahead, BatchOptions, Batcher, Batches};
+use dlframe::batches::{Ahead, BatchOptions, Batcher, Batches, Course};
 
 const COLS: usize = 8;
 const ROWS: usize = 4 << 20;
@@ -49,11 +51,16 @@ fn batches(schema: &SchemaRef, input: &[RecordBatch]) {
     }
 }
 
-/// The same through a [`Batcher`] and [`Ahead`] of depth 2.
-fn batches_ahead(schema: &SchemaRef, input: &[RecordBatch]) {
+/// The same through a [`Batcher`] and [`Ahead`] of depth 2, shuffled with `seed`.
+fn batches_ahead(schema: &SchemaRef, input: &[RecordBatch], seed: Option<u64>) {
     let fields = schema.fields().iter().cloned().collect();
-    let mut batcher =
-        Batcher::new(fields, true, BatchOptions::new(BATCH).expect("options")).expect("a batcher");
+    let course = match seed {
+        Some(_) => Course { block_rows: 4 * BATCH, seed, first_block: 0, start: 0 },
+        None => Course::in_order(BATCH),
+    };
+    let mut batcher = Batcher::new(fields, true, BatchOptions::new(BATCH).expect("options"))
+        .and_then(|b| b.on_course(course))
+        .expect("a batcher");
     let mut ahead = Ahead::new(2);
     let drive = |batcher: &mut Batcher, ahead: &mut Ahead| {
         while let Some(w) = batcher.next_window() {
@@ -88,8 +95,9 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.bench_function("batches", |b| b.iter(|| batches(&schema, &big)));
-    g.bench_function("batches_ahead", |b| b.iter(|| batches_ahead(&schema, &big)));
-    g.bench_function("batches_ahead_8192_chunks", |b| b.iter(|| batches_ahead(&schema, &small)));
+    g.bench_function("batches_ahead", |b| b.iter(|| batches_ahead(&schema, &big, None)));
+    g.bench_function("batches_ahead_8192_chunks", |b| b.iter(|| batches_ahead(&schema, &small, None)));
+    g.bench_function("batches_shuffled", |b| b.iter(|| batches_ahead(&schema, &big, Some(7))));
     g.finish();
 }
 

@@ -17,7 +17,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r python/requirements-test.txt
 if [ -n "${DLFRAME_TORCH:-}" ]; then
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch>=2.4"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch>=2.4" "torchdata>=0.11"
 fi
 
 echo "== Rust: the CUDA tests again, with their output: the kernels built for the CPU (the"

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""dlframe.batches against the loaders people train with, one job, one run, timed in turn.
+
+The job: 8 float32 columns, 4M rows (``--rows``), in 8 Parquet files (row groups of 131,072
+rows, no compression) and the same rows written as Lance; batches of 65,536 rows as ``(B, 8)``
+torch float32 tensors, one epoch per timing, the best of 3 (Ray and HF datasets: of 2).
+
+- floors, measured here: the decode alone (pyarrow's dataset ``to_batches`` loop, no
+  conversion) for Parquet, a numpy copy of the same bytes (memcpy) in memory, and for a
+  shuffle the gather of the same bytes by a permutation (``np.take``) and making that
+  permutation (``rng.permutation``);
+- dlframe: ``dlframe.batches(paths_or_table, B, to="torch")``, unshuffled and with
+  ``shuffle=True, seed=0`` (blocks of 4 batches, units shuffled), and over 4 ranks
+  (``shard=(r, 4)``: 4 processes at once, each reading its quarter, against 1 process);
+- pyarrow: ``to_batches`` + ``np.column_stack`` + ``torch.from_numpy`` (no shuffle);
+- Polars: ``scan_parquet(...).collect_batches`` or ``iter_slices`` + ``to_torch``; shuffled
+  with ``sample(fraction=1, shuffle=True)`` (in memory only);
+- HF datasets: ``with_format("torch")``: streaming from Parquet (``shuffle(buffer_size=4B)``),
+  and in memory (``shuffle()``, an index map);
+- Lance: ``lance.torch.data.LanceDataset`` (shuffled with ``ShardedBatchSampler(randomize=True)``);
+- Ray Data: ``read_parquet`` / ``from_arrow`` + ``iter_torch_batches`` (shuffled with
+  ``local_shuffle_buffer_size=4B``).
+
+Ray, Lance and HF datasets come from the ``bench`` extra (``pip install -e 'python[bench]'``
+plus torch); a peer that is not installed is left out of the table and named. Prints a
+markdown table of ratios. Run with a release build of the extension:
+``.venv/bin/python benches/loaders.py [--rows N] [--skip ray,hf,lance]``.
+"""
+
+import importlib.metadata as md
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import torch
+
+import dlframe
+
+COLS, BATCH, FILES, ROW_GROUP = 8, 65_536, 8, 131_072
+ROWS = int(sys.argv[sys.argv.index("--rows") + 1]) if "--rows" in sys.argv else 4_000_000
+SKIP = set(sys.argv[sys.argv.index("--skip") + 1].split(",")) if "--skip" in sys.argv else set()
+NAMES = [f"c{j}" for j in range(COLS)]
+
+
+def epoch(batches) -> int:
+    """Runs one epoch; checks every batch is a (B, 8) float32 torch tensor; returns the rows."""
+    rows = 0
+    for b in batches:
+        assert isinstance(b, torch.Tensor) and b.dtype == torch.float32 and b.shape[1] == COLS, type(b)
+        rows += b.shape[0]
+    return rows
+
+
+def pyarrow_epoch(batches) -> int:
+    """pyarrow's loop: each record batch's columns stacked by numpy, as a torch tensor."""
+    return epoch(torch.from_numpy(np.column_stack([c.to_numpy() for c in b.columns])) for b in batches)
+
+
+def stacked(d) -> torch.Tensor:
+    """A dict of 1-D column tensors as one (n, 8) tensor (a copy)."""
+    return torch.stack([d[c] for c in NAMES], dim=1)
+
+
+def timed(candidates, repeat):
+    """Best seconds of each candidate over `repeat` rounds, each round running all in turn."""
+    times = {name: [] for name in candidates}
+    for r in range(repeat):
+        for name, (f, rounds) in candidates.items():
+            if r < rounds:
+                t = time.perf_counter()
+                rows = f()
+                times[name].append(time.perf_counter() - t)
+                assert rows in (ROWS, 0), (name, rows)
+    return {k: min(v) for k, v in times.items()}
+
+
+def rank_job(paths, rank, world, barrier, out):
+    """One rank of the sharded run: waits for the others, then runs 3 epochs of its share."""
+    import dlframe as d
+
+    b = d.batches(paths, BATCH, shard=(rank, world), to="torch")
+    epoch(b)  # warm: the footers read and the threads started
+    barrier.wait()
+    t0 = time.time()
+    for _ in range(3):
+        epoch(b)
+    out.put((rank, t0, time.time()))
+
+
+def sharded(paths, world) -> float:
+    """Seconds per epoch of `world` ranks at once (from the first start to the last end)."""
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(world), ctx.Queue()
+    procs = [ctx.Process(target=rank_job, args=(paths, r, world, barrier, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    spans = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return (max(s[2] for s in spans) - min(s[1] for s in spans)) / 3
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="dlframe-loaders-")
+    try:
+        run(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(tmp):
+    rng = np.random.default_rng(0)
+    per = ROWS // FILES
+    paths = []
+    for f in range(FILES):
+        t = pa.table({c: rng.random(per, dtype=np.float32) for c in NAMES})
+        path = os.path.join(tmp, f"part-{f}.parquet")
+        pq.write_table(t, path, row_group_size=ROW_GROUP, compression="none")
+        paths.append(path)
+    dataset = ds.dataset(paths, format="parquet")
+    table = dataset.to_table()
+    src = np.stack([table[c].to_numpy() for c in NAMES], axis=1)
+    dst = np.empty_like(src)
+    block = 4 * BATCH
+    perm = np.concatenate([rng.permutation(min(block, ROWS - s)) + s for s in range(0, ROWS, block)])
+    missing = []
+
+    def decode():
+        return sum(b.num_rows for b in dataset.to_batches(batch_size=BATCH))
+
+    def memcpy():
+        np.copyto(dst, src)
+        return ROWS
+
+    def gather():
+        np.take(src, perm, axis=0, out=dst)
+        return ROWS
+
+    def permute():
+        for s in range(0, ROWS, block):
+            rng.permutation(min(block, ROWS - s))
+        return 0
+
+    mem = {
+        "memcpy": (memcpy, 3),
+        "gather (np.take, blocks of 4B)": (gather, 3),
+        "permutations (rng.permutation)": (permute, 3),
+        "dlframe": (lambda: epoch(dlframe.batches(table, BATCH, to="torch")), 3),
+        "dlframe shuffled": (lambda: epoch(dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0)), 3),
+        "pyarrow": (lambda: pyarrow_epoch(table.to_batches(BATCH)), 3),
+    }
+    pqs = {
+        "decode (pyarrow to_batches)": (decode, 3),
+        "dlframe": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch")), 3),
+        "dlframe shuffled": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0)), 3),
+        "pyarrow": (lambda: pyarrow_epoch(dataset.to_batches(batch_size=BATCH)), 3),
+    }
+    import polars as pl
+
+    df = pl.from_arrow(table, rechunk=False)
+    shuffled_df = lambda: df.sample(fraction=1.0, shuffle=True, seed=0)
+    mem["Polars"] = (lambda: epoch(s.to_torch() for s in df.iter_slices(BATCH)), 3)
+    mem["Polars shuffled"] = (lambda: epoch(s.to_torch() for s in shuffled_df().iter_slices(BATCH)), 3)
+    scan = lambda: pl.scan_parquet(paths)
+    if hasattr(pl.LazyFrame, "collect_batches"):
+        pqs["Polars"] = (lambda: epoch(s.to_torch() for s in scan().collect_batches(chunk_size=BATCH)), 3)
+    else:
+        pqs["Polars"] = (lambda: epoch(s.to_torch() for s in scan().collect().iter_slices(BATCH)), 3)
+
+    if "hf" not in SKIP and _have("datasets"):
+        import datasets
+
+        datasets.disable_progress_bars()
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+        hf_mem = datasets.Dataset(datasets.table.InMemoryTable(table)).with_format("torch")
+        hf_mem_shuffled = hf_mem.shuffle(seed=0)
+        hf_stream = datasets.load_dataset(
+            "parquet", data_files=paths, split="train", streaming=True, cache_dir=os.path.join(tmp, "hf")
+        )
+        hf_iter = lambda d: epoch(stacked(b) for b in d.iter(batch_size=BATCH))
+        mem["HF datasets"] = (lambda: hf_iter(hf_mem), 2)
+        mem["HF datasets shuffled"] = (lambda: hf_iter(hf_mem_shuffled), 1)
+        pqs["HF datasets"] = (lambda: hf_iter(hf_stream.with_format("torch")), 2)
+        pqs["HF datasets shuffled"] = (
+            lambda: hf_iter(hf_stream.shuffle(seed=0, buffer_size=4 * BATCH).with_format("torch")),
+            1,
+        )
+    else:
+        missing.append("HF datasets")
+
+    if "lance" not in SKIP and _have("pylance"):
+        import lance
+        from lance.sampler import ShardedBatchSampler
+        from lance.torch.data import LanceDataset
+
+        uri = os.path.join(tmp, "data.lance")
+        lance.write_dataset(table, uri)
+        lance_epoch = lambda **kw: epoch(
+            stacked(b) for b in LanceDataset(uri, batch_size=BATCH, auto_detect_rank=False, **kw)
+        )
+        pqs["Lance (its own files)"] = (lambda: lance_epoch(), 3)
+        pqs["Lance shuffled"] = (
+            lambda: lance_epoch(sampler=ShardedBatchSampler(0, 1, randomize=True, seed=0)),
+            3,
+        )
+    else:
+        missing.append("Lance")
+
+    if "ray" not in SKIP and _have("ray"):
+        import ray
+
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        ray_pq = ray.data.read_parquet(paths)
+        ray_mem = ray.data.from_arrow(table)
+        ray_epoch = lambda d, **kw: epoch(stacked(b) for b in d.iter_torch_batches(batch_size=BATCH, **kw))
+        pqs["Ray Data"] = (lambda: ray_epoch(ray_pq), 2)
+        pqs["Ray Data shuffled"] = (lambda: ray_epoch(ray_pq, local_shuffle_buffer_size=4 * BATCH), 2)
+        mem["Ray Data"] = (lambda: ray_epoch(ray_mem), 2)
+        mem["Ray Data shuffled"] = (lambda: ray_epoch(ray_mem, local_shuffle_buffer_size=4 * BATCH), 2)
+    else:
+        missing.append("Ray Data")
+
+    t_mem = timed(mem, 3)
+    t_pq = timed(pqs, 3)
+    one, four = sharded(paths, 1), sharded(paths, 4)
+
+    print(f"# dlframe.batches against the loaders ({ROWS:,} rows x {COLS} float32, batches of {BATCH:,})")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print("versions: " + ", ".join(f"{p} {_version(p)}" for p in _PEERS if _have(p)))
+    if missing:
+        print("not installed (left out): " + ", ".join(missing))
+    print()
+    print("| from | candidate | time / floor | time / dlframe |")
+    print("|---|---|---|---|")
+    for where, t, floor_name in (("Parquet", t_pq, "decode (pyarrow to_batches)"), ("memory", t_mem, "memcpy")):
+        floor = t[floor_name]
+        for name, s in t.items():
+            ours = t["dlframe shuffled" if "shuffled" in name else "dlframe"]
+            print(f"| {where} | {name} | {s / floor:.2f}x | {s / ours:.2f}x |")
+    print()
+    print("| target | measured | holds |")
+    print("|---|---|---|")
+    peers_pq = [v for k, v in t_pq.items() if not k.startswith(("dlframe", "decode")) and "shuffled" not in k]
+    rows = [
+        ("unshuffled from Parquet <= 1.15x the decode", t_pq["dlframe"] / t_pq["decode (pyarrow to_batches)"], 1.15),
+        ("unshuffled from Parquet faster than every peer", t_pq["dlframe"] / min(peers_pq), 1.0),
+        ("unshuffled in memory <= 1.1x memcpy", t_mem["dlframe"] / t_mem["memcpy"], 1.1),
+        ("shuffled <= 1.5x unshuffled, from Parquet", t_pq["dlframe shuffled"] / t_pq["dlframe"], 1.5),
+        ("shuffled <= 1.5x unshuffled, in memory", t_mem["dlframe shuffled"] / t_mem["dlframe"], 1.5),
+        ("4 ranks: time per epoch / 1 rank's (<= 1 is no waste)", four / one, 1.0),
+    ]
+    for what, ratio, limit in rows:
+        print(f"| {what} | {ratio:.2f}x | {'yes' if ratio <= limit else 'no'} |")
+    floor = t_mem["gather (np.take, blocks of 4B)"] / t_mem["memcpy"]
+    print()
+    print(
+        f"Shuffle floors in memory: a gather of the same bytes by the permutation takes {floor:.2f}x a memcpy, "
+        f"and making the permutations {t_mem['permutations (rng.permutation)'] / t_mem['memcpy']:.2f}x."
+    )
+
+
+_PEERS = ["pyarrow", "polars", "torch", "datasets", "pylance", "ray"]
+
+
+def _have(pkg: str) -> bool:
+    try:
+        md.version(pkg)
+        return True
+    except md.PackageNotFoundError:
+        return False
+
+
+def _version(pkg: str) -> str:
+    return md.version(pkg)
+
+
+if __name__ == "__main__":
+    main()
