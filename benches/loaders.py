@@ -10,16 +10,17 @@ torch float32 tensors, one epoch per timing, the best of 3 (Ray and HF datasets:
   shuffle the gather of the same bytes by a permutation (``np.take``) and making that
   permutation (``rng.permutation``);
 - dlframe: ``dlframe.batches(paths_or_table, B, to="torch")``, unshuffled and with
-  ``shuffle=True, seed=0`` (blocks of 4 batches, units shuffled), and over 4 ranks
-  (``shard=(r, 4)``: 4 processes at once, each reading its quarter, against 1 process);
+  ``shuffle=True, seed=0`` (the default buffer of one batch, units shuffled), and over 4 ranks
+  (``shard=(r, 4)``: 4 processes at once, each reading its quarter, against 1 process; the
+  floor is the same with pyarrow decoding a quarter of the files in each process);
 - pyarrow: ``to_batches`` + ``np.column_stack`` + ``torch.from_numpy`` (no shuffle);
 - Polars: ``scan_parquet(...).collect_batches`` or ``iter_slices`` + ``to_torch``; shuffled
   with ``sample(fraction=1, shuffle=True)`` (in memory only);
-- HF datasets: ``with_format("torch")``: streaming from Parquet (``shuffle(buffer_size=4B)``),
+- HF datasets: ``with_format("torch")``: streaming from Parquet (``shuffle(buffer_size=B)``),
   and in memory (``shuffle()``, an index map);
 - Lance: ``lance.torch.data.LanceDataset`` (shuffled with ``ShardedBatchSampler(randomize=True)``);
 - Ray Data: ``read_parquet`` / ``from_arrow`` + ``iter_torch_batches`` (shuffled with
-  ``local_shuffle_buffer_size=4B``).
+  ``local_shuffle_buffer_size=B``), timed last, while Ray is up.
 
 Ray, Lance and HF datasets come from the ``bench`` extra (``pip install -e 'python[bench]'``
 plus torch); a peer that is not installed is left out of the table and named. Prints a
@@ -82,30 +83,60 @@ def timed(candidates, repeat):
     return {k: min(v) for k, v in times.items()}
 
 
-def rank_job(paths, rank, world, barrier, out):
-    """One rank of the sharded run: waits for the others, then runs 3 epochs of its share."""
+def rank_job(paths, rank, world, barrier, out, decode_only):
+    """One rank of the sharded run: waits for the others, then runs 3 epochs of its share
+    (with `decode_only`, pyarrow decoding its share of the files, the floor)."""
     import dlframe as d
 
-    b = d.batches(paths, BATCH, shard=(rank, world), to="torch")
-    epoch(b)  # warm: the footers read and the threads started
+    if decode_only:
+        mine = ds.dataset(paths[rank * len(paths) // world : (rank + 1) * len(paths) // world], format="parquet")
+        run = lambda: sum(b.num_rows for b in mine.to_batches(batch_size=BATCH))
+    else:
+        b = d.batches(paths, BATCH, shard=(rank, world), to="torch")
+        run = lambda: epoch(b)
+    run()  # warm: the footers read and the threads started
     barrier.wait()
     t0 = time.time()
     for _ in range(3):
-        epoch(b)
+        run()
     out.put((rank, t0, time.time()))
 
 
-def sharded(paths, world) -> float:
+def sharded(paths, world, decode_only=False) -> float:
     """Seconds per epoch of `world` ranks at once (from the first start to the last end)."""
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(world), ctx.Queue()
-    procs = [ctx.Process(target=rank_job, args=(paths, r, world, barrier, out)) for r in range(world)]
+    args = lambda r: (paths, r, world, barrier, out, decode_only)
+    procs = [ctx.Process(target=rank_job, args=args(r)) for r in range(world)]
     for p in procs:
         p.start()
     spans = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join(timeout=60)
     return (max(s[2] for s in spans) - min(s[1] for s in spans)) / 3
+
+
+def ray_timings(paths, table):
+    """Ray Data's candidates, timed while Ray is up (then shut down)."""
+    import ray
+
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    try:
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        ray_pq = ray.data.read_parquet(paths)
+        ray_mem = ray.data.from_arrow(table)
+        ray_epoch = lambda d, **kw: epoch(stacked(b) for b in d.iter_torch_batches(batch_size=BATCH, **kw))
+        mem = {
+            "Ray Data": (lambda: ray_epoch(ray_mem), 2),
+            "Ray Data shuffled": (lambda: ray_epoch(ray_mem, local_shuffle_buffer_size=BATCH), 2),
+        }
+        pqs = {
+            "Ray Data": (lambda: ray_epoch(ray_pq), 2),
+            "Ray Data shuffled": (lambda: ray_epoch(ray_pq, local_shuffle_buffer_size=BATCH), 2),
+        }
+        return timed(mem, 2), timed(pqs, 2)
+    finally:
+        ray.shutdown()
 
 
 def main():
@@ -129,7 +160,7 @@ def run(tmp):
     table = dataset.to_table()
     src = np.stack([table[c].to_numpy() for c in NAMES], axis=1)
     dst = np.empty_like(src)
-    block = 4 * BATCH
+    block = BATCH
     perm = np.concatenate([rng.permutation(min(block, ROWS - s)) + s for s in range(0, ROWS, block)])
     missing = []
 
@@ -151,7 +182,7 @@ def run(tmp):
 
     mem = {
         "memcpy": (memcpy, 3),
-        "gather (np.take, blocks of 4B)": (gather, 3),
+        "gather (np.take, blocks of B)": (gather, 3),
         "permutations (rng.permutation)": (permute, 3),
         "dlframe": (lambda: epoch(dlframe.batches(table, BATCH, to="torch")), 3),
         "dlframe shuffled": (lambda: epoch(dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0)), 3),
@@ -190,7 +221,7 @@ def run(tmp):
         mem["HF datasets shuffled"] = (lambda: hf_iter(hf_mem_shuffled), 1)
         pqs["HF datasets"] = (lambda: hf_iter(hf_stream.with_format("torch")), 2)
         pqs["HF datasets shuffled"] = (
-            lambda: hf_iter(hf_stream.shuffle(seed=0, buffer_size=4 * BATCH).with_format("torch")),
+            lambda: hf_iter(hf_stream.shuffle(seed=0, buffer_size=BATCH).with_format("torch")),
             1,
         )
     else:
@@ -214,24 +245,18 @@ def run(tmp):
     else:
         missing.append("Lance")
 
-    if "ray" not in SKIP and _have("ray"):
-        import ray
-
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        ray_pq = ray.data.read_parquet(paths)
-        ray_mem = ray.data.from_arrow(table)
-        ray_epoch = lambda d, **kw: epoch(stacked(b) for b in d.iter_torch_batches(batch_size=BATCH, **kw))
-        pqs["Ray Data"] = (lambda: ray_epoch(ray_pq), 2)
-        pqs["Ray Data shuffled"] = (lambda: ray_epoch(ray_pq, local_shuffle_buffer_size=4 * BATCH), 2)
-        mem["Ray Data"] = (lambda: ray_epoch(ray_mem), 2)
-        mem["Ray Data shuffled"] = (lambda: ray_epoch(ray_mem, local_shuffle_buffer_size=4 * BATCH), 2)
-    else:
-        missing.append("Ray Data")
-
+    # The ranks first, then everything but Ray, then Ray, whose background processes would
+    # take the cores from the others while it is up.
+    one, four = sharded(paths, 1), sharded(paths, 4)
+    one_decode, four_decode = sharded(paths, 1, True), sharded(paths, 4, True)
     t_mem = timed(mem, 3)
     t_pq = timed(pqs, 3)
-    one, four = sharded(paths, 1), sharded(paths, 4)
+    if "ray" not in SKIP and _have("ray"):
+        t_ray_mem, t_ray_pq = ray_timings(paths, table)
+        t_mem.update(t_ray_mem)
+        t_pq.update(t_ray_pq)
+    else:
+        missing.append("Ray Data")
 
     print(f"# dlframe.batches against the loaders ({ROWS:,} rows x {COLS} float32, batches of {BATCH:,})")
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
@@ -256,15 +281,21 @@ def run(tmp):
         ("unshuffled in memory <= 1.1x memcpy", t_mem["dlframe"] / t_mem["memcpy"], 1.1),
         ("shuffled <= 1.5x unshuffled, from Parquet", t_pq["dlframe shuffled"] / t_pq["dlframe"], 1.5),
         ("shuffled <= 1.5x unshuffled, in memory", t_mem["dlframe shuffled"] / t_mem["dlframe"], 1.5),
-        ("4 ranks: time per epoch / 1 rank's (<= 1 is no waste)", four / one, 1.0),
+        ("4 ranks at once: time per epoch / 1 rank's", four / one, four_decode / one_decode),
     ]
     for what, ratio, limit in rows:
-        print(f"| {what} | {ratio:.2f}x | {'yes' if ratio <= limit else 'no'} |")
-    floor = t_mem["gather (np.take, blocks of 4B)"] / t_mem["memcpy"]
+        print(f"| {what} | {ratio:.2f}x | {'yes' if ratio <= limit else 'no'} (limit {limit:.2f}x) |")
+    floor = t_mem["gather (np.take, blocks of B)"] / t_mem["memcpy"]
     print()
     print(
         f"Shuffle floors in memory: a gather of the same bytes by the permutation takes {floor:.2f}x a memcpy, "
-        f"and making the permutations {t_mem['permutations (rng.permutation)'] / t_mem['memcpy']:.2f}x."
+        f"and making the permutations {t_mem['permutations (rng.permutation)'] / t_mem['memcpy']:.2f}x "
+        f"(dlframe unshuffled: {t_mem['dlframe'] / t_mem['memcpy']:.2f}x)."
+    )
+    print(
+        f"Sharding floor: 4 processes of pyarrow decoding a quarter of the files each take "
+        f"{four_decode / one_decode:.2f}x the time of 1 process decoding all of them (4 processes share "
+        f"{os.cpu_count()} cores); the 4-rank limit above is that ratio."
     )
 
 

@@ -110,14 +110,16 @@ class Batches:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"not a dlframe.batches state of version {STATE_VERSION}: {state!r}")
         mine = self.state_dict()
-        nxt = state["next"]
-        if not isinstance(nxt, int) or nxt < 0:
-            raise ValueError(f"the state's 'next' must be an int >= 0, not {nxt!r}")
-        if state["batch_size"] != self.batch_size and state["seed"] is None and mine["seed"] is None:
-            rows = nxt * state["batch_size"]
+        nxt, epoch = state.get("next"), state.get("epoch")
+        for key, v in (("next", nxt), ("epoch", epoch)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"the state's {key!r} must be an int >= 0, not {v!r}")
+        saved = state.get("batch_size")
+        if isinstance(saved, int) and saved > 0 and saved != self.batch_size and state.get("seed") is None and mine["seed"] is None:
+            rows = nxt * saved
             if rows % self.batch_size:
                 raise ValueError(
-                    f"the state was saved with batch_size={state['batch_size']} after {rows} rows, which "
+                    f"the state was saved with batch_size={saved} after {rows} rows, which "
                     f"is not a whole number of batches of {self.batch_size}; resume with the same batch_size"
                 )
             nxt, state = rows // self.batch_size, {**state, "batch_size": self.batch_size}
@@ -131,14 +133,14 @@ class Batches:
         worker = state.get("worker")
         here = _worker_shard()
         if worker is not None:
-            if tuple(worker) != here:
+            if not isinstance(worker, (list, tuple)) or tuple(worker) != here:
                 raise ValueError(
                     f"the state is DataLoader worker {worker[0]}'s of {worker[1]}, and this is "
                     f"{'the main process' if here == (0, 1) else f'worker {here[0]} of {here[1]}'}: "
                     "load a worker's state in the same worker (torchdata's StatefulDataLoader does), "
                     "or save the state of the loop that consumes the batches"
                 )
-        self._epoch = state["epoch"]
+        self._epoch = epoch
         self._resume = (nxt, worker is not None)
         self._progress = None
 
@@ -225,12 +227,12 @@ class Batches:
         return _auto_shard() if shard == "auto" else shard
 
     def _unit_rows(self) -> int:
-        """Rows of a unit of a table in memory: a batch unshuffled; with a shuffle, an eighth of
-        the smaller of a batch and the buffer, so that every batch mixes rows from all over."""
+        """Rows of a unit of a table in memory: a batch unshuffled; with a shuffle, a sixteenth
+        of the smaller of a batch and the buffer, so that every batch mixes rows from all over."""
         t = self.training
         if not t["shuffle"]:
             return self.batch_size
-        return max(1, min(self.batch_size, t["shuffle_buffer"]) // 8)
+        return max(1, min(self.batch_size, t["shuffle_buffer"]) // 16)
 
     def _total_rows(self) -> int | None:
         kind, _, units = self._source((0, 1), describe_only=True)
@@ -384,7 +386,7 @@ def batches(
       ...) and read whole by every rank.
     - ``shuffle=True, seed=S``: the order of the units (row groups, or ranges of rows in
       memory) is shuffled, and rows are shuffled within blocks of ``shuffle_buffer`` rows
-      (default four batches), deterministic for ``(seed, epoch)``; :meth:`Batches.set_epoch`
+      (default one batch, at least 65,536 rows), deterministic for ``(seed, epoch)``; :meth:`Batches.set_epoch`
       changes it. The permutation is applied in the conversion pass itself (a gather).
     - :meth:`Batches.state_dict` / :meth:`Batches.load_state_dict` resume mid-epoch at exactly
       the next batch, also inside DataLoader workers (torchdata's ``StatefulDataLoader``).
@@ -425,7 +427,7 @@ def _checked_training(t: dict[str, Any], batch_size: int) -> dict[str, Any]:
             raise ValueError(
                 f"shuffle=True needs seed=, an int in [0, 2**64), the same on every rank, not {seed!r}"
             )
-        buffer = 4 * batch_size if buffer is None else buffer
+        buffer = max(batch_size, 65536) if buffer is None else buffer
         if not isinstance(buffer, int) or isinstance(buffer, bool) or buffer < 1:
             raise ValueError(f"shuffle_buffer must be a positive int (rows), not {buffer!r}")
     elif seed is not None or buffer is not None:
@@ -526,7 +528,9 @@ def _read_row_groups(dataset: Any, units: list[tuple[Any, int, int]], read: list
 
     fragments = [units[i][0].subset(row_group_ids=[units[i][1]]) for i in read]
     part = ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
-    return part.scanner(batch_size=1 << 20, use_threads=True).to_reader()
+    # pyarrow decodes the next row groups while dlframe converts; its read-ahead is kept small,
+    # so that memory stays near a few row groups.
+    return part.scanner(use_threads=True, batch_readahead=4, fragment_readahead=2).to_reader()
 
 
 def _stream_of(source: Any) -> tuple[Any, bool]:

@@ -103,8 +103,8 @@ def test_a_shuffle_is_fixed_by_seed_and_epoch_and_gives_every_row_once():
 
 
 def test_a_shuffle_mixes_beyond_its_buffer():
-    # With a buffer of 4 batches, a block-local shuffle would keep each batch's rows within a
-    # window of 4,000 ids. Unit order is shuffled too: a batch draws from all over the table.
+    # With the default buffer (65,536 rows), a block-local shuffle would keep each batch's rows
+    # within a window of 66,000 ids. Unit order is shuffled too: a batch draws from all over.
     rows, batch = 100_000, 1000
     got = ids_of(dlframe.batches(id_table(rows), batch, columns="dict", shuffle=True, seed=3))
     spans = [max(b) - min(b) for b in got]
@@ -200,6 +200,10 @@ def test_a_state_from_other_settings_is_refused_unless_it_is_exact():
         dlframe.batches(table, 300, shard=(0, 2)).load_state_dict(state)
     with pytest.raises(ValueError, match="version"):
         b.load_state_dict({"next": 3})
+    with pytest.raises(ValueError, match="'next' must be an int"):
+        b.load_state_dict({**state, "next": -1})
+    with pytest.raises(ValueError, match="worker"):
+        b.load_state_dict({**state, "worker": [1, 2]})
 
 
 def test_bad_training_arguments_are_refused():

@@ -13,10 +13,10 @@ use crate::kernels::{self, Column, HostBuffer};
 use crate::options::{ExportOptions, Order};
 use crate::tensor::{Tensor, c_strides};
 
-/// Rows `rows` (`(chunk, row)` pairs) of several columns, cut into the same chunks, as one
-/// C-order matrix in one pass (copies), when that pass is a plain gather: columns of the
-/// matrix's dtype with no nulls, in C order. None otherwise: the caller gathers the columns
-/// first and converts them as any others.
+/// Rows `rows` (increasing, counted through the chunks) of several columns, cut into the same
+/// chunks, as rows `to` of one C-order matrix in one pass (copies), when that pass is a plain
+/// gather: columns of the matrix's dtype with no nulls, in C order. None otherwise: the caller
+/// gathers the columns first and converts them as any others.
 ///
 /// # Errors
 /// [`MatrixSpec::new`]'s (the columns as a whole must make a matrix under `opts`), and
@@ -24,7 +24,8 @@ use crate::tensor::{Tensor, c_strides};
 pub fn take_matrix(
     fields: &[FieldRef],
     columns: &[Vec<ArrayRef>],
-    rows: &[(u32, u32)],
+    rows: &[u32],
+    to: &[u32],
     opts: &ExportOptions,
 ) -> Result<Option<Converted>> {
     let spec = MatrixSpec::new(fields, columns, opts)?;
@@ -54,7 +55,7 @@ pub fn take_matrix(
         .collect::<Result<Vec<_>>>()?;
     let shape = vec![rows.len() as i64, fields.len() as i64];
     let mut buf = HostBuffer::for_overwrite(rows.len() * fields.len() * spec.storage.itemsize())?;
-    kernels::take_rows_into(spec.storage, &by_chunk, rows, buf.as_mut_slice())?;
+    kernels::take_rows_into(spec.storage, &by_chunk, rows, to, buf.as_mut_slice())?;
     let strides = c_strides(&shape);
     let values =
         Tensor::from_buffer(buf.into_buffer(), 0, shape, Some(strides), spec.storage)?.with_copied(true);
@@ -78,7 +79,7 @@ mod tests {
         let b: ArrayRef = Arc::new(Float32Array::from(vec![10.0, 20.0, 30.0]));
         let cols = vec![vec![a.slice(0, 2), a.slice(2, 1)], vec![b.slice(0, 2), b.slice(2, 1)]];
         let opts = ExportOptions::default();
-        let m = take_matrix(&fields, &cols, &[(1, 0), (0, 0)], &opts).unwrap().unwrap();
+        let m = take_matrix(&fields, &cols, &[0, 2], &[1, 0], &opts).unwrap().unwrap();
         assert_eq!(m.values.shape(), &[2, 2]);
         assert_eq!(m.values.as_slice::<f32>().unwrap(), [3.0, 30.0, 1.0, 10.0]);
         assert!(m.values.copied());
@@ -86,11 +87,11 @@ mod tests {
         let ints: ArrayRef = Arc::new(Int32Array::from(vec![1, 2, 3]));
         let mixed = [fields[0].clone(), f("i", DataType::Int32)];
         let cols2 = vec![vec![a.clone()], vec![ints]];
-        assert!(take_matrix(&mixed, &cols2, &[(0, 0)], &opts).unwrap().is_none());
+        assert!(take_matrix(&mixed, &cols2, &[0], &[0], &opts).unwrap().is_none());
         let f_order = ExportOptions { order: Order::F, ..opts };
-        assert!(take_matrix(&fields, &cols, &[(0, 0)], &f_order).unwrap().is_none());
+        assert!(take_matrix(&fields, &cols, &[0], &[0], &f_order).unwrap().is_none());
         let nulls: ArrayRef = Arc::new(Float32Array::from(vec![Some(1.0), None, Some(3.0)]));
         let filled = ExportOptions { nulls: crate::options::NullPolicy::Nan, ..opts };
-        assert!(take_matrix(&fields, &[vec![nulls], vec![b]], &[(0, 0)], &filled).unwrap().is_none());
+        assert!(take_matrix(&fields, &[vec![nulls], vec![b]], &[0], &[0], &filled).unwrap().is_none());
     }
 }

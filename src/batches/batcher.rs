@@ -3,7 +3,6 @@
 //! demand in one pass (a gather when shuffled).
 
 use std::collections::VecDeque;
-use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef};
@@ -12,7 +11,7 @@ use arrow_schema::FieldRef;
 use super::BatchOptions;
 use super::plan::Course;
 use super::select::Select;
-use super::shuffle::{Rng, derive};
+use super::shuffle::{Rng, deal, derive};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::table::{Columns, TableTensors, table_on};
@@ -21,26 +20,28 @@ use crate::transfer;
 /// The columns of one input batch, all of the same length.
 pub type InputColumns = Vec<ArrayRef>;
 
-/// `(chunk, row)` of each row of a shuffled block, in the block's order.
-type Order = Arc<Vec<(u32, u32)>>;
-
-/// A block being handed out batch by batch: its rows (slices of the input) and their order.
+/// A block being handed out batch by batch: its rows (slices of the input), which of them each
+/// batch takes (in increasing order), and the seed of each batch's own order.
 #[derive(Debug)]
 struct Block {
     columns: Arc<Vec<Vec<ArrayRef>>>,
-    order: Order,
+    batches: Vec<Arc<Vec<u32>>>,
+    seed: u64,
     first_batch: u64,
     next: usize,
 }
+
+/// A shuffled batch's rows of its block (increasing), and the seed of their order in the batch.
+type Picks = (Arc<Vec<u32>>, u64);
 
 /// Cuts a stream of input batches into exact-size windows and converts them: push input with
 /// [`Batcher::push`], say when it ended with [`Batcher::end`], and take finished batches with
 /// [`Batcher::next_ready`].
 ///
 /// The rows come in blocks of [`Course::block_rows`] (one batch unless shuffling). A shuffled
-/// block's rows are permuted by a generator seeded with the course's seed and the block's
-/// index, and its batches are cut from that order, so a block made again (on resuming) is
-/// the same. Batch `k` (counted over the epoch) is made when `k >= start` and
+/// block's rows are dealt out to its batches by a generator seeded with the course's seed and
+/// the block's index, and each batch orders its rows with a seed of its own
+/// ([`super::shuffle::deal`]), so a block made again (on resuming) is the same. Batch `k` (counted over the epoch) is made when `k >= start` and
 /// `(k - start) % workers == worker`, from [`BatchOptions::shard`]; the others are cut and
 /// skipped without being converted.
 #[derive(Debug)]
@@ -295,14 +296,16 @@ impl Batcher {
                     rows: None,
                 });
             };
-            let mut order: Vec<(u32, u32)> = Vec::with_capacity(rows);
-            for (c, chunk) in columns[0].iter().enumerate() {
-                order.extend((0..chunk.len() as u32).map(|r| (c as u32, r)));
-            }
-            Rng::new(derive(seed, &[index])).shuffle(&mut order);
-            order.truncate((made * size).min(rows));
+            let sizes: Vec<usize> = (0..rows.div_ceil(size)).map(|i| size.min(rows - i * size)).collect();
+            let block_seed = derive(seed, &[index]);
+            // A block of one batch needs no dealing: the batch takes every row.
+            let dealt = match sizes.len() {
+                1 => vec![(0..rows as u32).collect()],
+                _ => deal(&sizes, &mut Rng::new(block_seed)),
+            };
+            let batches = dealt.into_iter().map(Arc::new).collect();
             self.current =
-                Some(Block { columns: Arc::new(columns), order: Arc::new(order), first_batch, next: 0 });
+                Some(Block { columns: Arc::new(columns), batches, seed: block_seed, first_batch, next: 0 });
         }
     }
 
@@ -311,19 +314,27 @@ impl Batcher {
         let size = self.options.batch_size;
         loop {
             let block = self.current.as_mut()?;
-            let lo = block.next * size;
-            let len = block.order.len();
-            if lo >= len || (len - lo < size && self.options.drop_last) {
+            let i = block.next;
+            let Some(rows) = block.batches.get(i).cloned() else {
+                self.current = None;
+                return None;
+            };
+            if rows.len() < size && self.options.drop_last {
                 self.current = None;
                 return None;
             }
-            let k = block.first_batch + block.next as u64;
             block.next += 1;
-            let (columns, order) = (block.columns.clone(), block.order.clone());
+            let k = block.first_batch + i as u64;
+            let (columns, seed) = (block.columns.clone(), derive(block.seed, &[i as u64]));
             if self.mine(k) {
                 let fields = self.fields.clone();
-                let rows = Some((order, lo..(lo + size).min(len)));
-                return Some(Window { fields, table: self.table, options: self.options, columns, rows });
+                return Some(Window {
+                    fields,
+                    table: self.table,
+                    options: self.options,
+                    columns,
+                    rows: Some((rows, seed)),
+                });
             }
         }
     }
@@ -360,7 +371,7 @@ pub struct Window {
     table: bool,
     options: BatchOptions,
     columns: Arc<Vec<Vec<ArrayRef>>>,
-    rows: Option<(Order, Range<usize>)>,
+    rows: Option<Picks>,
 }
 
 impl Window {
@@ -373,14 +384,27 @@ impl Window {
     /// The conversion's errors (nulls under the error policy, values that do not fit a cast).
     pub fn convert(&self) -> Result<TableTensors> {
         let BatchOptions { columns: layout, export, device, .. } = &self.options;
-        let Some((order, range)) = &self.rows else { return self.convert_columns(&self.columns) };
-        let rows = &order[range.clone()];
+        let Some((rows, seed)) = &self.rows else { return self.convert_columns(&self.columns) };
+        // Where each picked row goes in the batch: a permutation of its own.
+        let mut to: Vec<u32> = (0..rows.len() as u32).collect();
+        Rng::new(*seed).shuffle(&mut to);
         if self.table && *layout == Columns::Stack && *device == Device::Cpu && self.fields.len() > 1 {
-            if let Some(m) = crate::arrow::take_matrix(&self.fields, &self.columns, rows, export)? {
+            if let Some(m) = crate::arrow::take_matrix(&self.fields, &self.columns, rows, &to, export)? {
                 return Ok(TableTensors::One(m));
             }
         }
-        let pairs: Vec<(usize, usize)> = rows.iter().map(|&(c, r)| (c as usize, r as usize)).collect();
+        // (chunk, row) of the batch's rows in their order, for arrow's gather.
+        let mut pairs = vec![(0usize, 0usize); rows.len()];
+        let (mut c, mut start) = (0usize, 0usize);
+        let lens: Vec<usize> = self.columns[0].iter().map(|a| a.len()).collect();
+        for (&r, &t) in rows.iter().zip(&to) {
+            let r = r as usize;
+            while r >= start + lens[c] {
+                start += lens[c];
+                c += 1;
+            }
+            pairs[t as usize] = (c, r - start);
+        }
         let gathered = self
             .columns
             .iter()
@@ -484,6 +508,14 @@ mod tests {
         assert_ne!(run(&sizes, spec(0, 1, Some(8)), (0, 1), 0), one);
         let next_epoch = EpochSpec { epoch: 4, ..spec(0, 1, Some(7)) };
         assert_ne!(run(&sizes, next_epoch, (0, 1), 0), one);
+        // Blocks of one batch: each batch orders its own rows, and resuming gives the same.
+        let single = EpochSpec { buffer: 5, ..spec(0, 1, Some(7)) };
+        let got = run(&sizes, single, (0, 1), 0);
+        let mut rows = got.concat();
+        assert!(got.iter().any(|b| b.windows(2).any(|w| w[0] > w[1])), "{got:?}");
+        rows.sort_unstable();
+        assert_eq!(rows, (0..40).collect::<Vec<_>>());
+        assert_eq!(run(&sizes, single, (0, 1), 3), got[3..]);
     }
 
     #[test]

@@ -2,7 +2,12 @@
 //! file, so an order can be made again from its seed (to resume a pass, or on another rank).
 //!
 //! Seeds are mixed with SplitMix64, and permutations are Fisher-Yates shuffles driven by
-//! wyrand with Lemire's unbiased bounded draws. These algorithms are part of the saved-state
+//! wyrand with Lemire's unbiased bounded draws. A block of rows is permuted in two steps that
+//! together draw every permutation with the same probability: [`deal`] hands the rows out to
+//! the batches (each row drawn with weights equal to the room left in each batch, so every
+//! split into batches of these sizes is equally likely), and each batch orders its rows with a
+//! Fisher-Yates shuffle of its own. The first step reads the rows in order, so each batch's
+//! rows come out sorted, and gathering them reads memory forward. These algorithms are part of the saved-state
 //! format: changing any of them changes the order that a saved `(seed, epoch)` stands for, so
 //! [`STREAM_VERSION`] must change with them.
 
@@ -61,6 +66,43 @@ impl Rng {
     }
 }
 
+/// Rows `0..sizes.sum()` dealt out to batches of `sizes` rows, uniformly among all such
+/// splits: each batch's rows, in increasing order.
+pub fn deal(sizes: &[usize], rng: &mut Rng) -> Vec<Vec<u32>> {
+    let n = sizes.len();
+    let total: usize = sizes.iter().sum();
+    let mut out: Vec<Vec<u32>> = sizes.iter().map(|&s| Vec::with_capacity(s)).collect();
+    // A Fenwick tree over the room left in each batch: a draw finds its batch in log2(n) steps.
+    let mut tree = vec![0u64; n + 1];
+    for (i, &s) in sizes.iter().enumerate() {
+        let mut j = i + 1;
+        while j <= n {
+            tree[j] += s as u64;
+            j += j & j.wrapping_neg();
+        }
+    }
+    let top = if n == 0 { 0 } else { 1usize << (usize::BITS - 1 - n.leading_zeros()) };
+    for (row, left) in (0..total as u32).zip((1..=total as u64).rev()) {
+        // The batch holding the `r`-th slot left: the smallest i whose prefix of room exceeds r.
+        let mut r = rng.below(left);
+        let (mut at, mut step) = (0usize, top);
+        while step > 0 {
+            if at + step <= n && tree[at + step] <= r {
+                at += step;
+                r -= tree[at];
+            }
+            step >>= 1;
+        }
+        out[at].push(row);
+        let mut j = at + 1;
+        while j <= n {
+            tree[j] -= 1;
+            j += j & j.wrapping_neg();
+        }
+    }
+    out
+}
+
 /// `0..n` in the order that `seed` gives (a fresh permutation).
 pub fn permutation(n: usize, seed: u64) -> Vec<usize> {
     let mut p: Vec<usize> = (0..n).collect();
@@ -83,6 +125,29 @@ mod tests {
         assert_eq!(permutation(10, 7), permutation(10, 7));
         assert_ne!(permutation(10, 7), permutation(10, 8));
         assert_ne!(derive(1, &[2, 3]), derive(1, &[3, 2]));
+    }
+
+    #[test]
+    fn rows_are_dealt_to_batches_uniformly() {
+        let dealt = deal(&[3, 3, 2], &mut Rng::new(1));
+        assert_eq!(dealt.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 2]);
+        let mut all: Vec<u32> = dealt.concat();
+        assert!(dealt.iter().all(|b| b.windows(2).all(|w| w[0] < w[1])), "sorted: {dealt:?}");
+        all.sort_unstable();
+        assert_eq!(all, (0..8).collect::<Vec<_>>());
+        // Row 0 lands in each of 4 equal batches a quarter of the time, and the last row too.
+        let mut first = [0u32; 4];
+        let mut last = [0u32; 4];
+        let mut rng = Rng::new(5);
+        for _ in 0..8000 {
+            let d = deal(&[4, 4, 4, 4], &mut rng);
+            first[d.iter().position(|b| b.contains(&0)).unwrap()] += 1;
+            last[d.iter().position(|b| b.contains(&15)).unwrap()] += 1;
+        }
+        // 2,000 expected each; 5 standard deviations is about 190.
+        assert!(first.iter().chain(&last).all(|&c| c.abs_diff(2000) < 190), "{first:?} {last:?}");
+        assert!(deal(&[], &mut rng).is_empty());
+        assert_eq!(deal(&[0, 2], &mut rng), [vec![], vec![0, 1]]);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! | [`concat_into`], [`concat_fill_into`] | chunks (with validity) | one preallocated buffer |
 //! | [`gather_strided`], [`contiguous_copy`], [`ordered_copy`] | a strided view (negative, zero strides) | C or F order |
 //! | [`interleave`] | `k` columns of any numeric types (with validity) | an `(n, k)` matrix, C or F order, cast |
-//! | [`take_rows`] | rows picked by index from `k` columns of one type | an `(n, k)` C-order matrix |
+//! | [`take_rows`] | rows picked by increasing index from `k` columns of one type | an `(n, k)` C-order matrix, each row where told |
 //! | [`pad_rows`] | ragged rows end to end | an `(n, width)` matrix, padded |
 //! | [`stream_copy`] | bytes | bytes, with non-temporal stores (memory a device reads next) |
 //!
@@ -171,10 +171,11 @@ pub fn interleave_into(
 pub fn take_rows_into(
     dtype: DType,
     chunks: &[Vec<Column>],
-    rows: &[(u32, u32)],
+    rows: &[u32],
+    to: &[u32],
     out: &mut [u8],
 ) -> Result<()> {
-    with_numeric!(dtype, D => take_rows(chunks, rows, elements_mut::<D>(out)?))
+    with_numeric!(dtype, D => take_rows(chunks, rows, to, elements_mut::<D>(out)?))
 }
 
 /// Checks that every valid value of column `j` casts to `dtype` as [`interleave`] would cast

@@ -1,30 +1,30 @@
 //! Rows picked by index from several columns (each in chunks) into one `(n, k)` C-order
 //! matrix: the gather of a shuffled batch and its interleave in one pass.
 
-use rayon::prelude::*;
-
 use super::column::{Column, Typed};
-use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
 use crate::error::{Error, Result};
 
-/// Writes row `rows[i]` (a `(chunk, row)` pair) of the columns as row `i` of `out`, in C order
-/// (copies). `chunks[c][j]` is chunk `c` of column `j`: every column is cut into the same
-/// chunks. The columns must be of type `D` with no nulls; no cast, no fill. Parallel over row
-/// blocks for large outputs.
+/// Writes row `rows[i]` of the columns as row `to[i]` of `out`, in C order (copies). The rows
+/// count through the chunks (`chunks[c][j]` is chunk `c` of column `j`: every column is cut
+/// into the same chunks) and must be increasing, so the columns are read forward; `to` must be
+/// a permutation of `0..rows.len()`, so every row of `out` is written once. The columns must be
+/// of type `D` with no nulls: no cast, no fill.
 ///
 /// # Errors
-/// - [`Error::LengthMismatch`] when `out` is not `rows.len() * k` long or a chunk's columns
-///   differ in length;
-/// - [`Error::InvalidArgument`] for a column that is not of type `D` or has nulls, or a pair
-///   outside the chunks.
+/// - [`Error::LengthMismatch`] when `out` is not `rows.len() * k` long, `to` is not as long as
+///   `rows`, or a chunk's columns differ in length;
+/// - [`Error::InvalidArgument`] for a column that is not of type `D` or has nulls, rows that
+///   do not increase or pass the end, or a `to` that is not a permutation.
 ///
 /// Everything is checked before anything is written.
-pub fn take_rows<D: Typed>(chunks: &[Vec<Column>], rows: &[(u32, u32)], out: &mut [D]) -> Result<()> {
+pub fn take_rows<D: Typed>(chunks: &[Vec<Column>], rows: &[u32], to: &[u32], out: &mut [D]) -> Result<()> {
     let k = chunks.first().map_or(0, Vec::len);
+    let mut total = 0usize;
     let typed = chunks
         .iter()
         .map(|cols| {
             let len = cols.first().map_or(0, Column::len);
+            total += len;
             cols.iter()
                 .enumerate()
                 .map(|(j, c)| {
@@ -47,38 +47,45 @@ pub fn take_rows<D: Typed>(chunks: &[Vec<Column>], rows: &[(u32, u32)], out: &mu
                 .collect::<Result<Vec<&[D]>>>()
         })
         .collect::<Result<Vec<_>>>()?;
-    if out.len() != rows.len().saturating_mul(k) {
+    let n = rows.len();
+    if to.len() != n || out.len() != n.saturating_mul(k) {
         return Err(Error::LengthMismatch {
-            what: "the output matrix".into(),
-            expected: rows.len() * k,
-            found: out.len(),
+            what: "the output rows of a gather".into(),
+            expected: n * k,
+            found: if to.len() != n { to.len() * k } else { out.len() },
         });
     }
-    if let Some(&(c, r)) = rows.iter().find(|&&(c, r)| {
-        typed.get(c as usize).is_none_or(|t| t.first().is_some_and(|v| v.len() <= r as usize))
-    }) {
+    if rows.windows(2).any(|w| w[0] >= w[1]) || rows.last().is_some_and(|&r| r as usize >= total) {
         return Err(Error::InvalidArgument(format!(
-            "row {r} of chunk {c} is outside the {} chunks",
-            typed.len()
+            "the rows of a gather must increase and stay below {total}"
         )));
+    }
+    let mut seen = vec![false; n];
+    for &t in to {
+        match seen.get_mut(t as usize) {
+            Some(s) if !*s => *s = true,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "output row {t} is outside 0..{n} or given twice"
+                )));
+            }
+        }
     }
     if k == 0 {
         return Ok(());
     }
-    let write = |(block, dst): (usize, &mut [D])| {
-        let first = block * ROWS_PER_TASK;
-        for (i, row) in dst.chunks_exact_mut(k).enumerate() {
-            let (c, r) = rows[first + i];
-            let cols = &typed[c as usize];
-            for (o, col) in row.iter_mut().zip(cols) {
-                *o = col[r as usize];
-            }
+    // The chunks are walked forward as the rows increase.
+    let (mut c, mut start) = (0usize, 0usize);
+    for (&r, &t) in rows.iter().zip(to) {
+        let r = r as usize;
+        while r >= start + typed[c][0].len() {
+            start += typed[c][0].len();
+            c += 1;
         }
-    };
-    if std::mem::size_of_val(out) >= PARALLEL_THRESHOLD_BYTES {
-        super::pool::install(|| out.par_chunks_mut(ROWS_PER_TASK * k).enumerate().for_each(write));
-    } else {
-        out.chunks_mut(ROWS_PER_TASK * k).enumerate().for_each(write);
+        let row = &mut out[t as usize * k..(t as usize + 1) * k];
+        for (o, col) in row.iter_mut().zip(&typed[c]) {
+            *o = col[r - start];
+        }
     }
     Ok(())
 }
@@ -89,25 +96,24 @@ mod tests {
     use crate::kernels::ColumnRef;
 
     #[test]
-    fn rows_are_taken_from_any_chunk_in_any_order() {
-        let (a0, b0) = ([1i32, 2, 3], [10i32, 20, 30]);
-        let (a1, b1) = ([4i32, 5], [40i32, 50]);
+    fn rows_are_read_forward_and_written_where_told() {
+        let (a0, b0): (&[i32], &[i32]) = (&[1, 2, 3], &[10, 20, 30]);
+        let (a1, b1): (&[i32], &[i32]) = (&[4, 5], &[40, 50]);
         let chunk = |a: &'static [i32], b: &'static [i32]| {
             vec![Column::new(ColumnRef::I32(a)), Column::new(ColumnRef::I32(b))]
         };
-        let chunks = vec![
-            chunk(Box::leak(Box::new(a0)), Box::leak(Box::new(b0))),
-            chunk(Box::leak(Box::new(a1)), Box::leak(Box::new(b1))),
-        ];
+        let chunks = vec![chunk(a0, b0), chunk(a1, b1)];
         let mut out = vec![0i32; 6];
-        take_rows(&chunks, &[(1, 1), (0, 0), (0, 2)], &mut out).unwrap();
+        take_rows(&chunks, &[0, 2, 4], &[1, 2, 0], &mut out).unwrap();
         assert_eq!(out, [5, 50, 1, 10, 3, 30]);
-        let e = take_rows(&chunks, &[(1, 2), (0, 0), (0, 2)], &mut out).unwrap_err();
-        assert!(e.to_string().contains("row 2 of chunk 1"), "{e}");
-        let e = take_rows(&chunks, &[(2, 0), (0, 0), (0, 2)], &mut out).unwrap_err();
-        assert!(e.to_string().contains("chunk 2"), "{e}");
+        let e = take_rows(&chunks, &[0, 2, 5], &[1, 2, 0], &mut out).unwrap_err();
+        assert!(e.to_string().contains("stay below 5"), "{e}");
+        let e = take_rows(&chunks, &[2, 0, 4], &[1, 2, 0], &mut out).unwrap_err();
+        assert!(e.to_string().contains("must increase"), "{e}");
+        let e = take_rows(&chunks, &[0, 2, 4], &[1, 1, 0], &mut out).unwrap_err();
+        assert!(e.to_string().contains("output row 1"), "{e}");
         let mut wrong = vec![0f32; 6];
-        let e = take_rows(&chunks, &[(0, 0), (0, 0), (0, 2)], &mut wrong).unwrap_err();
+        let e = take_rows(&chunks, &[0, 2, 4], &[1, 2, 0], &mut wrong).unwrap_err();
         assert!(e.to_string().contains("is not float32"), "{e}");
         assert_eq!(out, [5, 50, 1, 10, 3, 30], "nothing written on an error");
     }
