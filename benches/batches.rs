@@ -4,7 +4,7 @@
 //! - `batches`: [`Batches`] over the record batches, each batch converted when asked for;
 //! - `batches_ahead`: a [`Batcher`] and [`Ahead`] with 2 windows converted at once while the
 //!   next input is pushed, as the Python binding's thread drives them;
-//! - `batches_shuffled`: the same with a shuffle (blocks of 4 batches permuted by a seed,
+//! - `batches_shuffled`: the same with a shuffle (blocks of one batch permuted by a seed,
 //!   each batch gathered and interleaved in one pass), as `dlframe.batches(shuffle=True)`;
 //! - `memcpy`: the 128 MB copied once into a buffer that is already mapped.
 //!
@@ -55,7 +55,7 @@ fn batches(schema: &SchemaRef, input: &[RecordBatch]) {
 fn batches_ahead(schema: &SchemaRef, input: &[RecordBatch], seed: Option<u64>) {
     let fields = schema.fields().iter().cloned().collect();
     let course = match seed {
-        Some(_) => Course { block_rows: 4 * BATCH, seed, first_block: 0, start: 0 },
+        Some(_) => Course { block_rows: BATCH, seed, first_block: 0, start: 0 },
         None => Course::in_order(BATCH),
     };
     let mut batcher = Batcher::new(fields, true, BatchOptions::new(BATCH).expect("options"))

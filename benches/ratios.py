@@ -33,7 +33,7 @@ ROWS = [
     ("batches_8xf32_4M", "batches", "memcpy", 1.25, "exact-size batches of 65,536 rows, 8 f32 x 4M in 1M-row inputs / memcpy of 128 MB (>= 0.8x bandwidth)"),
     ("batches_8xf32_4M", "batches_ahead", "memcpy", 1.25, "the same, 2 windows converted at once (the Python thread's driver) / memcpy"),
     ("batches_8xf32_4M", "batches_ahead_8192_chunks", "memcpy", None, "the same from 8,192-row inputs (DataFusion's size) / memcpy (info)"),
-    ("batches_8xf32_4M", "batches_shuffled", "batches_ahead", 1.5, "shuffled (blocks of 4 batches, one gather pass) / unshuffled (issue 41: <= 1.5x)"),
+    ("batches_8xf32_4M", "batches_shuffled", "batches_ahead", 1.5, "shuffled (blocks of one batch, one gather pass) / unshuffled (issue 41: <= 1.5x)"),
     ("sql_8xf32_10M", "to_tensor", "select", 1.3, "SELECT to_tensor(c0..c7) / SELECT c0..c7, MemTable 8 f32 x 10M, collected"),
     ("sql_8xf32_10M", "to_tensor", "make_array", 1 / 3, "SELECT to_tensor(c0..c7) / SELECT make_array(c0..c7)"),
     ("collect_tensor_8xf32_10M", "collect", "memcpy", 1.2, "1221 result batches -> one (10M, 8) tensor / memcpy of 320 MB"),
