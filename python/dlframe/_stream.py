@@ -148,8 +148,6 @@ class Batches:
 
     def __iter__(self) -> Iterator[Any]:
         worker = _worker_shard()
-        rank, world = self._shard()
-        t = self.training
         resume, own = self._resume if self._resume is not None else (0, False)
         self._resume, self._base = None, resume
         # Worker w of n makes batches start + w, start + w + n, ...; a worker's own state
@@ -157,25 +155,14 @@ class Batches:
         start = resume - worker[0] if own else resume
         first = resume if own else resume + worker[0]
         kind, source, units = self._source(worker)
-        epoch = {
-            "rank": rank,
-            "world": world,
-            "even": t["even"],
-            "seed": t["seed"] if t["shuffle"] else None,
-            "buffer": t["shuffle_buffer"] or 0,
-            "epoch": self._epoch,
-            "start": start,
-        }
+        epoch = self._epoch_arg(kind, units, start)
         iterate = False
-        if kind == "table":
-            epoch["table"] = (units, self._unit_rows())
-        elif kind == "units":
-            plan = _native._epoch_plan(self.batch_size, self.options["drop_last"], {**epoch, "units": units})
+        if kind == "units":
+            plan = _native._epoch_plan(self.batch_size, self.options["drop_last"], epoch)
             # The plan's units, whole and in its order; the stream keeps the rows of each that
             # this rank makes.
             source = _read_row_groups(self.source_dataset, self._units, plan["read"])
-            epoch["units"] = units
-        else:
+        elif kind == "stream":
             source, iterate = source
         stream = _native.BatchStream(
             source,
@@ -187,7 +174,7 @@ class Batches:
             **self.options,
         )
         self._progress = [first, worker[1], 0]
-        return _Pass(stream, self._progress, t["to"])
+        return _Pass(stream, self._progress, self.training["to"])
 
     def __len__(self) -> int:
         """Batches of this rank in one epoch (of all its DataLoader workers together), for a
@@ -199,7 +186,7 @@ class Batches:
                 "DataLoader takes it as an IterableDataset when torch is imported before "
                 "dlframe.batches() is called"
             )
-        return int(self.plan()["batches"])
+        return int(self._plan(kind, units)["batches"])
 
     def plan(self) -> dict[str, int]:
         """This rank's epoch over a source of known length: ``rows`` and ``batches`` it makes,
@@ -208,17 +195,32 @@ class Batches:
         kind, _, units = self._source((0, 1), describe_only=True)
         if kind == "stream":
             raise TypeError("a stream's length is not known ahead, so it has no plan")
+        p = self._plan(kind, units)
+        return {k: p[k] for k in ("rows", "batches", "total", "dropped", "padded")}
+
+    def _plan(self, kind: str, units: Any) -> dict[str, Any]:
+        """The native plan of this rank's epoch over a "table" or "units" source."""
+        return _native._epoch_plan(self.batch_size, self.options["drop_last"], self._epoch_arg(kind, units, 0))
+
+    def _epoch_arg(self, kind: str, units: Any, start: int) -> dict[str, Any]:
+        """The epoch as the native side takes it: this rank, the shuffle, the pass's first
+        batch, and the source's rows (a table's count, or its units' counts)."""
         rank, world = self._shard()
         t = self.training
-        epoch = {"rank": rank, "world": world, "even": t["even"], "epoch": self._epoch}
-        if t["shuffle"]:
-            epoch.update(seed=t["seed"], buffer=t["shuffle_buffer"])
+        epoch = {
+            "rank": rank,
+            "world": world,
+            "even": t["even"],
+            "seed": t["seed"] if t["shuffle"] else None,
+            "buffer": t["shuffle_buffer"] or 0,
+            "epoch": self._epoch,
+            "start": start,
+        }
         if kind == "table":
             epoch["table"] = (units, self._unit_rows())
-        else:
+        elif kind == "units":
             epoch["units"] = units
-        p = _native._epoch_plan(self.batch_size, self.options["drop_last"], epoch)
-        return {k: p[k] for k in ("rows", "batches", "total", "dropped", "padded")}
+        return epoch
 
     # -- the source --------------------------------------------------------------------------
 
@@ -252,8 +254,9 @@ class Batches:
             source = source()
         elif worker != (0, 1) and not _in_memory(source) and not _is_parquet(source):
             raise TypeError(_IN_WORKERS.format(what=f"a {type(source).__module__}.{type(source).__name__}"))
-        if _known_rows(source) is not None:
-            return "table", source, _known_rows(source)
+        rows = _known_rows(source)
+        if rows is not None:
+            return "table", source, rows
         if _is_parquet(source):
             if self._units is None:
                 self.source_dataset = _parquet_dataset(source)

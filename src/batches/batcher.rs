@@ -287,14 +287,7 @@ impl Batcher {
             }
             let Some(seed) = self.course.seed else {
                 // Unshuffled, a block is one batch.
-                let fields = self.fields.clone();
-                return Some(Window {
-                    fields,
-                    table: self.table,
-                    options: self.options,
-                    columns: Arc::new(columns),
-                    rows: None,
-                });
+                return Some(self.window(Arc::new(columns), None));
             };
             let sizes: Vec<usize> = (0..rows.div_ceil(size)).map(|i| size.min(rows - i * size)).collect();
             let block_seed = derive(seed, &[index]);
@@ -327,16 +320,13 @@ impl Batcher {
             let k = block.first_batch + i as u64;
             let (columns, seed) = (block.columns.clone(), derive(block.seed, &[i as u64]));
             if self.mine(k) {
-                let fields = self.fields.clone();
-                return Some(Window {
-                    fields,
-                    table: self.table,
-                    options: self.options,
-                    columns,
-                    rows: Some((rows, seed)),
-                });
+                return Some(self.window(columns, Some((rows, seed))));
             }
         }
+    }
+
+    fn window(&self, columns: Arc<Vec<Vec<ArrayRef>>>, rows: Option<Picks>) -> Window {
+        Window { fields: self.fields.clone(), table: self.table, options: self.options, columns, rows }
     }
 
     /// Cuts the next `rows` rows off the pending input: per column, the slices (no copy) of the
@@ -395,15 +385,9 @@ impl Window {
         }
         // (chunk, row) of the batch's rows in their order, for arrow's gather.
         let mut pairs = vec![(0usize, 0usize); rows.len()];
-        let (mut c, mut start) = (0usize, 0usize);
         let lens: Vec<usize> = self.columns[0].iter().map(|a| a.len()).collect();
-        for (&r, &t) in rows.iter().zip(&to) {
-            let r = r as usize;
-            while r >= start + lens[c] {
-                start += lens[c];
-                c += 1;
-            }
-            pairs[t as usize] = (c, r - start);
+        for (at, &t) in crate::kernels::chunk_rows(&lens, rows).zip(&to) {
+            pairs[t as usize] = at;
         }
         let gathered = self
             .columns

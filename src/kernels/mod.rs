@@ -58,7 +58,7 @@ pub(crate) use pool::{install, spawn};
 #[cfg(feature = "cuda")]
 pub(crate) use pool::{on_every_thread, on_own_pool};
 pub use stream::stream_copy;
-pub use take::take_rows;
+pub use take::{chunk_rows, take_rows};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -74,20 +74,31 @@ pub fn take_rows<D: Typed>(chunks: &[Vec<Column>], rows: &[u32], to: &[u32], out
     if k == 0 {
         return Ok(());
     }
-    // The chunks are walked forward as the rows increase.
-    let (mut c, mut start) = (0usize, 0usize);
-    for (&r, &t) in rows.iter().zip(to) {
-        let r = r as usize;
-        while r >= start + typed[c][0].len() {
-            start += typed[c][0].len();
-            c += 1;
-        }
+    let lens: Vec<usize> = typed.iter().map(|cols| cols[0].len()).collect();
+    for ((c, r), &t) in chunk_rows(&lens, rows).zip(to) {
         let row = &mut out[t as usize * k..(t as usize + 1) * k];
         for (o, col) in row.iter_mut().zip(&typed[c]) {
-            *o = col[r - start];
+            *o = col[r];
         }
     }
     Ok(())
+}
+
+/// `(chunk, row within it)` of each of `rows`, which increase and count through chunks of
+/// `lens` rows, found by walking the chunks forward as the rows grow (no search).
+///
+/// # Panics
+/// On a row past the last chunk: callers check `rows` against the chunks' total first.
+pub fn chunk_rows<'a>(lens: &'a [usize], rows: &'a [u32]) -> impl Iterator<Item = (usize, usize)> + 'a {
+    let (mut c, mut start) = (0usize, 0usize);
+    rows.iter().map(move |&r| {
+        let r = r as usize;
+        while r >= start + lens[c] {
+            start += lens[c];
+            c += 1;
+        }
+        (c, r - start)
+    })
 }
 
 #[cfg(test)]
@@ -116,5 +127,9 @@ mod tests {
         let e = take_rows(&chunks, &[0, 2, 4], &[1, 2, 0], &mut wrong).unwrap_err();
         assert!(e.to_string().contains("is not float32"), "{e}");
         assert_eq!(out, [5, 50, 1, 10, 3, 30], "nothing written on an error");
+        assert_eq!(
+            chunk_rows(&[3, 0, 2], &[0, 2, 3, 4]).collect::<Vec<_>>(),
+            [(0, 0), (0, 2), (2, 0), (2, 1)]
+        );
     }
 }
