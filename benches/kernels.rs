@@ -15,7 +15,7 @@ use criterion::{
 };
 use dlframe::arrow::{columns_to_tensor, to_tensor};
 use dlframe::kernels::{BitSlice, Column, HostBuffer, concat_into, fill_nulls, interleave, unpack_bits};
-use dlframe::options::{ExportOptions, Order, Ragged, Scalar};
+use dlframe::options::{ExportOptions, Inexact, Order, Ragged, Scalar};
 
 /// A deterministic LCG (Knuth's MMIX constants).
 struct Lcg(u64);
@@ -112,10 +112,12 @@ fn bench(c: &mut Criterion) {
     let mut g = group(c, "interleave_8xf32_2M_c", rows * 8 * 4);
     g.bench_function("memcpy", |b| b.iter(|| memcpy(&flat, &mut matrix)));
     g.bench_function("kernel", |b| {
-        pool.install(|| b.iter(|| interleave(&cols, Order::C, None, &mut matrix).expect("interleave")))
+        pool.install(|| {
+            b.iter(|| interleave(&cols, Order::C, None, Inexact::Error, &mut matrix).expect("interleave"))
+        })
     });
     g.bench_function("kernel_parallel", |b| {
-        b.iter(|| interleave(&cols, Order::C, None, &mut matrix).expect("interleave"))
+        b.iter(|| interleave(&cols, Order::C, None, Inexact::Error, &mut matrix).expect("interleave"))
     });
     // The same from Arrow columns into a new tensor, against a copy into fresh memory.
     g.bench_function("memcpy_fresh", |b| b.iter(|| fresh_copy(&flat)));
@@ -138,11 +140,15 @@ fn bench(c: &mut Criterion) {
     g.bench_function("memcpy", |b| b.iter(|| memcpy(&flat, &mut matrix)));
     g.bench_function("kernel", |b| {
         pool.install(|| {
-            b.iter(|| interleave(&with_nulls, Order::C, Some(0.0), &mut matrix).expect("interleave"))
+            b.iter(|| {
+                interleave(&with_nulls, Order::C, Some(0.0), Inexact::Error, &mut matrix).expect("interleave")
+            })
         })
     });
     g.bench_function("kernel_parallel", |b| {
-        b.iter(|| interleave(&with_nulls, Order::C, Some(0.0), &mut matrix).expect("interleave"))
+        b.iter(|| {
+            interleave(&with_nulls, Order::C, Some(0.0), Inexact::Error, &mut matrix).expect("interleave")
+        })
     });
     g.finish();
 
@@ -169,7 +175,9 @@ fn bench(c: &mut Criterion) {
     let mut g = group(c, "cast_f64_to_f32_10M", n * 4);
     g.bench_function("memcpy", |b| b.iter(|| memcpy(&values, &mut out)));
     g.bench_function("kernel", |b| {
-        pool.install(|| b.iter(|| interleave(&wide_cols, Order::C, None, &mut out).expect("cast")))
+        pool.install(|| {
+            b.iter(|| interleave(&wide_cols, Order::C, None, Inexact::Error, &mut out).expect("cast"))
+        })
     });
     g.finish();
 

@@ -118,6 +118,20 @@ pub enum Error {
         /// The target dtype.
         target: String,
     },
+    /// An integer that the float target of a cast holds only rounded (int64 2^53 + 1 into
+    /// float64), under `inexact="error"`.
+    #[error(
+        "{value} {place} has no exact {target}; pass inexact='round' to round it to the nearest \
+         {target} as numpy does, or choose a wider dtype"
+    )]
+    InexactCast {
+        /// The value, printed.
+        value: String,
+        /// Where it is: "at row 3 of column 'x'".
+        place: String,
+        /// The target dtype.
+        target: String,
+    },
     /// A bad argument (an unknown option, an order other than C or F, ...).
     #[error("{0}")]
     InvalidArgument(String),
@@ -222,6 +236,7 @@ impl Error {
             | Error::InvalidExtensionMetadata { .. }
             | Error::LengthMismatch { .. }
             | Error::ValueOutOfRange { .. }
+            | Error::InexactCast { .. }
             | Error::InvalidArgument(_)
             | Error::InvalidStream { .. } => ErrorKind::Value,
             Error::Arrow(_) | Error::Cuda(_) => ErrorKind::Runtime,

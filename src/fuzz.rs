@@ -251,7 +251,7 @@ pub fn typestr(input: &[u8]) {
     let Ok(s) = std::str::from_utf8(input) else { return };
     let Ok(t) = s.parse::<TypeStr>() else { return };
     let _ = t.to_dtype();
-    let _ = t.arrow_logical();
+    let _ = crate::interface::datetime::units(&t);
     let printed = String::from(t.clone());
     let back: TypeStr =
         printed.parse().unwrap_or_else(|e| panic!("{s:?} printed as {printed:?}, which fails: {e}"));

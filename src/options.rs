@@ -205,6 +205,33 @@ impl Ragged {
     }
 }
 
+/// What a cast from integers into a float type does with an integer the float cannot hold
+/// exactly (int64 2^53 + 1 into float64, int32 2^24 + 1 into float32, uint64 2^64 - 1 into
+/// float64). Float -> float casts round either way, as IEEE says (underflow included: 1e-300
+/// into float32 is 0); a finite value that would overflow to infinity is refused either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Inexact {
+    /// Refused, naming the row and column (the default), as pyarrow's safe cast refuses it.
+    #[default]
+    Error,
+    /// Rounded to the nearest float, ties to even, as numpy's `astype` rounds it.
+    Round,
+}
+
+impl Inexact {
+    /// The mode an `inexact=` name selects, for every boundary: `"error"` or `"round"`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for any other name.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "error" => Ok(Inexact::Error),
+            "round" => Ok(Inexact::Round),
+            other => Err(Error::InvalidArgument(format!("inexact={other:?}: expected 'error' or 'round'"))),
+        }
+    }
+}
+
 /// Options of the Arrow -> tensor conversions.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ExportOptions {
@@ -218,4 +245,6 @@ pub struct ExportOptions {
     pub order: Order,
     /// What a List column with rows of different lengths becomes.
     pub ragged: Ragged,
+    /// What an integer that a float target cannot hold exactly does.
+    pub inexact: Inexact,
 }

@@ -13,7 +13,7 @@ use arrow_schema::{DataType, Field, FieldRef};
 use dlframe::arrow::{TensorMetadata, columns_to_tensor, tensor_to_column, to_tensor};
 use dlframe::dtype::{BFLOAT16_EXTENSION, EXTENSION_NAME_KEY};
 use dlframe::ffi::dlpack::type_code;
-use dlframe::options::{ExportOptions, NullPolicy, Scalar};
+use dlframe::options::{ExportOptions, Inexact, NullPolicy, Scalar};
 use dlframe::{DType, Error, ForeignTensor, Tensor, export_versioned};
 use half::bf16;
 
@@ -120,8 +120,12 @@ fn casts_round_once_to_nearest_even_and_refuse_overflow() {
     let i64s: ArrayRef =
         Arc::new(arrow_array::Int64Array::from(vec![(1i64 << 60) + (1 << 52) + 1, (1 << 60) + (1 << 52)]));
     let fi: FieldRef = Arc::new(Field::new("i", DataType::Int64, false));
-    let got = bf16_values(&one(&fi, &i64s, &as_bf16).unwrap());
+    let rounding = ExportOptions { inexact: Inexact::Round, ..as_bf16 };
+    let got = bf16_values(&one(&fi, &i64s, &rounding).unwrap());
     assert_eq!(got, [2f32.powi(60) + 2f32.powi(53), 2f32.powi(60)]);
+    // By default an integer that bfloat16 holds only rounded is refused, naming its row.
+    let e = one(&fi, &i64s, &as_bf16).unwrap_err();
+    assert!(matches!(&e, Error::InexactCast { place, .. } if place.contains("row 0")), "{e}");
     // float32's largest values round beyond bfloat16's largest: refused, naming the row.
     let big: ArrayRef = Arc::new(Float32Array::from(vec![1.0, f32::MAX]));
     let e = one(&field, &big, &as_bf16).unwrap_err();

@@ -9,7 +9,7 @@ use dlframe::kernels::{
     common_dtype, concat_fill_into, concat_into, contiguous_copy, fill_nulls, fill_value, gather_strided,
     interleave, pack_bits, unpack_bits, unpack_bits_fill,
 };
-use dlframe::options::{Order, Scalar};
+use dlframe::options::{Inexact, Order, Scalar};
 use dlframe::{DType, Device, Error, Tensor};
 use half::{bf16, f16};
 use proptest::prelude::*;
@@ -340,6 +340,14 @@ fn finite<D: Element>(x: D) -> bool {
     !matches!(x.to_num(), Num::Float(y) if y.is_infinite())
 }
 
+/// Under [`Inexact::Error`], an integer that the float target does not hold exactly is refused.
+fn exact_only<D: Element>(v: Exact, x: Option<D>, inexact: Inexact) -> Option<D> {
+    match (v, x.map(|d| d.to_num())) {
+        (Exact::I(i), Some(Num::Float(f))) if inexact == Inexact::Error && f as i128 != i => None,
+        _ => x,
+    }
+}
+
 /// A float target refuses a finite value it cannot hold, rather than making it infinite;
 /// infinities themselves pass.
 fn no_overflow<D: Element>(v: Exact, x: D) -> Option<D> {
@@ -666,8 +674,9 @@ fn check_interleave<D: Target>(
         })
         .collect();
     let fill = with_fill.then(|| D::expect(Exact::I(7)).unwrap());
+    let inexact = if rng.chance(0.5) { Inexact::Error } else { Inexact::Round };
     let mut out = vec![D::default(); n * k];
-    let got = interleave(&cols, order, fill, &mut out);
+    let got = interleave(&cols, order, fill, inexact, &mut out);
 
     let is_valid = |j: usize, r: usize| valids[j].as_ref().is_none_or(|(v, off)| v[off + r]);
     let label = |j: usize| if names[j].is_empty() { j.to_string() } else { format!("'{}'", names[j]) };
@@ -687,7 +696,7 @@ fn check_interleave<D: Target>(
             want[at] = if !is_valid(j, r) {
                 fill.unwrap().bits()
             } else {
-                match D::expect(column.get(r)) {
+                match exact_only(column.get(r), D::expect(column.get(r)), inexact) {
                     Some(x) => x.bits(),
                     None => {
                         bad.push(format!("at row {r} of column {}", label(j)));
@@ -702,11 +711,11 @@ fn check_interleave<D: Target>(
         prop_assert_eq!(out.iter().map(|x| x.bits()).collect::<Vec<_>>(), want);
     } else {
         match got {
-            Err(Error::ValueOutOfRange { place, target, .. }) => {
+            Err(Error::ValueOutOfRange { place, target, .. } | Error::InexactCast { place, target, .. }) => {
                 prop_assert!(bad.contains(&place), "{} is not one of the bad cells {:?}", place, bad);
                 prop_assert_eq!(target, D::DTYPE.to_string());
             }
-            other => prop_assert!(false, "expected ValueOutOfRange at one of {:?}, got {:?}", bad, other),
+            other => prop_assert!(false, "expected a refused cast at one of {:?}, got {:?}", bad, other),
         }
     }
     Ok(())
@@ -849,7 +858,7 @@ proptest! {
         let cols: Vec<Column> = (0..k).map(|j| Column::new(if j == short % k { &cut[..] } else { &long[..] })).collect();
         with_target!(target, D => {
             let mut out = vec![D::default(); n * k];
-            prop_assert!(matches!(interleave(&cols, Order::C, None, &mut out), Err(Error::LengthMismatch { .. })), "unequal");
+            prop_assert!(matches!(interleave(&cols, Order::C, None, Inexact::Error, &mut out), Err(Error::LengthMismatch { .. })), "unequal");
         });
     }
 
@@ -864,19 +873,25 @@ proptest! {
         with_target!(target, D => {
             let bits = |x: Option<D>| x.map(Target::bits);
             if let Ok(v) = i64::try_from(i) {
-                prop_assert_eq!(bits(cast::<i64, D>(v)), bits(D::expect(Exact::I(i))), "{} as i64", i);
+                for mode in [Inexact::Round, Inexact::Error] {
+                    prop_assert_eq!(bits(cast::<i64, D>(v, mode)), bits(exact_only(Exact::I(i), D::expect(Exact::I(i)), mode)), "{} as i64", i);
+                }
             }
             if let Ok(v) = u64::try_from(i) {
-                prop_assert_eq!(bits(cast::<u64, D>(v)), bits(D::expect(Exact::I(i))), "{} as u64", i);
+                for mode in [Inexact::Round, Inexact::Error] {
+                    prop_assert_eq!(bits(cast::<u64, D>(v, mode)), bits(exact_only(Exact::I(i), D::expect(Exact::I(i)), mode)), "{} as u64", i);
+                }
             }
             if let Ok(v) = i16::try_from(i) {
-                prop_assert_eq!(bits(cast::<i16, D>(v)), bits(D::expect(Exact::I(i))), "{} as i16", i);
+                for mode in [Inexact::Round, Inexact::Error] {
+                    prop_assert_eq!(bits(cast::<i16, D>(v, mode)), bits(exact_only(Exact::I(i), D::expect(Exact::I(i)), mode)), "{} as i16", i);
+                }
             }
-            prop_assert_eq!(bits(cast::<f64, D>(f)), bits(D::expect(Exact::F(f))), "{} as f64", f);
+            prop_assert_eq!(bits(cast::<f64, D>(f, Inexact::Error)), bits(D::expect(Exact::F(f))), "{} as f64", f);
             let f32v = f as f32;
-            prop_assert_eq!(bits(cast::<f32, D>(f32v)), bits(D::expect(Exact::F(f32v as f64))), "{} as f32", f32v);
+            prop_assert_eq!(bits(cast::<f32, D>(f32v, Inexact::Error)), bits(D::expect(Exact::F(f32v as f64))), "{} as f32", f32v);
             let h = f16::from_f64(f);
-            prop_assert_eq!(bits(cast::<f16, D>(h)), bits(D::expect(Exact::F(h.to_f64()))), "{} as f16", h);
+            prop_assert_eq!(bits(cast::<f16, D>(h, Inexact::Error)), bits(D::expect(Exact::F(h.to_f64()))), "{} as f16", h);
         });
     }
 
@@ -965,7 +980,7 @@ fn the_parallel_paths_run_and_agree() {
     let cols = [Column::new(&values[..]).with_validity(Some(view(&arrow))), Column::new(&ints[..])];
     for order in [Order::C, Order::F] {
         let mut m = vec![0f64; 2 * n];
-        interleave(&cols, order, Some(f64::NAN), &mut m).unwrap();
+        interleave(&cols, order, Some(f64::NAN), Inexact::Error, &mut m).unwrap();
         for i in (0..n).step_by(7) {
             let (a, b) = match order {
                 Order::C => (m[2 * i], m[2 * i + 1]),
@@ -979,7 +994,8 @@ fn the_parallel_paths_run_and_agree() {
     // An out-of-range value deep inside a large column is found on the parallel path too.
     let mut wide: Vec<i64> = (0..n as i64).map(|i| i % 100).collect();
     wide[n - 10] = -1;
-    let e = interleave(&[Column::new(&wide[..])], Order::C, None, &mut vec![0u32; n]).unwrap_err();
+    let e = interleave(&[Column::new(&wide[..])], Order::C, None, Inexact::Error, &mut vec![0u32; n])
+        .unwrap_err();
     assert!(e.to_string().contains(&format!("at row {} of column 0", n - 10)), "{e}");
 
     // A large strided gather: every other element, reversed.
@@ -1015,17 +1031,23 @@ fn bad_inputs_are_errors_not_panics() {
     assert!(concat_fill_into(&[(&values[..], Some(short))], 0.0, &mut out).is_err());
     let a = [1u64, 2, 3];
     let b = [1u64, 2];
-    let e =
-        interleave(&[Column::new(&a[..]), Column::new(&b[..]).named("b")], Order::F, None, &mut [0f64; 6]);
+    let e = interleave(
+        &[Column::new(&a[..]), Column::new(&b[..]).named("b")],
+        Order::F,
+        None,
+        Inexact::Error,
+        &mut [0f64; 6],
+    );
     assert!(e.unwrap_err().to_string().contains("column 'b'"));
-    assert!(interleave(&[Column::new(&a[..])], Order::C, None, &mut [0f64; 4]).is_err());
+    assert!(interleave(&[Column::new(&a[..])], Order::C, None, Inexact::Error, &mut [0f64; 4]).is_err());
     let e = fill_value::<u8>(Scalar::Int(300)).unwrap_err().to_string();
     assert!(e.contains("300") && e.contains("(fill_value)") && e.contains("uint8"), "{e}");
     assert!(fill_value::<i32>(Scalar::Float(1.5)).is_err());
     assert!(fill_value::<i64>(Scalar::Float(f64::NAN)).is_err());
     let nulls = [0b101u8];
     let with_nulls = Column::new(&a[..]).with_validity(Some(BitSlice::new(&nulls, 0, 3).unwrap()));
-    let e = interleave(&[Column::new(&a[..]), with_nulls], Order::C, None, &mut [0f64; 6]).unwrap_err();
+    let e = interleave(&[Column::new(&a[..]), with_nulls], Order::C, None, Inexact::Error, &mut [0f64; 6])
+        .unwrap_err();
     assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("column 1")), "{e}");
     let mut g = [0u8; 2];
     // SAFETY: refused before any read (3 strides for 2 dimensions, then a wrong output size).

@@ -27,13 +27,15 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::catalog::MemTable;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::SessionContext;
+use dlframe::options::Inexact;
 use dlframe_datafusion::{collect_in_order, collect_result, collect_tensor};
 
 use register::{parse_table, register_file};
 use write::{write_npy, write_safetensors};
 
 const USAGE: &str = "\
-usage: dlframe [--table NAME=PATH]... [--column NAME] [--out PATH] [--key NAME] [--rows N] [SQL]
+usage: dlframe [--table NAME=PATH]... [--column NAME] [--out PATH] [--key NAME] [--rows N]
+               [--inexact round] [SQL]
        dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]   (dlframe serve --help)
        dlframe scheduler [--listen ADDR]                            (dlframe scheduler --help)
        dlframe executor --scheduler HOST:PORT [--listen ADDR]       (dlframe executor --help)
@@ -55,6 +57,10 @@ that column's tensor, (rows, *cell_shape); otherwise all columns are stacked int
   --key NAME         the tensor's name in a .safetensors file (default: the result column's
                      name when it is a plain name such as an alias, else 'tensor')
   --rows N           rows to print (default 5)
+  --inexact MODE     what a cast to a float dtype does with an integer the float cannot
+                     hold exactly (int64 2^53 + 1 into float64): 'error' (default, names the
+                     row and column) or 'round' (as numpy rounds); SQL's SET
+                     dlframe.inexact = 'round' does the same for to_tensor
   -h, --help         print this help
   -V, --version      print the version
 
@@ -80,6 +86,7 @@ struct Args {
     out: Option<(PathBuf, Format)>,
     key: Option<String>,
     rows: usize,
+    inexact: Inexact,
 }
 
 /// What the command line asks for.
@@ -101,7 +108,15 @@ fn out_format(path: &Path) -> std::result::Result<Format, String> {
 /// Reads the command line. Any argument starting with `-` is an option (SQL never does), so an
 /// unknown one is an error that names it.
 fn parse_args(mut it: impl Iterator<Item = String>) -> std::result::Result<Command, String> {
-    let mut args = Args { tables: vec![], sql: None, column: None, out: None, key: None, rows: 5 };
+    let mut args = Args {
+        tables: vec![],
+        sql: None,
+        column: None,
+        out: None,
+        key: None,
+        rows: 5,
+        inexact: Inexact::Error,
+    };
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
@@ -115,6 +130,9 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> std::result::Result<Comma
                 args.out = Some((path, format));
             }
             "--key" => args.key = Some(value("--key")?),
+            "--inexact" => {
+                args.inexact = Inexact::parse(&value("--inexact")?).map_err(|e| format!("--inexact: {e}"))?;
+            }
             "--rows" => {
                 let v = value("--rows")?;
                 args.rows = v.parse().map_err(|_| format!("--rows {v}: expected a number"))?;
@@ -177,6 +195,9 @@ async fn run(args: Args, report: &mut String) -> Result<()> {
     use std::fmt::Write as _;
     let ctx = SessionContext::new();
     dlframe_datafusion::register(&ctx);
+    if args.inexact == Inexact::Round {
+        ctx.sql("SET dlframe.inexact = 'round'").await?;
+    }
     let sql = match &args.sql {
         Some(sql) => sql.clone(),
         None if args.tables.is_empty() => {
@@ -198,7 +219,7 @@ async fn run(args: Args, report: &mut String) -> Result<()> {
     drop(staging);
     let (tensor, shown): (_, Vec<usize>) = match &args.column {
         Some(c) => (collect_tensor(&schema, &batches, c)?, vec![schema.index_of(c)?]),
-        None => (collect_result(&schema, &batches)?, (0..schema.fields().len()).collect()),
+        None => (collect_result(&schema, &batches, args.inexact)?, (0..schema.fields().len()).collect()),
     };
     let names: Vec<&str> = shown.iter().map(|&i| schema.field(i).name().as_str()).collect();
     if let Some((out, format)) = &args.out {

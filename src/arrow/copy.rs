@@ -16,7 +16,7 @@ use super::to_tensor::from_leaf;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef};
-use crate::options::{CopyPolicy, ExportOptions, Order, Scalar};
+use crate::options::{CopyPolicy, ExportOptions, Inexact, Order, Scalar};
 use crate::tensor::{Tensor, is_f_contiguous};
 
 /// A tensor and, under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask), its validity
@@ -95,7 +95,7 @@ pub fn columns_to_tensor(
     columns: &[Vec<ArrayRef>],
     opts: &ExportOptions,
 ) -> Result<Converted> {
-    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask: want_mask } =
+    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask: want_mask, inexact } =
         MatrixSpec::new(fields, columns, opts)?;
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
     let segments = segments(columns);
@@ -125,7 +125,7 @@ pub fn columns_to_tensor(
                 Ok(col.starting_at(seg.start))
             })
             .collect::<Result<Vec<_>>>()?;
-        piece.write(&cols, fill)
+        piece.write(&cols, fill, inexact)
     })?;
     let values = out.into_tensor(target, shape.clone(), strides.clone())?;
     let mask = if want_mask {
@@ -136,7 +136,7 @@ pub fn columns_to_tensor(
                 seg.slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
             let cols: Vec<Column> =
                 bytes.iter().zip(&names).map(|(v, name)| Column::new(ColumnRef::U8(v)).named(name)).collect();
-            piece.write(&cols, None)
+            piece.write(&cols, None, inexact)
         })?;
         Some(m.into_tensor(DType::Bool, shape, strides)?)
     } else {
@@ -217,7 +217,7 @@ fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
                 piece.unpack_bools(leaf_array.as_ref(), bool_byte(spec.fill))?;
             } else {
                 let col = column_ref(leaf_array.as_ref(), spec.field.name())?.starting_at(pos);
-                piece.write(std::slice::from_ref(&col), spec.fill)?;
+                piece.write(std::slice::from_ref(&col), spec.fill, spec.inexact)?;
             }
             for (size, validity) in list_nulls {
                 for row in (0..validity.len()).filter(|&r| validity.is_null(r)) {
@@ -288,12 +288,12 @@ struct Piece<'a> {
 impl Piece<'_> {
     /// Writes the range's columns, cast and filled: all into its one run (C order, or one
     /// column), or each into its own run (F order) (copies).
-    fn write(&mut self, cols: &[Column], fill: Option<Scalar>) -> Result<()> {
+    fn write(&mut self, cols: &[Column], fill: Option<Scalar>, inexact: Inexact) -> Result<()> {
         let dtype = self.dtype;
         match self.parts.as_mut_slice() {
-            [run] => kernels::interleave_into(dtype, cols, Order::C, fill, run),
+            [run] => kernels::interleave_into(dtype, cols, Order::C, fill, inexact, run),
             parts => cols.iter().zip(parts).try_for_each(|(col, run)| {
-                kernels::interleave_into(dtype, std::slice::from_ref(col), Order::C, fill, run)
+                kernels::interleave_into(dtype, std::slice::from_ref(col), Order::C, fill, inexact, run)
             }),
         }
     }

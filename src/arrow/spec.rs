@@ -13,7 +13,7 @@ use super::read::{check_chunk_types, lists_as_fixed_chunks, nested_null_count};
 use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Scalar};
+use crate::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Order, Scalar};
 use crate::tensor::{c_strides, is_f_contiguous};
 
 /// One column (in one or more chunks) as one tensor, checked.
@@ -42,6 +42,8 @@ pub(crate) struct ColumnSpec {
     /// The value null slots become, range-checked against `target`; `None` when the copy
     /// writes no null and no fill was given.
     pub fill: Option<Scalar>,
+    /// What an integer that a float target cannot hold exactly does.
+    pub inexact: Inexact,
     /// Why the column cannot be shared as it is (`None`: zero-copy is possible and allowed).
     pub copy_reason: Option<String>,
     /// Whether the chunk's own memory holds the tensor as `shape` and `strides` say (one chunk,
@@ -121,6 +123,7 @@ impl ColumnSpec {
             cell_size: layout.cell,
             mask: null_count > 0 && opts.nulls == NullPolicy::Mask,
             fill,
+            inexact: opts.inexact,
             copy_reason,
             shareable,
             fortran,
@@ -178,6 +181,8 @@ pub(crate) struct MatrixSpec {
     pub strides: Vec<i64>,
     /// Whether a validity mask is made (asked for, and there are nulls).
     pub mask: bool,
+    /// What an integer that a float target cannot hold exactly does.
+    pub inexact: Inexact,
 }
 
 impl MatrixSpec {
@@ -254,6 +259,6 @@ impl MatrixSpec {
         };
         let storage = if target == DType::Bool { DType::UInt8 } else { target };
         let mask = opts.nulls == NullPolicy::Mask && null_count > 0;
-        Ok(MatrixSpec { n, k, target, storage, fill, shape, strides, mask })
+        Ok(MatrixSpec { n, k, target, storage, fill, shape, strides, mask, inexact: opts.inexact })
     }
 }

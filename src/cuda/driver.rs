@@ -76,7 +76,7 @@ struct PoolProps {
 /// A memory pool of `ctx`'s device (bound to this thread) that keeps up to [`POOL_KEEPS`] of
 /// freed memory instead of handing it back to the driver at each synchronisation: the
 /// device's default pool keeps none, so every output and scratch buffer was mapped afresh,
-/// which on an H200 made a 40 MB upload 1.4x slower (docs/benchmarks.md). A pool of its own
+/// which on an H200 made a 40 MB upload 1.4x slower (docs/notes/benchmark-passes.md). A pool of its own
 /// leaves the default pool, which other libraries in the process may use, as it is.
 fn new_pool(ctx: &CudaContext) -> std::result::Result<Pool, result::DriverError> {
     let props = PoolProps {

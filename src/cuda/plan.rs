@@ -292,7 +292,7 @@ pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions
         }
         if leaf != DType::Bool && target != leaf {
             let col = column_ref(leaf_array.as_ref(), spec.field.name())?.starting_at(pos);
-            kernels::check_cast(target, &col, 0)?;
+            kernels::check_cast(target, &col, 0, spec.inexact)?;
         }
         let validity = (!list_nulls.is_empty()).then(|| leaf_validity(leaf_array.as_ref(), &list_nulls));
         plan.segment(leaf_array.as_ref(), validity.as_ref(), pos, 1)?;
@@ -327,7 +327,7 @@ fn leaf_validity(leaf: &dyn Array, levels: &[(usize, NullBuffer)]) -> NullBuffer
 /// # Errors
 /// As [`crate::arrow::columns_to_tensor`].
 pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Plan> {
-    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask } =
+    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask, inexact } =
         MatrixSpec::new(fields, columns, opts)?;
     let fill = fill_bits(storage, fill)?;
     if target != DType::Bool {
@@ -340,6 +340,7 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
                         storage,
                         &column_ref(a.as_ref(), field.name())?.starting_at(seg.start),
                         j,
+                        inexact,
                     )?;
                 }
             }
@@ -388,7 +389,7 @@ mod tests {
 
     use super::*;
     use crate::arrow::{FIXED_SHAPE_TENSOR, columns_to_tensor, to_tensor};
-    use crate::options::{CopyPolicy, NullPolicy};
+    use crate::options::{CopyPolicy, Inexact, NullPolicy};
 
     /// A named column in its chunks.
     type Col = (FieldRef, Vec<ArrayRef>);
@@ -464,6 +465,11 @@ mod tests {
                 col("f", Arc::new(Float64Array::from(vec![1.0, 1e300]))),
                 with(NullPolicy::Error, Some(DType::Float32)),
             ),
+            (
+                "int64 2^53 + 1 into float64",
+                col("i", Arc::new(Int64Array::from(vec![1, (1 << 53) + 1]))),
+                with(NullPolicy::Error, Some(DType::Float64)),
+            ),
             ("tensor metadata that misfits", (bad_tensor, vec![Arc::new(cells) as ArrayRef]), default),
         ];
         let mut refused = 0;
@@ -473,7 +479,7 @@ mod tests {
             assert_eq!(cpu, device, "{what}");
             refused += usize::from(cpu != "ok");
         }
-        assert_eq!(refused, 12, "every case but the NaN policy over a column without nulls is refused");
+        assert_eq!(refused, 13, "every case but the NaN policy over a column without nulls is refused");
     }
 
     #[test]
@@ -503,6 +509,16 @@ mod tests {
                 vec![col("a", a.clone())],
                 ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(300)), dtype: Some(DType::Int8), ..fill },
             ),
+            (
+                "an int64 that float64 cannot hold, stacked with an int32",
+                vec![col("a", a.clone()), col("big", Arc::new(Int64Array::from(vec![1, (1 << 53) + 1])))],
+                ExportOptions { dtype: Some(DType::Float64), ..fill },
+            ),
+            (
+                "an int32 that float32 cannot hold",
+                vec![col("big", Arc::new(Int32Array::from(vec![16_777_217, 0])))],
+                ExportOptions { dtype: Some(DType::Float32), ..fill },
+            ),
         ];
         for (what, cols, opts) in cases {
             let (fields, columns): (Vec<_>, Vec<_>) = cols.into_iter().unzip();
@@ -511,5 +527,14 @@ mod tests {
             assert_eq!(cpu, device, "{what}");
             assert_ne!(cpu, "ok", "{what}");
         }
+        // The opt-in rounds on both.
+        let big: ArrayRef = Arc::new(Int64Array::from(vec![1, (1 << 53) + 1]));
+        let (fields, columns) = (vec![col("big", big.clone()).0], vec![col("big", big).1]);
+        let round = ExportOptions { dtype: Some(DType::Float64), inexact: Inexact::Round, ..fill };
+        assert_eq!(outcome(columns_to_tensor(&fields, &columns, &round)), "ok");
+        assert_eq!(outcome(matrix(&fields, &columns, &round)), "ok");
+        let e = columns_to_tensor(&fields, &columns, &ExportOptions { inexact: Inexact::Error, ..round })
+            .unwrap_err();
+        assert!(e.to_string().contains("at row 1 of column 'big'"), "{e}");
     }
 }

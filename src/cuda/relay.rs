@@ -20,7 +20,7 @@ const PART: usize = 256 << 10;
 /// Pieces of this size are copied by one thread each; once the first ones are in the staging
 /// buffer their upload starts while the threads copy the next. On an H200, 1 MiB took a 40 MB
 /// column from 1.8x a page-locked copy to 1.7x, where 512 KiB and 2 MiB did no better than
-/// copying the whole buffer before its upload (docs/benchmarks.md).
+/// copying the whole buffer before its upload (docs/notes/benchmark-passes.md).
 const PIECE: usize = 1 << 20;
 
 /// One piece of a [`relay`], by its place in the staging region: to be copied (its source and

@@ -1,7 +1,7 @@
 //! Host-to-device copies through page-locked staging buffers (copies). A copy from pageable
 //! memory (an Arrow buffer, a numpy array) would otherwise be staged by the driver, on one
 //! thread and in small steps, at about a quarter of the bandwidth of a copy from page-locked
-//! memory (measured on an H100: docs/benchmarks.md). Here a set of two page-locked buffers
+//! memory (measured on an H100: docs/notes/benchmark-passes.md). Here a set of two page-locked buffers
 //! serves one conversion at a time. The kernel threads copy the sources of the conversion into
 //! one, together (a batch of eight columns is eight small pieces), in 1 MiB pieces taken in
 //! order, with non-temporal stores (the CPU does not read the buffer again, the copy engine
@@ -25,7 +25,7 @@ use super::relay::{HostCopy, relay};
 use crate::error::Result;
 
 /// Bytes of one staging buffer. Large buffers amortise the fixed cost of each fill (waking the
-/// kernel threads, one upload); on an H100 32 MiB did better than 8 or 16 (docs/benchmarks.md).
+/// kernel threads, one upload); on an H100 32 MiB did better than 8 or 16 (docs/notes/benchmark-passes.md).
 const BUFFER: usize = 32 << 20;
 /// Staging buffers per device: one filled by the host while the other uploads.
 const BUFFERS: usize = 2;

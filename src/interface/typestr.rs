@@ -106,22 +106,6 @@ impl TypeStr {
         })
     }
 
-    /// The Arrow type this typestr names, when it is more than its storage dtype (datetimes).
-    pub fn arrow_logical(&self) -> Option<DataType> {
-        let unit = match self.unit.as_deref()? {
-            "s" => TimeUnit::Second,
-            "ms" => TimeUnit::Millisecond,
-            "us" => TimeUnit::Microsecond,
-            "ns" => TimeUnit::Nanosecond,
-            _ => return None,
-        };
-        match self.kind {
-            'M' => Some(DataType::Timestamp(unit, None)),
-            'm' => Some(DataType::Duration(unit)),
-            _ => None,
-        }
-    }
-
     /// The dtype that stores values of this typestr.
     ///
     /// # Errors
@@ -242,7 +226,6 @@ mod tests {
         let t = TypeStr::from_arrow(&DataType::Timestamp(TimeUnit::Nanosecond, None)).unwrap();
         assert_eq!(t.to_string(), "<M8[ns]");
         assert_eq!("<M8[ns]".parse::<TypeStr>().unwrap(), t);
-        assert_eq!(t.arrow_logical(), Some(DataType::Timestamp(TimeUnit::Nanosecond, None)));
         assert_eq!(TypeStr::from_arrow(&DataType::Duration(TimeUnit::Second)).unwrap().to_string(), "<m8[s]");
         assert_eq!(TypeStr::from_arrow(&DataType::Date32).unwrap().to_string(), "<i4");
         let json = serde_json::to_string(&t).unwrap();

@@ -1,18 +1,20 @@
 //! Element types of the kernels, value casts (unchecked where lossless, checked where not),
 //! fill values, and numpy's dtype promotion.
 //!
-//! Casting follows numpy's `same_kind` idea with a range check: integer -> float and float ->
-//! narrower float are allowed and round (int64 above 2^53 included, as numpy does), but a
-//! finite value that would overflow to infinity is refused (1e300 into float32, 70000 into
-//! float16), where numpy gives inf with a warning; infinities and NaN stay as they are. A cast
-//! that can lose an integer (narrowing, signed <-> unsigned, float -> int) is checked value by
-//! value and refuses out-of-range integers and non-finite or fractional floats.
+//! Casting follows numpy's `same_kind` idea with checks: float -> narrower float rounds (as
+//! IEEE says, underflow to zero included), but a finite value that would overflow to infinity
+//! is refused (1e300 into float32, 70000 into float16), where numpy gives inf with a warning;
+//! infinities and NaN stay as they are. Integer -> float refuses an integer the float cannot
+//! hold exactly (int64 2^53 + 1 into float64), as pyarrow's safe cast does, unless the caller
+//! opts into numpy's rounding ([`Inexact::Round`]). A cast that can lose an integer (narrowing,
+//! signed <-> unsigned, float -> int) is checked value by value and refuses out-of-range
+//! integers and non-finite or fractional floats.
 
 use half::{bf16, f16};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::options::Scalar;
+use crate::options::{Inexact, Scalar};
 
 /// A value on its way between element types: an exact integer, or a float.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -231,11 +233,15 @@ const fn bf16_rule(from: DType, to: DType, exact: bool) -> Option<bool> {
 }
 
 /// True when every value of `from` converts to `to` without a check: integer widening that
-/// keeps every value, float widening, and integer -> float where every integer of `from` lies
-/// within the float's finite range (which may round, as numpy's `same_kind` allows). Such
-/// casts run unchecked; the others go through the range check of [`cast()`]: float narrowing
-/// and integers into float16 (whose largest finite value is 65504) can overflow.
-pub const fn always_fits(from: DType, to: DType) -> bool {
+/// keeps every value, float widening, and integer -> float where every integer of `from` is
+/// exactly a float of `to` (under [`Inexact::Round`]: lies within its finite range, and may
+/// round, as numpy's `same_kind` allows). Such casts run unchecked; the others go through the
+/// checks of [`cast()`]: float narrowing and integers into float16 (whose largest finite value
+/// is 65504) can overflow, and wide integers into a float can be inexact.
+pub const fn always_fits(from: DType, to: DType, inexact: Inexact) -> bool {
+    if matches!(inexact, Inexact::Error) && int_to_float(from, to) {
+        return exactly(from, to);
+    }
     if let Some(fits) = bf16_rule(from, to, false) {
         return fits;
     }
@@ -251,11 +257,32 @@ pub const fn always_fits(from: DType, to: DType) -> bool {
     }
 }
 
+/// True for an integer -> float cast.
+const fn int_to_float(from: DType, to: DType) -> bool {
+    matches!(kind(from), Kind::Signed | Kind::Unsigned) && matches!(kind(to), Kind::Float)
+}
+
+/// True when every integer of `from` is exactly a float of `to`: the integer's bits fit the
+/// float's significand (11 bits for float16, 8 for bfloat16, 24 for float32, 53 for float64).
+const fn exactly(from: DType, to: DType) -> bool {
+    let digits = match to {
+        DType::Float16 => 11,
+        DType::BFloat16 => 8,
+        DType::Float32 => 24,
+        _ => 53,
+    };
+    let bits = from.itemsize() * 8 - matches!(kind(from), Kind::Signed) as usize;
+    bits <= digits
+}
+
 /// True when a cast from `from` to `to` can fail only by a finite value overflowing to
-/// infinity: a cast into a float type that is not [`always_fits`]. The kernels run such casts
-/// unchecked, so that the copy loop vectorises, and then look for the overflow in the output.
-pub const fn fails_only_by_overflow(from: DType, to: DType) -> bool {
-    matches!(kind(to), Kind::Float) && !always_fits(from, to)
+/// infinity: a cast into a float type that is not [`always_fits`], and not an integer cast
+/// that must be exact. The kernels run such casts unchecked, so that the copy loop vectorises,
+/// and then look for the overflow in the output.
+pub const fn fails_only_by_overflow(from: DType, to: DType, inexact: Inexact) -> bool {
+    matches!(kind(to), Kind::Float)
+        && !always_fits(from, to, inexact)
+        && !(matches!(inexact, Inexact::Error) && int_to_float(from, to))
 }
 
 /// True when `x` is an infinity of a float type.
@@ -265,13 +292,30 @@ pub(crate) fn is_infinite<T: Element>(x: T) -> bool {
 }
 
 /// Casts one value from `S` to `D`: unchecked when [`always_fits`], else `None` for a value
-/// that does not fit (out-of-range integers; NaN, infinite or fractional floats into ints).
+/// that does not fit (out-of-range integers; NaN, infinite or fractional floats into ints; a
+/// finite value that overflows a float; under [`Inexact::Error`], an integer the float cannot
+/// hold exactly).
 #[inline(always)]
-pub fn cast<S: Element, D: Element>(s: S) -> Option<D> {
-    if always_fits(S::DTYPE, D::DTYPE) {
-        Some(D::from_num_lossy(s.to_num()))
-    } else {
-        D::from_num(s.to_num())
+pub fn cast<S: Element, D: Element>(s: S, inexact: Inexact) -> Option<D> {
+    if always_fits(S::DTYPE, D::DTYPE, inexact) {
+        return Some(D::from_num_lossy(s.to_num()));
+    }
+    let n = s.to_num();
+    let d = D::from_num(n)?;
+    if matches!(inexact, Inexact::Error) && int_to_float(S::DTYPE, D::DTYPE) && !holds(n, d) {
+        return None;
+    }
+    Some(d)
+}
+
+/// Whether `d` is exactly the integer `n` (true for a float `n`).
+#[inline(always)]
+fn holds<D: Element>(n: Num, d: D) -> bool {
+    match (n, d.to_num()) {
+        // An integer rounds to an integer-valued float (or infinity, which saturates and differs).
+        (Num::Int(i), Num::Float(f)) => f as i128 == i as i128,
+        (Num::UInt(u), Num::Float(f)) => f as i128 == u as i128,
+        _ => true,
     }
 }
 
@@ -337,6 +381,7 @@ pub fn common_dtype(dtypes: &[DType]) -> DType {
 mod tests {
     use super::*;
     use DType::*;
+    use Inexact::Round;
 
     /// `np.promote_types(a, b)` for every pair, from numpy 2.4 (row = a, column = b, in this
     /// order: b u1 i1 u2 i2 f2 u4 i4 f4 u8 i8 f8).
@@ -379,74 +424,141 @@ mod tests {
 
     #[test]
     fn checked_casts_refuse_what_does_not_fit() {
-        assert_eq!(cast::<i32, u8>(255), Some(255));
-        assert_eq!(cast::<i32, u8>(256), None);
-        assert_eq!(cast::<i8, u8>(-1), None);
-        assert_eq!(cast::<u64, i64>(u64::MAX), None);
-        assert_eq!(cast::<u64, i64>(i64::MAX as u64), Some(i64::MAX));
-        assert_eq!(cast::<f64, i32>(2.0), Some(2));
-        assert_eq!(cast::<f64, i32>(2.5), None);
-        assert_eq!(cast::<f64, i32>(-0.0), Some(0));
-        assert_eq!(cast::<f64, i64>(f64::NAN), None);
-        assert_eq!(cast::<f64, i64>(f64::INFINITY), None);
+        assert_eq!(cast::<i32, u8>(255, Round), Some(255));
+        assert_eq!(cast::<i32, u8>(256, Round), None);
+        assert_eq!(cast::<i8, u8>(-1, Round), None);
+        assert_eq!(cast::<u64, i64>(u64::MAX, Round), None);
+        assert_eq!(cast::<u64, i64>(i64::MAX as u64, Round), Some(i64::MAX));
+        assert_eq!(cast::<f64, i32>(2.0, Round), Some(2));
+        assert_eq!(cast::<f64, i32>(2.5, Round), None);
+        assert_eq!(cast::<f64, i32>(-0.0, Round), Some(0));
+        assert_eq!(cast::<f64, i64>(f64::NAN, Round), None);
+        assert_eq!(cast::<f64, i64>(f64::INFINITY, Round), None);
         // 2^63 is one past i64::MAX: `as` would saturate it to i64::MAX.
-        assert_eq!(cast::<f64, i64>(9_223_372_036_854_775_808.0), None);
-        assert_eq!(cast::<f64, i64>(-9_223_372_036_854_775_808.0), Some(i64::MIN));
-        assert_eq!(cast::<f64, u64>(18_446_744_073_709_551_616.0), None);
-        assert_eq!(cast::<f32, u8>(255.0), Some(255));
-        assert_eq!(cast::<f32, u8>(256.0), None);
-        assert_eq!(cast::<f16, i8>(f16::from_f32(-128.0)), Some(-128));
-        assert_eq!(cast::<f16, u8>(f16::from_f32(0.5)), None);
-        assert_eq!(cast::<u64, u64>(u64::MAX), Some(u64::MAX));
+        assert_eq!(cast::<f64, i64>(9_223_372_036_854_775_808.0, Round), None);
+        assert_eq!(cast::<f64, i64>(-9_223_372_036_854_775_808.0, Round), Some(i64::MIN));
+        assert_eq!(cast::<f64, u64>(18_446_744_073_709_551_616.0, Round), None);
+        assert_eq!(cast::<f32, u8>(255.0, Round), Some(255));
+        assert_eq!(cast::<f32, u8>(256.0, Round), None);
+        assert_eq!(cast::<f16, i8>(f16::from_f32(-128.0), Round), Some(-128));
+        assert_eq!(cast::<f16, u8>(f16::from_f32(0.5), Round), None);
+        assert_eq!(cast::<u64, u64>(u64::MAX, Round), Some(u64::MAX));
     }
 
     #[test]
     fn casts_to_floats_round_once_and_refuse_only_overflow() {
         // A finite value past the target's range would silently become inf: refused.
-        assert_eq!(cast::<f64, f32>(1e300), None);
-        assert_eq!(cast::<f64, f32>(-1e39), None);
-        assert_eq!(cast::<f32, f16>(70_000.0), None);
-        assert_eq!(cast::<f64, f16>(65_520.0), None);
+        assert_eq!(cast::<f64, f32>(1e300, Round), None);
+        assert_eq!(cast::<f64, f32>(-1e39, Round), None);
+        assert_eq!(cast::<f32, f16>(70_000.0, Round), None);
+        assert_eq!(cast::<f64, f16>(65_520.0, Round), None);
         // Values that round into range, and inf and NaN themselves, pass.
-        assert_eq!(cast::<f64, f32>(f32::MAX as f64), Some(f32::MAX));
-        assert_eq!(cast::<f64, f16>(65_519.99), Some(f16::MAX));
-        assert_eq!(cast::<f64, f32>(f64::NEG_INFINITY), Some(f32::NEG_INFINITY));
-        assert!(cast::<f64, f16>(f64::NAN).unwrap().is_nan());
-        assert_eq!(cast::<f64, f32>(1e-300), Some(0.0));
-        assert_eq!(cast::<i64, f64>(i64::MAX), Some(i64::MAX as f64));
+        assert_eq!(cast::<f64, f32>(f32::MAX as f64, Round), Some(f32::MAX));
+        assert_eq!(cast::<f64, f16>(65_519.99, Round), Some(f16::MAX));
+        assert_eq!(cast::<f64, f32>(f64::NEG_INFINITY, Round), Some(f32::NEG_INFINITY));
+        assert!(cast::<f64, f16>(f64::NAN, Round).unwrap().is_nan());
+        assert_eq!(cast::<f64, f32>(1e-300, Round), Some(0.0));
+        assert_eq!(cast::<i64, f64>(i64::MAX, Round), Some(i64::MAX as f64));
         // 2^24 + 1 rounds to even in f32, straight from the integer.
-        assert_eq!(cast::<i64, f32>(16_777_217), Some(16_777_216.0));
+        assert_eq!(cast::<i64, f32>(16_777_217, Round), Some(16_777_216.0));
         // A value where rounding through f64 first would differ from rounding once.
         let v = (1i64 << 62) + (1 << 38) + 1;
-        assert_eq!(cast::<i64, f32>(v), Some(v as f32));
-        assert_eq!(cast::<u64, f32>(u64::MAX), Some(u64::MAX as f32));
-        assert_eq!(cast::<i32, f16>(70_000), None);
-        assert_eq!(cast::<u16, f16>(u16::MAX), None);
-        assert_eq!(cast::<i16, f16>(i16::MIN), Some(f16::from_f32(-32768.0)));
-        assert_eq!(cast::<i64, f16>(-65_504), Some(-f16::MAX));
-        assert_eq!(cast::<u8, f16>(255), Some(f16::from_f32(255.0)));
-        assert!(cast::<f32, f64>(f32::NAN).unwrap().is_nan());
+        assert_eq!(cast::<i64, f32>(v, Round), Some(v as f32));
+        assert_eq!(cast::<u64, f32>(u64::MAX, Round), Some(u64::MAX as f32));
+        assert_eq!(cast::<i32, f16>(70_000, Round), None);
+        assert_eq!(cast::<u16, f16>(u16::MAX, Round), None);
+        assert_eq!(cast::<i16, f16>(i16::MIN, Round), Some(f16::from_f32(-32768.0)));
+        assert_eq!(cast::<i64, f16>(-65_504, Round), Some(-f16::MAX));
+        assert_eq!(cast::<u8, f16>(255, Round), Some(f16::from_f32(255.0)));
+        assert!(cast::<f32, f64>(f32::NAN, Round).unwrap().is_nan());
     }
 
     #[test]
     fn always_fits_matches_the_ranges() {
-        assert!(always_fits(Int8, Int64) && always_fits(UInt8, Int16) && always_fits(UInt32, UInt64));
-        assert!(always_fits(Int64, Float32) && always_fits(UInt64, Float32) && always_fits(Float16, Float64));
-        assert!(always_fits(Int16, Float16) && always_fits(UInt8, Float16) && always_fits(Bool, Float16));
+        assert!(
+            always_fits(Int8, Int64, Round)
+                && always_fits(UInt8, Int16, Round)
+                && always_fits(UInt32, UInt64, Round)
+        );
+        assert!(
+            always_fits(Int64, Float32, Round)
+                && always_fits(UInt64, Float32, Round)
+                && always_fits(Float16, Float64, Round)
+        );
+        assert!(
+            always_fits(Int16, Float16, Round)
+                && always_fits(UInt8, Float16, Round)
+                && always_fits(Bool, Float16, Round)
+        );
         // These can overflow to inf: 1e300 into float32, 65535 or 70000 into float16.
         assert!(
-            !always_fits(Float64, Float32)
-                && !always_fits(Float32, Float16)
-                && !always_fits(Float64, Float16)
+            !always_fits(Float64, Float32, Round)
+                && !always_fits(Float32, Float16, Round)
+                && !always_fits(Float64, Float16, Round)
         );
         assert!(
-            !always_fits(UInt16, Float16) && !always_fits(Int32, Float16) && !always_fits(Int64, Float16)
+            !always_fits(UInt16, Float16, Round)
+                && !always_fits(Int32, Float16, Round)
+                && !always_fits(Int64, Float16, Round)
         );
-        assert!(!always_fits(Int16, Int8) && !always_fits(Int8, UInt64) && !always_fits(UInt8, Int8));
-        assert!(!always_fits(Float16, Int64) && !always_fits(UInt64, Int64));
+        assert!(
+            !always_fits(Int16, Int8, Round)
+                && !always_fits(Int8, UInt64, Round)
+                && !always_fits(UInt8, Int8, Round)
+        );
+        assert!(!always_fits(Float16, Int64, Round) && !always_fits(UInt64, Int64, Round));
         for from in DType::ALL {
-            assert!(always_fits(from, from));
+            assert!(always_fits(from, from, Round));
         }
+    }
+
+    #[test]
+    fn integers_a_float_cannot_hold_are_refused_unless_rounding_is_asked_for() {
+        use Inexact::Error as Exact;
+        // 2^53 + 1 has no float64; 2^53 and 2^53 + 2 have.
+        let big = (1i64 << 53) + 1;
+        assert_eq!(cast::<i64, f64>(big, Exact), None);
+        assert_eq!(cast::<i64, f64>(big, Round), Some(9_007_199_254_740_992.0));
+        assert_eq!(cast::<i64, f64>(big + 1, Exact), Some((big + 1) as f64));
+        assert_eq!(cast::<i32, f32>(16_777_217, Exact), None);
+        assert_eq!(cast::<i32, f32>(-16_777_216, Exact), Some(-16_777_216.0));
+        assert_eq!(cast::<u64, f64>(u64::MAX, Exact), None);
+        assert_eq!(cast::<u64, f64>(1 << 63, Exact), Some(9_223_372_036_854_775_808.0));
+        // i64::MAX rounds to 2^63, which is not i64::MAX (a saturating compare would say it is).
+        assert_eq!(cast::<i64, f64>(i64::MAX, Exact), None);
+        assert_eq!(cast::<i64, f64>(i64::MIN, Exact), Some(-9_223_372_036_854_775_808.0));
+        assert_eq!(cast::<i16, f16>(2049, Exact), None);
+        assert_eq!(cast::<i16, f16>(2048, Exact), Some(f16::from_f32(2048.0)));
+        assert_eq!(cast::<i32, bf16>(257, Exact), None);
+        assert_eq!(cast::<i32, bf16>(256, Exact), Some(bf16::from_f32(256.0)));
+        // Overflow is refused under both modes.
+        assert_eq!(cast::<i32, f16>(70_000, Exact), None);
+        // Float narrowing rounds under both: underflow to zero is IEEE's rounding, not an error.
+        assert_eq!(cast::<f64, f32>(1e-300, Exact), Some(0.0));
+        assert_eq!(cast::<f64, f32>(0.1, Exact), Some(0.1f32));
+        // Which casts run unchecked: exactly the integers the significand holds.
+        for (from, to) in [
+            (Int32, Float64),
+            (UInt32, Float64),
+            (Int16, Float32),
+            (UInt16, Float32),
+            (Int8, Float16),
+            (UInt8, BFloat16),
+            (Bool, Float16),
+        ] {
+            assert!(always_fits(from, to, Exact), "{from} -> {to}");
+        }
+        for (from, to) in
+            [(Int64, Float64), (UInt64, Float64), (Int32, Float32), (Int16, Float16), (Int16, BFloat16)]
+        {
+            assert!(
+                !always_fits(from, to, Exact) && !fails_only_by_overflow(from, to, Exact),
+                "{from} -> {to}"
+            );
+        }
+        assert!(
+            fails_only_by_overflow(Float64, Float32, Exact) && fails_only_by_overflow(Int32, Float16, Round)
+        );
     }
 
     #[test]

@@ -14,14 +14,16 @@ use super::column::{Column, ColumnRef, Typed, each_ref};
 use super::fill::fill_nulls;
 use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
 use crate::error::{Error, Result};
-use crate::options::Order;
+use crate::options::{Inexact, Order};
 
 /// Writes `cols` as the columns of `out` (`n` rows, `k = cols.len()`) in `order`, casting
 /// each value to `D` and writing `fill` for nulls, in one pass (copies). Parallel over row
 /// blocks for large outputs.
 ///
-/// Lossless casts (widening, any int -> float, float narrowing, which rounds) run unchecked;
-/// the others check every value (see [`super::always_fits`] and [`super::cast()`]).
+/// Lossless casts (widening, integers that the float holds exactly) run unchecked; float
+/// narrowing (which rounds) is checked for overflow after an unchecked pass; the others check
+/// every value, `inexact` saying what an integer that a float cannot hold exactly does (see
+/// [`super::always_fits`] and [`super::cast()`]).
 ///
 /// # Errors
 /// - [`Error::LengthMismatch`] for columns (or validities) of different lengths, or `out` not
@@ -32,7 +34,13 @@ use crate::options::Order;
 ///   is one of the bad ones, not necessarily the first. `out` is then partly written.
 ///
 /// Lengths and nulls are checked before anything is written.
-pub fn interleave<D: Typed>(cols: &[Column], order: Order, fill: Option<D>, out: &mut [D]) -> Result<()> {
+pub fn interleave<D: Typed>(
+    cols: &[Column],
+    order: Order,
+    fill: Option<D>,
+    inexact: Inexact,
+    out: &mut [D],
+) -> Result<()> {
     let k = cols.len();
     let n = cols.first().map_or(0, Column::len);
     for (j, c) in cols.iter().enumerate() {
@@ -61,7 +69,7 @@ pub fn interleave<D: Typed>(cols: &[Column], order: Order, fill: Option<D>, out:
     match order {
         Order::F => try_chunks(out, n, parallel, |j, column| {
             try_chunks(column, ROWS_PER_TASK, parallel, |b, dst| {
-                write_column(j, &cols[j], b * ROWS_PER_TASK, fill, dst, 1, 0)
+                write_column(j, &cols[j], b * ROWS_PER_TASK, fill, inexact, dst, 1, 0)
             })
         }),
         Order::C => {
@@ -93,7 +101,7 @@ pub fn interleave<D: Typed>(cols: &[Column], order: Order, fill: Option<D>, out:
                     let r0 = t * task + i * tile;
                     cols.iter()
                         .enumerate()
-                        .try_for_each(|(j, c)| write_column(j, c, r0, fill, tile_out, k, j))
+                        .try_for_each(|(j, c)| write_column(j, c, r0, fill, inexact, tile_out, k, j))
                 })
             })
         }
@@ -162,11 +170,13 @@ fn rows_k_fill<D: Copy>(cols: &[&[D]], validity: &[Option<BitSlice>], r0: usize,
 
 /// Writes rows `r0..` of column `j` into every `stride`-th element of `dst`, starting at
 /// `pos` (`stride == 1`: a contiguous piece of an F-order matrix).
+#[allow(clippy::too_many_arguments)]
 fn write_column<D: Typed>(
     j: usize,
     col: &Column,
     r0: usize,
     fill: D,
+    inexact: Inexact,
     dst: &mut [D],
     stride: usize,
     pos: usize,
@@ -181,9 +191,10 @@ fn write_column<D: Typed>(
         // A copy refuses nothing, so there is no row to report.
         return strided(src, validity, fill, dst, stride, pos, Some).map_err(|_| unreachable!());
     }
-    let overflow_only = fails_only_by_overflow(col.dtype(), D::DTYPE);
+    let overflow_only = fails_only_by_overflow(col.dtype(), D::DTYPE, inexact);
     each_ref!(col.values, src => {
         let src = &src[r0..r0 + rows];
+        let checked = |s| cast(s, inexact);
         let written = if overflow_only {
             // Unchecked (vectorised), then one scan of the output for an overflow.
             let w = if stride == 1 {
@@ -193,11 +204,11 @@ fn write_column<D: Typed>(
             };
             w.and_then(|()| first_overflow(src, validity, dst, stride, pos).map_or(Ok(()), Err))
         } else if stride == 1 {
-            strided(src, validity, fill, dst, 1, 0, cast)
+            strided(src, validity, fill, dst, 1, 0, checked)
         } else {
-            strided(src, validity, fill, dst, stride, pos, cast)
+            strided(src, validity, fill, dst, stride, pos, checked)
         };
-        written.map_err(|r| refused::<D>(src[r], r0 + r, col, j))
+        written.map_err(|r| refused::<_, D>(src[r], r0 + r, col, j))
     })
 }
 
@@ -228,14 +239,19 @@ fn first_overflow<S: Element, D: Element>(
         .position(|(r, (&d, &s))| is_infinite(d) && !is_infinite(s) && validity.is_none_or(|v| v.get(r)))
 }
 
-/// The error for a value of column `j` (at `row`) that does not fit `D`.
-fn refused<D: Element>(value: impl std::fmt::Debug, row: usize, col: &Column, j: usize) -> Error {
-    Error::ValueOutOfRange {
-        // Debug, not Display: 1e300 as "1e300", not as 301 digits.
-        value: format!("{value:?}"),
-        place: format!("at row {} of column {}", col.first_row + row, col.label(j)),
-        target: D::DTYPE.to_string(),
+/// The error for a value of column `j` (at `row`) that does not fit `D`: out of its range, or
+/// an integer within its range that it cannot hold exactly.
+fn refused<S: Element, D: Element>(value: S, row: usize, col: &Column, j: usize) -> Error {
+    // Debug, not Display: 1e300 as "1e300", not as 301 digits.
+    let (value_text, place, target) = (
+        format!("{value:?}"),
+        format!("at row {} of column {}", col.first_row + row, col.label(j)),
+        D::DTYPE.to_string(),
+    );
+    if D::from_num(value.to_num()).is_some() {
+        return Error::InexactCast { value: value_text, place, target };
     }
+    Error::ValueOutOfRange { value: value_text, place, target }
 }
 
 /// Checks that every valid value of column `j` casts to `D` as [`interleave`] would cast it,
@@ -244,16 +260,16 @@ fn refused<D: Element>(value: impl std::fmt::Debug, row: usize, col: &Column, j:
 /// # Errors
 /// [`Error::ValueOutOfRange`] for the first valid value that does not fit, placed like
 /// [`interleave`]'s.
-pub(crate) fn check_column<D: Typed>(j: usize, col: &Column) -> Result<()> {
-    if always_fits(col.dtype(), D::DTYPE) {
+pub(crate) fn check_column<D: Typed>(j: usize, col: &Column, inexact: Inexact) -> Result<()> {
+    if always_fits(col.dtype(), D::DTYPE, inexact) {
         return Ok(());
     }
     each_ref!(col.values, src => {
         let bad = match col.validity {
-            None => src.iter().position(|&s| cast::<_, D>(s).is_none()),
-            Some(v) => (0..src.len()).find(|&r| v.get(r) && cast::<_, D>(src[r]).is_none()),
+            None => src.iter().position(|&s| cast::<_, D>(s, inexact).is_none()),
+            Some(v) => (0..src.len()).find(|&r| v.get(r) && cast::<_, D>(src[r], inexact).is_none()),
         };
-        bad.map_or(Ok(()), |r| Err(refused::<D>(src[r], r, col, j)))
+        bad.map_or(Ok(()), |r| Err(refused::<_, D>(src[r], r, col, j)))
     })
 }
 
@@ -302,12 +318,12 @@ mod tests {
             Column::new(&b[..]),
         ];
         let mut c = [0f64; 6];
-        interleave(&cols, Order::C, Some(-1.0), &mut c).unwrap();
+        interleave(&cols, Order::C, Some(-1.0), Inexact::Error, &mut c).unwrap();
         assert_eq!(c, [1.0, 0.5, -1.0, 1.5, 3.0, 2.5]);
         let mut f = [0f64; 6];
-        interleave(&cols, Order::F, Some(-1.0), &mut f).unwrap();
+        interleave(&cols, Order::F, Some(-1.0), Inexact::Error, &mut f).unwrap();
         assert_eq!(f, [1.0, -1.0, 3.0, 0.5, 1.5, 2.5]);
-        let e = interleave(&cols, Order::C, None::<f64>, &mut c).unwrap_err();
+        let e = interleave(&cols, Order::C, None::<f64>, Inexact::Error, &mut c).unwrap_err();
         assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("column 'a' has 1 null")), "{e}");
     }
 
@@ -318,14 +334,14 @@ mod tests {
         for k in 1..=9 {
             let cols: Vec<Column> = data[..k].iter().map(|v| Column::new(&v[..])).collect();
             let mut out = vec![0u16; n * k];
-            interleave(&cols, Order::C, None, &mut out).unwrap();
+            interleave(&cols, Order::C, None, Inexact::Error, &mut out).unwrap();
             assert!(out.iter().enumerate().all(|(at, &v)| v == data[at % k][at / k]), "k {k}");
             // A validity of all ones takes the fill path (the general one for k = 9) and must agree.
             let ones = vec![0xffu8; n.div_ceil(8)];
             let valid: Vec<Column> =
                 cols.iter().map(|c| c.with_validity(Some(BitSlice::new(&ones, 0, n).unwrap()))).collect();
             let mut general = vec![0u16; n * k];
-            interleave(&valid, Order::C, None, &mut general).unwrap();
+            interleave(&valid, Order::C, None, Inexact::Error, &mut general).unwrap();
             assert_eq!(out, general, "k {k}");
         }
     }
@@ -349,7 +365,7 @@ mod tests {
                     })
                     .collect();
                 let mut out = vec![0f32; n * k];
-                interleave(&cols, Order::C, Some(-1.0), &mut out).unwrap();
+                interleave(&cols, Order::C, Some(-1.0), Inexact::Error, &mut out).unwrap();
                 for (at, &v) in out.iter().enumerate() {
                     let (r, j) = (at / k, at % k);
                     let want = if j % 3 == 2 || valid(j, r) { data[j][r] } else { -1.0 };
@@ -364,21 +380,33 @@ mod tests {
         let a = [1i64, 300];
         let cols = [Column::new(&a[..]).named("x")];
         let mut out = [0u8; 2];
-        let e = interleave(&cols, Order::C, None, &mut out).unwrap_err();
+        let e = interleave(&cols, Order::C, None, Inexact::Error, &mut out).unwrap_err();
         assert!(
             matches!(&e, Error::ValueOutOfRange { value, place, target }
             if value == "300" && place == "at row 1 of column 'x'" && target == "uint8"),
             "{e}"
         );
         let f = [0.0f64, 1.0, 2.5];
-        let e = interleave(&[Column::new(&a[..1]), Column::new(&f[..1])], Order::F, None, &mut [0i32; 2]);
+        let e = interleave(
+            &[Column::new(&a[..1]), Column::new(&f[..1])],
+            Order::F,
+            None,
+            Inexact::Error,
+            &mut [0i32; 2],
+        );
         assert!(e.is_ok());
-        let e = interleave(&[Column::new(&a[..]), Column::new(&f[1..])], Order::F, None, &mut [0i32; 4]);
+        let e = interleave(
+            &[Column::new(&a[..]), Column::new(&f[1..])],
+            Order::F,
+            None,
+            Inexact::Error,
+            &mut [0i32; 4],
+        );
         assert!(matches!(e, Err(Error::ValueOutOfRange { place, .. }) if place == "at row 1 of column 1"));
         // A bad value under a null is not read.
         let nulls = [0b01u8];
         let masked = [Column::new(&a[..]).with_validity(Some(BitSlice::new(&nulls, 0, 2).unwrap()))];
-        interleave(&masked, Order::C, Some(7u8), &mut out).unwrap();
+        interleave(&masked, Order::C, Some(7u8), Inexact::Error, &mut out).unwrap();
         assert_eq!(out, [1, 7]);
     }
 
@@ -388,7 +416,7 @@ mod tests {
         let b = [1.0f64, f64::INFINITY, 1e300];
         for order in [Order::C, Order::F] {
             let cols = [Column::new(&a[..]), Column::new(&b[..]).named("b")];
-            let e = interleave(&cols, order, None, &mut [0f32; 6]).unwrap_err();
+            let e = interleave(&cols, order, None, Inexact::Error, &mut [0f32; 6]).unwrap_err();
             assert!(
                 matches!(&e, Error::ValueOutOfRange { value, place, .. } if value == "1e300" && place == "at row 2 of column 'b'"),
                 "{e}"
@@ -401,7 +429,7 @@ mod tests {
                 Column::new(&b[..]).with_validity(Some(BitSlice::new(&nulls, 0, 3).unwrap())),
             ];
             let mut out = [0f32; 6];
-            interleave(&masked, order, Some(f32::NEG_INFINITY), &mut out).unwrap();
+            interleave(&masked, order, Some(f32::NEG_INFINITY), Inexact::Error, &mut out).unwrap();
             let want = match order {
                 Order::C => [1.0, 1.0, 2.0, f32::INFINITY, 3.0, f32::NEG_INFINITY],
                 Order::F => [1.0, 2.0, 3.0, 1.0, f32::INFINITY, f32::NEG_INFINITY],
@@ -414,15 +442,21 @@ mod tests {
     fn wrong_lengths_are_errors() {
         let (a, b) = ([1i64, 2], [1i64]);
         let bad = [Column::new(&a[..]), Column::new(&b[..]).named("y")];
-        let e = interleave(&bad, Order::C, None, &mut [0u8; 4]).unwrap_err();
+        let e = interleave(&bad, Order::C, None, Inexact::Error, &mut [0u8; 4]).unwrap_err();
         assert!(matches!(&e, Error::LengthMismatch { what, .. } if what == "column 'y'"), "{e}");
-        assert!(interleave(&[Column::new(&a[..])], Order::C, None, &mut [0u8; 3]).is_err());
+        assert!(interleave(&[Column::new(&a[..])], Order::C, None, Inexact::Error, &mut [0u8; 3]).is_err());
         let short = BitSlice::new(&[0xff], 0, 1).unwrap();
         assert!(
-            interleave(&[Column::new(&a[..]).with_validity(Some(short))], Order::F, Some(0u8), &mut [0u8; 2])
-                .is_err()
+            interleave(
+                &[Column::new(&a[..]).with_validity(Some(short))],
+                Order::F,
+                Some(0u8),
+                Inexact::Error,
+                &mut [0u8; 2]
+            )
+            .is_err()
         );
-        interleave::<f32>(&[], Order::C, None, &mut []).unwrap();
-        interleave::<f32>(&[Column::new(&[0f32; 0][..])], Order::F, None, &mut []).unwrap();
+        interleave::<f32>(&[], Order::C, None, Inexact::Error, &mut []).unwrap();
+        interleave::<f32>(&[Column::new(&[0f32; 0][..])], Order::F, None, Inexact::Error, &mut []).unwrap();
     }
 }

@@ -62,7 +62,7 @@ pub use take::{chunk_rows, take_rows};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::options::{Order, Scalar};
+use crate::options::{Inexact, Order, Scalar};
 
 /// Outputs at least this large (in bytes) are split over rayon's threads; smaller ones stay
 /// on the calling thread.
@@ -156,11 +156,12 @@ pub fn interleave_into(
     cols: &[Column],
     order: Order,
     fill: Option<Scalar>,
+    inexact: Inexact,
     out: &mut [u8],
 ) -> Result<()> {
     with_numeric!(dtype, D => {
         let fill = fill.map(fill_value::<D>).transpose()?;
-        interleave(cols, order, fill, elements_mut::<D>(out)?)
+        interleave(cols, order, fill, inexact, elements_mut::<D>(out)?)
     })
 }
 
@@ -184,8 +185,8 @@ pub fn take_rows_into(
 ///
 /// # Errors
 /// [`Error::ValueOutOfRange`] as [`interleave`] reports it; bool targets are refused.
-pub fn check_cast(dtype: DType, col: &Column, j: usize) -> Result<()> {
-    with_numeric!(dtype, D => interleave::check_column::<D>(j, col))
+pub fn check_cast(dtype: DType, col: &Column, j: usize, inexact: Inexact) -> Result<()> {
+    with_numeric!(dtype, D => interleave::check_column::<D>(j, col, inexact))
 }
 
 /// Writes `fill` (converted to `dtype`) into every element of `out`.

@@ -14,7 +14,10 @@
 //! | `tensor_element(t, i1, ...)` | one element of each cell (negative indices count from the end) | one gather |
 //!
 //! `to_tensor_fill` and `to_tensor_as` take the same list arguments as `to_tensor`. Nulls are an
-//! error by default that names the column and suggests `to_tensor_fill`.
+//! error by default that names the column and suggests `to_tensor_fill`. An integer that the
+//! float dtype holds only rounded (int64 2^53 + 1 into float64) is an error naming its row and
+//! column, unless the session says `SET dlframe.inexact = 'round'` ([`DlframeOptions`], added
+//! by [`register`]).
 //!
 //! [`register`] adds every function to a [`SessionContext`]; the UDFs are plain
 //! [`ScalarUDF`]s, so anything that registers built-ins (a Ballista executor, a
@@ -71,6 +74,7 @@ pub(crate) use scalar_udf;
 
 mod args;
 mod batches;
+mod config;
 mod inspect;
 mod padded;
 mod table;
@@ -85,6 +89,7 @@ use datafusion::logical_expr::ScalarUDF;
 use datafusion::prelude::SessionContext;
 
 pub use batches::{epoch_batches, tensor_batches};
+pub use config::DlframeOptions;
 pub use inspect::{TensorDtypeFunc, TensorElementFunc, TensorNdimFunc, TensorReshapeFunc, TensorShapeFunc};
 pub use padded::ToTensorPaddedFunc;
 #[cfg(feature = "sql")]
@@ -124,6 +129,7 @@ pub fn register_all(registry: &mut dyn FunctionRegistry) -> datafusion::common::
 
 /// Registers every function in a [`SessionContext`]: the one call an analytics service makes.
 pub fn register(ctx: &SessionContext) {
+    config::add_options(ctx);
     for udf in functions() {
         ctx.register_udf(udf.as_ref().clone());
     }

@@ -19,7 +19,7 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::prelude::{DataFrame, SessionContext};
 use dlframe::Tensor;
 use dlframe::arrow::is_list_like;
-use dlframe::options::{CopyPolicy, ExportOptions};
+use dlframe::options::{CopyPolicy, ExportOptions, Inexact};
 
 use crate::to_df_err;
 
@@ -49,10 +49,13 @@ pub fn collect_tensor(schema: &Schema, batches: &[RecordBatch], column: &str) ->
 /// The matrix is written in one fused pass (copies); the single tensor column is zero-copy for
 /// one batch without nulls.
 ///
+/// `inexact` says what the cast to the common dtype does with an integer the float cannot hold
+/// exactly (int64 and uint64 columns together become float64).
+///
 /// # Errors
 /// No columns, a list or tensor column among several (collect it by name), and the errors of
-/// [`dlframe::arrow::columns_to_tensor`] (nulls, non-numeric columns).
-pub fn collect_result(schema: &Schema, batches: &[RecordBatch]) -> Result<Tensor> {
+/// [`dlframe::arrow::columns_to_tensor`] (nulls, non-numeric columns, inexact integers).
+pub fn collect_result(schema: &Schema, batches: &[RecordBatch], inexact: Inexact) -> Result<Tensor> {
     let fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
     let is_list = |f: &FieldRef| is_list_like(f.data_type());
     match fields.as_slice() {
@@ -70,8 +73,8 @@ pub fn collect_result(schema: &Schema, batches: &[RecordBatch]) -> Result<Tensor
     }
     let columns: Vec<Vec<ArrayRef>> =
         (0..fields.len()).map(|i| batches.iter().map(|b| b.column(i).clone()).collect()).collect();
-    let converted =
-        dlframe::arrow::columns_to_tensor(&fields, &columns, &ExportOptions::default()).map_err(to_df_err)?;
+    let opts = ExportOptions { inexact, ..Default::default() };
+    let converted = dlframe::arrow::columns_to_tensor(&fields, &columns, &opts).map_err(to_df_err)?;
     Ok(converted.values)
 }
 

@@ -170,6 +170,7 @@ fn invoke(func: &str, options: Options, args: ScalarFunctionArgs) -> Result<Colu
         copy: CopyPolicy::IfNeeded,
         dtype: Some(out.dtype),
         order: Order::C,
+        inexact: crate::config::inexact(&args.config_options)?,
         ..Default::default()
     };
     let n = args.number_rows;

@@ -120,6 +120,28 @@ async fn mixed_types_promote_like_numpy_and_interleave_row_by_row() {
 }
 
 #[tokio::test]
+async fn inexact_integers_are_refused_unless_the_session_asks_for_rounding() {
+    let big = (1i64 << 53) + 1;
+    let ctx = ctx_with(vec![batch(vec![
+        ("a", Arc::new(Int32Array::from(vec![1, 16_777_217]))),
+        ("big", Arc::new(Int64Array::from(vec![2, big]))),
+    ])]);
+    let e = error(&ctx, "SELECT to_tensor_as('float64', a, big) FROM t").await;
+    assert!(e.contains("9007199254740993 at row 1 of column 'big' has no exact float64"), "{e}");
+    let e = error(&ctx, "SELECT to_tensor_as('float32', a) FROM t").await;
+    assert!(e.contains("16777217") && e.contains("inexact='round'"), "{e}");
+    // int64 holds every int32 and float64 every int32: the default promotion passes.
+    let t = tensor(&ctx, "SELECT to_tensor(a, CAST(a AS DOUBLE)) FROM t").await;
+    assert_eq!(f64s(&t), vec![1.0, 1.0, 16_777_217.0, 16_777_217.0]);
+    ctx.sql("SET dlframe.inexact = 'round'").await.unwrap();
+    let t = tensor(&ctx, "SELECT to_tensor_as('float64', a, big) FROM t").await;
+    assert_eq!(f64s(&t), vec![1.0, 2.0, 16_777_217.0, 9_007_199_254_740_992.0]);
+    ctx.sql("SET dlframe.inexact = 'nearest'").await.unwrap();
+    let e = error(&ctx, "SELECT to_tensor_as('float64', a, big) FROM t").await;
+    assert!(e.contains("dlframe.inexact") && e.contains("'error' or 'round'"), "{e}");
+}
+
+#[tokio::test]
 async fn the_output_is_a_fixed_shape_tensor_with_a_non_null_child() {
     let ctx = ctx_with(vec![batch(vec![
         ("a", Arc::new(Float32Array::from(vec![1.0, 2.0]))),

@@ -13,7 +13,7 @@
 //! Errors become Polars errors in [`polars_error`], the one place this boundary maps them.
 
 use dlframe::arrow::CellLayout;
-use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Ragged, Scalar};
+use dlframe::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Order, Ragged, Scalar};
 use dlframe::polars::{
     cell_layout, polars_dtype, polars_dtype_of, series_to_matrix, series_to_tensor, tensor_to_series,
 };
@@ -36,6 +36,10 @@ pub struct ToTensorKwargs {
     /// The length of every list, for a list input (Polars needs an Array's width up front).
     #[serde(default)]
     pub width: Option<usize>,
+    /// What an integer that the float dtype cannot hold exactly does: `"error"` (default) or
+    /// `"round"`.
+    #[serde(default)]
+    pub inexact: Option<String>,
 }
 
 /// A fill value as Python gives it.
@@ -74,6 +78,7 @@ impl ToTensorKwargs {
             copy: CopyPolicy::IfNeeded,
             dtype: self.target()?,
             order: Order::C,
+            inexact: Inexact::parse(self.inexact.as_deref().unwrap_or("error")).map_err(polars_error)?,
             ..Default::default()
         })
     }
