@@ -19,10 +19,14 @@
 from typing import Any
 
 from ._native import Tensor, __version__, cuda_device_count, from_dlpack, tensor, to_dlpack
+from . import _arrow_types
 from ._stream import Batches, batches
 from . import flight as flight
 
 import importlib.util as _util
+
+# bfloat16's Arrow extension type, so that from_dlpack gives typed pyarrow arrays.
+_arrow_types.register()
 
 if _util.find_spec("polars") is not None:
     # df.to_dlpack(), series.to_dlpack(), lf.to_dlpack() and the `dlframe` namespaces.

@@ -345,6 +345,7 @@ def batches(
     ragged: str = "error",
     pad_value: bool | int | float | None = None,
     max_len: int | None = None,
+    inexact: str = "error",
     shard: tuple[int, int] | str | None = None,
     even: str = "keep",
     shuffle: bool = False,
@@ -365,7 +366,7 @@ def batches(
     Each batch has exactly ``batch_size`` rows, the last one fewer unless ``drop_last``. A
     table's batch is an ``(n, k)`` matrix (``columns="stack"``) or a dict of column tensors
     (``columns="dict"``); a single column's is its own tensor. ``nulls``, ``fill_value``,
-    ``dtype``, ``order``, ``device``, ``ragged``, ``pad_value`` and ``max_len`` are
+    ``dtype``, ``inexact``, ``order``, ``device``, ``ragged``, ``pad_value`` and ``max_len`` are
     :func:`dlframe.to_dlpack`'s: ``nulls="mask"`` gives ``(values, mask)`` pairs, and a List
     column under ``ragged="pad"`` gives ``(values, lengths)`` (each batch as wide as its longest
     row, or ``max_len``) and under ``ragged="jagged"`` gives ``(values, offsets)``.
@@ -401,7 +402,7 @@ def batches(
     """
     options = {"columns": columns, "nulls": nulls, "fill_value": fill_value, "dtype": dtype}
     options.update(order=order, device=None if device is None else str(device), drop_last=drop_last)
-    options.update(ragged=ragged, pad_value=pad_value, max_len=max_len)
+    options.update(ragged=ragged, pad_value=pad_value, max_len=max_len, inexact=inexact)
     training = {"shard": shard, "even": even, "shuffle": shuffle, "seed": seed}
     training.update(shuffle_buffer=shuffle_buffer, to=to)
     return Batches(source, batch_size, prefetch, options, training)

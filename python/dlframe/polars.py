@@ -21,7 +21,6 @@ directly where Polars does not define it (it never replaces a method Polars has)
 from __future__ import annotations
 
 import functools
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ def to_dlpack(
     ragged: str = "error",
     pad_value: bool | int | float | None = None,
     max_len: int | None = None,
+    inexact: str = "error",
 ) -> Any:
     """A Polars DataFrame, Series or LazyFrame as a tensor; the options are
     ``dlframe.to_dlpack``'s, and ``engine`` is passed to ``LazyFrame.collect``.
@@ -54,20 +54,6 @@ def to_dlpack(
     A Series of one chunk of numeric data without nulls shares its memory (no copy, constant
     time); everything else goes through the Arrow stream and the fused kernels.
     """
-    # The shared view first, before any option is gathered: for a small Series, building the
-    # options took as long as the whole export.
-    if (
-        type(obj) is pl.Series
-        and nulls == "error"
-        and fill_value is None
-        and copy is None
-        and dtype is None
-        and order == "C"
-        and device is None
-    ):
-        t = _native._series_view(obj)
-        if t is not None:
-            return t
     if isinstance(obj, pl.LazyFrame):
         obj = obj.collect(engine=engine)
     return _native.to_dlpack(
@@ -83,6 +69,7 @@ def to_dlpack(
         ragged=ragged,
         pad_value=pad_value,
         max_len=max_len,
+        inexact=inexact,
     )
 
 
@@ -120,6 +107,7 @@ def to_tensor(
     nulls: str = "error",
     fill_value: bool | int | float | None = None,
     width: int | None = None,
+    inexact: str = "error",
 ) -> pl.Expr:
     """An expression stacking columns into one ``Array`` column (one fused pass).
 
@@ -135,6 +123,8 @@ def to_tensor(
       know the width before the query runs, so ``width`` is required for a List column. An
       ``Array`` column passes through (cast or filled when asked).
     - ``nulls``: ``"error"`` (default), ``"fill"`` with ``fill_value``, or ``"nan"``.
+    - ``inexact``: ``"error"`` (default) refuses an integer that the float dtype cannot hold
+      exactly (int64 2**53 + 1 into Float64); ``"round"`` rounds it, as numpy does.
 
     The expression is elementwise: it runs per row batch in lazy and streaming queries and in
     ``group_by`` aggregations. Bad input (strings, ragged lists, nulls under ``"error"``,
@@ -148,6 +138,7 @@ def to_tensor(
         raise TypeError(f"fill_value must be a bool, int or float, not {type(fill_value).__name__}")
     # Every key is always sent: Polars sends no bytes at all for an empty kwargs dict.
     kwargs = {"dtype": _native._dtype_name(dtype), "nulls": nulls, "fill_value": fill_value, "width": width}
+    kwargs["inexact"] = inexact
     return register_plugin_function(
         plugin_path=Path(_native.__file__),
         function_name="to_tensor",
@@ -193,13 +184,13 @@ def to_tensor_padded(
 
 @functools.wraps(to_dlpack)
 def _series_to_dlpack(self: pl.Series, **options: Any) -> Any:
-    # `series.to_dlpack()` without options is the Series' shared view when it has one (no copy):
-    # checked in one native call, before the keyword-only defaults of `to_dlpack` are bound
-    # (binding them took a third of the call).
+    # `series.to_dlpack()` without options is the Series' shared view when it has one (no copy),
+    # asked for before the keyword-only defaults of `to_dlpack` are bound (binding them took a
+    # third of the call); without one, or with options, the Arrow path.
+    if not isinstance(self, pl.Series):
+        raise TypeError(f"Series.to_dlpack needs a polars Series, not {type(self).__name__}")
     if not options:
         t = _native._series_view(self)
-        # Without a shared view, the Arrow path with every option at its default (`to_dlpack`
-        # would only ask for the view again).
         return t if t is not None else _native.to_dlpack(self)
     return to_dlpack(self, **options)
 
@@ -225,20 +216,7 @@ def _install() -> None:
         if not hasattr(cls, "to_dlpack"):
             # The function itself (its first argument is the object): no wrapper call per export.
             # A Series gets a version that tries its shared view before anything else.
-            cls.to_dlpack = _series_method() if cls is pl.Series else to_dlpack  # type: ignore[attr-defined]
-
-
-def _series_method() -> Any:
-    """`series.to_dlpack`: a native method of the Series type where the extension has one (the
-    shared view without a Python frame before it), else `_series_to_dlpack`. Its text signature
-    is `to_dlpack`'s, without `obj`."""
-    make = getattr(_native, "_series_method", None)
-    if make is None:
-        return _series_to_dlpack
-    params = list(inspect.signature(to_dlpack).parameters.values())[1:]
-    keywords = ", ".join(f"{p.name}={p.default!r}" for p in params)
-    doc = f"to_dlpack($self, /, *, {keywords})\n--\n\n{to_dlpack.__doc__}"
-    return make(pl.Series, to_dlpack, _native.to_dlpack, doc)
+            cls.to_dlpack = _series_to_dlpack if cls is pl.Series else to_dlpack  # type: ignore[attr-defined]
 
 
 _install()

@@ -9,14 +9,13 @@
 //! `dtype=` with [`dtype_name`] before the keyword arguments are serialised.
 
 use arrow_schema::DataType;
-use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyInt, PyString, PyTuple, PyType};
 use pyo3_arrow::PyDataType;
 
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::options::Order;
-use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy, Ragged, Scalar};
+use dlframe::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Ragged, Scalar};
 use dlframe::{DType, Device};
 
 use crate::error::{Binding, Error, Result};
@@ -163,35 +162,12 @@ where
     Ok((item(0)?, item(1)?))
 }
 
-/// An exact tuple of two exact ints that fit `T`, read directly; None for anything else (with no
-/// error left set).
+/// An exact tuple of two exact ints that fit `T`, read directly; None for anything else.
 fn exact_int_pair<T: TryFrom<i64>>(obj: &Bound<'_, PyAny>) -> Option<(T, T)> {
-    // SAFETY: a live object; PyTuple_CheckExact only reads its type.
-    if unsafe { ffi::PyTuple_CheckExact(obj.as_ptr()) } != 1 {
-        return None;
-    }
-    // SAFETY: an exact tuple, checked above.
-    let t = unsafe { obj.cast_unchecked::<PyTuple>() };
-    if t.len() != 2 {
-        return None;
-    }
+    let t = obj.cast_exact::<PyTuple>().ok().filter(|t| t.len() == 2)?;
     let small = |i: usize| {
-        // SAFETY: i < 2 == len.
-        let item = unsafe { t.get_borrowed_item_unchecked(i) }.as_ptr();
-        // SAFETY: a live object; an exact int is read without calling Python code.
-        if unsafe { ffi::PyLong_CheckExact(item) } != 1 {
-            return None;
-        }
-        // SAFETY: as above; an int too large sets OverflowError, cleared below (the general
-        // reading raises its own error).
-        let v = unsafe { ffi::PyLong_AsLongLong(item) };
-        // SAFETY: attached; reads the error PyLong_AsLongLong may have set.
-        if v == -1 && unsafe { !ffi::PyErr_Occurred().is_null() } {
-            // SAFETY: attached, with the error set just above.
-            unsafe { ffi::PyErr_Clear() };
-            return None;
-        }
-        T::try_from(v).ok()
+        let item = t.get_borrowed_item(i).ok()?;
+        T::try_from(item.cast_exact::<PyInt>().ok()?.extract::<i64>().ok()?).ok()
     };
     Some((small(0)?, small(1)?))
 }
@@ -217,6 +193,19 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DlDevice {
         let (device_type, device_id) =
             int_pair(&obj, "dl_device must be None or a (device_type, device_id) tuple")?;
         Ok(DlDevice(DLDevice { device_type, device_id }))
+    }
+}
+
+/// `__dlpack__(copy=...)`: a bool (numpy's included).
+pub struct CopyArg(pub bool);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for CopyArg {
+    type Error = Error;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
+        obj.extract::<bool>()
+            .map(CopyArg)
+            .map_err(|_| Binding::WrongType("copy must be None or a bool".into()).into())
     }
 }
 
@@ -281,8 +270,8 @@ impl<'a, 'py> FromPyObject<'a, 'py> for FillValue {
 }
 
 /// The conversion keywords that `to_dlpack` and `batches` share (`nulls=` with `fill_value=`,
-/// `copy=`, `dtype=`, `order=`, `ragged=` with `pad_value=` and `max_len=`), through the core's
-/// parsers, as the core's options.
+/// `copy=`, `dtype=`, `order=`, `ragged=` with `pad_value=` and `max_len=`, `inexact=`),
+/// through the core's parsers, as the core's options.
 #[allow(clippy::too_many_arguments)]
 pub fn export_options(
     nulls: &str,
@@ -293,6 +282,7 @@ pub fn export_options(
     ragged: &str,
     pad_value: Option<FillValue>,
     max_len: Option<usize>,
+    inexact: &str,
 ) -> Result<ExportOptions> {
     Ok(ExportOptions {
         nulls: NullPolicy::parse(nulls, fill_value.map(|f| f.0))?,
@@ -300,6 +290,7 @@ pub fn export_options(
         dtype: dtype.map(|d| d.0),
         order: order.0,
         ragged: Ragged::parse(ragged, pad_value.map(|p| p.0), max_len)?,
+        inexact: Inexact::parse(inexact)?,
     })
 }
 

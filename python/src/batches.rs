@@ -372,7 +372,7 @@ impl PyBatchStream {
     /// Starts reading `source` (an Arrow producer, or with `iterate=True` a Python iterator of
     /// them) on a background thread; `shard=(i, n)` makes only every n-th batch from batch i.
     #[new]
-    #[pyo3(signature = (source, batch_size, *, iterate=false, nulls="error", fill_value=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), drop_last=false, prefetch=2, shard=(0, 1), ragged="error", pad_value=None, max_len=None, epoch=None))]
+    #[pyo3(signature = (source, batch_size, *, iterate=false, nulls="error", fill_value=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), drop_last=false, prefetch=2, shard=(0, 1), ragged="error", pad_value=None, max_len=None, epoch=None, inexact="error"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         source: &Bound<'_, PyAny>,
@@ -391,10 +391,12 @@ impl PyBatchStream {
         pad_value: Option<FillValue>,
         max_len: Option<usize>,
         epoch: Option<Bound<'_, PyDict>>,
+        inexact: &str,
     ) -> Result<Self> {
         let py = source.py();
         let epoch = epoch.map(|d| EpochArg::from_dict(&d, batch_size, drop_last)).transpose()?;
-        let export = export_options(nulls, fill_value, None, dtype, order, ragged, pad_value, max_len)?;
+        let export =
+            export_options(nulls, fill_value, None, dtype, order, ragged, pad_value, max_len, inexact)?;
         let nulls = export.nulls;
         let options = BatchOptions {
             drop_last,

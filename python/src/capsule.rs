@@ -11,7 +11,7 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3::types::{PyCapsule, PyDict};
 
 use dlframe::dlpack::{Export, ExportedLegacy, ExportedVersioned, ManagedTensor};
 use dlframe::ffi::dlpack::{
@@ -20,7 +20,6 @@ use dlframe::ffi::dlpack::{
 };
 use dlframe::{ForeignTensor, Tensor};
 
-use crate::call;
 use crate::error::{Binding, Error, Result};
 
 /// Calls the deleter of an unconsumed capsule's tensor.
@@ -113,8 +112,7 @@ pub const MAX_VERSION: (u32, u32) = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 static VERSIONED_REQUEST: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
 
 /// The keywords of `__dlpack__(max_version=MAX_VERSION)`, one dict for every call: handed as
-/// it is only to known producers (numpy, pyarrow; on Windows, where [`call_versioned`] cannot
-/// pass the keyword by name), whose `__dlpack__` reads its keywords and keeps no reference to
+/// it is only to known producers (numpy, pyarrow), whose `__dlpack__` reads its keywords and keeps no reference to
 /// them (building the dict anew was a fifth of a small export); copied for any other.
 pub fn versioned_request(py: Python<'_>) -> PyResult<&Bound<'_, PyDict>> {
     let kw = VERSIONED_REQUEST.get_or_try_init(py, || -> PyResult<_> {
@@ -133,30 +131,12 @@ pub fn versioned_from_known(x: &Bound<'_, PyAny>) -> Option<Tensor> {
     Some(consume(cap.cast::<PyCapsule>().ok()?).ok()?.into_tensor())
 }
 
-/// `x.__dlpack__(max_version=MAX_VERSION)` of a known producer (numpy, pyarrow), whose `__dlpack__`
-/// keeps no reference to its keywords. On Unix the keyword travels as a name and a value
-/// (vectorcall), without a bound method or a dict, which took a third off the call's cost.
+/// `x.__dlpack__(max_version=MAX_VERSION)` of a known producer (numpy, pyarrow), whose
+/// `__dlpack__` keeps no reference to its keywords: the shared keyword dict, as it is.
 fn call_versioned<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = x.py();
-    #[cfg(unix)]
-    {
-        let (names, value) = VERSIONED_CALL.get_or_try_init(py, || -> PyResult<_> {
-            let names = PyTuple::new(py, [intern!(py, "max_version")])?;
-            Ok((names.unbind(), PyTuple::new(py, [MAX_VERSION.0, MAX_VERSION.1])?.unbind()))
-        })?;
-        // SAFETY: the receiver, then the value of the one name in `names`, all live for the call.
-        unsafe {
-            call::method(py, intern!(py, "__dlpack__"), &[x.as_ptr(), value.as_ptr()], Some(names.bind(py)))
-        }
-    }
-    #[cfg(not(unix))]
     x.call_method(intern!(py, "__dlpack__"), (), Some(versioned_request(py)?))
 }
-
-/// `("max_version",)` and `MAX_VERSION`, built once: the keyword names and value of
-/// [`call_versioned`].
-#[cfg(unix)]
-static VERSIONED_CALL: PyOnceLock<(Py<PyTuple>, Py<PyTuple>)> = PyOnceLock::new();
 
 /// Consumes a DLPack capsule of either version: renames it to `used_*` and takes ownership.
 ///

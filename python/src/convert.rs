@@ -17,7 +17,6 @@ use dlframe::{DType, Device, Tensor, transfer};
 use crate::args::{
     ColumnsArg, ConsumerStream, DTypeArg, FillValue, HostDevice, OrderArg, TargetDevice, export_options,
 };
-use crate::call;
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::exchange;
@@ -119,6 +118,10 @@ fn all_valid(values: &Tensor) -> dlframe::Result<Tensor> {
 /// - `dtype`: the target dtype, checked (a value that does not fit raises ValueError): a name
 ///   (`"float32"`), a numpy dtype or code (`np.float32`, `"f4"`), a pyarrow, Polars or torch
 ///   dtype.
+/// - `inexact`: what a cast does with an integer that the float dtype cannot hold exactly
+///   (int64 2**53 + 1 into float64): `"error"` (default: ValueError naming the row and
+///   column, as pyarrow's safe cast) or `"round"` (to nearest, as numpy's `astype`). Float
+///   narrowing rounds either way, underflow to zero included.
 /// - `order`: `"C"` or `"F"`, the memory order of a matrix.
 /// - `ragged`: what a List column whose rows have different lengths becomes: `"error"`
 ///   (default), `"pad"` (`(values, lengths)`: `(n, width)` padded with `pad_value`, width
@@ -129,7 +132,7 @@ fn all_valid(values: &Tensor) -> dlframe::Result<Tensor> {
 /// - `device`: `"cpu"` (default), `"cuda"` or `"cuda:N"`; `stream` (DLPack numbering, or a
 ///   torch/cupy stream) is then made to wait for the conversion.
 #[pyfunction]
-#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), stream=None, ragged="error", pad_value=None, max_len=None))]
+#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), stream=None, ragged="error", pad_value=None, max_len=None, inexact="error"))]
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,
@@ -145,6 +148,7 @@ pub fn to_dlpack<'py>(
     ragged: &str,
     pad_value: Option<FillValue>,
     max_len: Option<usize>,
+    inexact: &str,
 ) -> Result<Py<PyAny>> {
     let target = device.map_or(Device::Cpu, |d| d.0);
     let stream = match (stream, target) {
@@ -157,7 +161,7 @@ pub fn to_dlpack<'py>(
             .into());
         }
     };
-    let opts = export_options(nulls, fill_value, copy, dtype, order, ragged, pad_value, max_len)?;
+    let opts = export_options(nulls, fill_value, copy, dtype, order, ragged, pad_value, max_len, inexact)?;
     let defaults = opts == ExportOptions::default()
         && target == Device::Cpu
         && columns.0 == dlframe::table::Columns::Stack
@@ -203,7 +207,7 @@ pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
     let ty = obj.get_type();
     if ty.hasattr(intern!(py, "__arrow_c_array__"))? {
         // Called here, once: pyo3-arrow's extraction looks the method up twice more first.
-        let pair = call::method0(obj, intern!(py, "__arrow_c_array__"))?;
+        let pair = obj.call_method0(intern!(py, "__arrow_c_array__"))?;
         let Some(pair) = pair.cast::<PyTuple>().ok().filter(|t| t.len() == 2) else {
             let returned = pair.get_type().name().map(|n| n.to_string()).unwrap_or_default();
             let ty = ty.name().map(|n| n.to_string()).unwrap_or_default();
@@ -338,21 +342,29 @@ enum Keep {
 /// Imports through `__dlpack__`, following the consumer ladder of docs/conformance.md item 16.
 ///
 /// A type that publishes a DLPack exchange table is read through it first, with no Python call
-/// (unless a copy is asked for, which the producer makes through `__dlpack__`).
+/// (unless a copy is asked for, which the producer makes through `__dlpack__`). Where the table
+/// cannot export the tensor (torch's RuntimeError for a sparse or quantized tensor), or must not
+/// (a torch tensor that requires grad), `__dlpack__` is asked, so that both routes answer alike,
+/// in the producer's own words (a `BufferError` that says what to do). A TypeError (an object
+/// the table's function does not take) is raised as it is.
 fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
     let py = x.py();
     if copy != Some(true)
         && let Some(table) = exchange::table_of(x)?
+        && table.answers_for(x)?
     {
-        let t = exchange::import(x, table)?;
-        if t.device().is_host_accessible() || keep == Keep::Device {
-            return Ok(t);
+        match exchange::import(x, table) {
+            Ok(t) if t.device().is_host_accessible() || keep == Keep::Device => return Ok(t),
+            Ok(t) => {
+                return Err(dlframe::Error::NotOnHost {
+                    device: t.device().to_string(),
+                    copy_false: copy == Some(false),
+                }
+                .into());
+            }
+            Err(e) if e.is_type_error(py) => return Err(e),
+            Err(_) => {}
         }
-        return Err(dlframe::Error::NotOnHost {
-            device: t.device().to_string(),
-            copy_false: copy == Some(false),
-        }
-        .into());
     }
     // numpy's ndarray is read from its struct, as its DLPack export would describe it, without
     // the export; what that read does not take is asked of `__dlpack__` below.
@@ -409,12 +421,13 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
 
 /// Imports a host tensor through `__dlpack__`; when the producer refuses with BufferError (numpy
 /// has no DLPack form of `datetime64`), through its array interface, which also carries a
-/// datetime's unit.
-fn dlpack_or_interface(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Tensor> {
-    match via_dlpack(x, copy, Keep::Host) {
-        // Only when the interface works: otherwise the DLPack error says more.
-        Err(e) if e.is_buffer_error(x.py()) => match interface::import(x) {
+/// datetime's unit. Where the interface refuses too, the DLPack error is raised, except for a
+/// datetime, whose refusal names its unit.
+fn dlpack_or_interface(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
+    match via_dlpack(x, copy, keep) {
+        Err(e) if e.is_buffer_error(x.py()) => match interface::import(x, CopyPolicy::from(copy)) {
             Ok(Some(imported)) => Ok(imported.tensor),
+            Err(refused) if interface::is_datetime(x) => Err(refused),
             _ => Err(e),
         },
         other => other,
@@ -524,8 +537,8 @@ pub fn from_dlpack<'py>(
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
         (capsule::consume(cap)?.into_tensor(), copy)
     } else if x.hasattr(intern!(x.py(), "__dlpack__"))? {
-        (dlpack_or_interface(x, copy)?, copy)
-    } else if let Some(imported) = interface::import(x)? {
+        (dlpack_or_interface(x, copy, Keep::Host)?, copy)
+    } else if let Some(imported) = interface::import(x, CopyPolicy::from(copy))? {
         (imported.tensor, copy)
     } else {
         return Err(Binding::NoProtocol(format!(
@@ -563,9 +576,9 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
         return Ok(PyTensor::new(from_capsule(cap)?));
     }
     if x.hasattr(intern!(x.py(), "__dlpack__"))? {
-        return Ok(PyTensor::new(via_dlpack(x, None, Keep::Device)?));
+        return Ok(PyTensor::new(dlpack_or_interface(x, None, Keep::Device)?));
     }
-    match interface::import(x)? {
+    match interface::import(x, CopyPolicy::IfNeeded)? {
         Some(imported) => Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj)),
         None => Err(Binding::NoProtocol(
             "expected __dlpack__, a capsule, __array_interface__, __array_struct__ or a buffer".into(),

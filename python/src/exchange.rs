@@ -252,6 +252,20 @@ unsafe extern "C" fn current_work_stream(device_type: c_int, device_id: i32, out
 pub struct Table {
     from_py: DLPackManagedTensorFromPyObjectNoSync,
     stream: Option<DLPackCurrentWorkStream>,
+    /// Whether the type has `requires_grad` (torch's tensors): its table exports a tensor that
+    /// requires grad, which its `__dlpack__` refuses.
+    grad: bool,
+}
+
+impl Table {
+    /// Whether the table may answer for `x`: not for a tensor that requires grad, which the
+    /// type's own `__dlpack__` refuses (and so numpy does), so that both routes answer alike.
+    pub fn answers_for(&self, x: &Bound<'_, PyAny>) -> Result<bool> {
+        if !self.grad {
+            return Ok(true);
+        }
+        Ok(!x.getattr(intern!(x.py(), "requires_grad"))?.is_truthy()?)
+    }
 }
 
 /// Types seen, with their table or none.
@@ -314,7 +328,8 @@ fn lookup(ty: &Bound<'_, PyType>) -> Result<Option<Table>> {
             let from_py = api
                 .managed_tensor_from_py_object_no_sync
                 .ok_or_else(|| malformed("managed_tensor_from_py_object_no_sync is NULL"))?;
-            return Ok(Some(Table { from_py, stream: api.current_work_stream }));
+            let grad = ty.getattr_opt(intern!(py, "requires_grad"))?.is_some();
+            return Ok(Some(Table { from_py, stream: api.current_work_stream, grad }));
         }
         header = h.prev_api;
     }

@@ -9,7 +9,9 @@ use pyo3::types::{PyCapsule, PyDict};
 use pyo3::{ffi, intern};
 use smallvec::SmallVec;
 
+use dlframe::interface::datetime::with_units;
 use dlframe::interface::{ArrayInterface, TypeStr};
+use dlframe::options::CopyPolicy;
 use dlframe::tensor::c_strides;
 use dlframe::{Device, Tensor};
 
@@ -51,15 +53,17 @@ pub struct Imported {
 }
 
 /// Tries `__sycl_usm_array_interface__`, the array interface, `__array_struct__`, then the
-/// buffer protocol. `Ok(None)` when the object offers none of them.
-pub fn import(x: &Bound<'_, PyAny>) -> Result<Option<Imported>> {
+/// buffer protocol. `Ok(None)` when the object offers none of them. A datetime's unit becomes
+/// its Arrow type (`dlframe::interface::datetime`): days, hours and minutes through a copy,
+/// which `copy` may refuse.
+pub fn import(x: &Bound<'_, PyAny>, copy: CopyPolicy) -> Result<Option<Imported>> {
     let plain = |tensor| Ok(Some(Imported { tensor, syclobj: None }));
     let py = x.py();
     if let Ok(suai) = x.getattr(intern!(py, "__sycl_usm_array_interface__")) {
         return from_sycl(x, &suai).map(Some);
     }
     if let Ok(ai) = x.getattr(intern!(py, "__array_interface__")) {
-        return plain(from_interface_dict(x, &ai)?);
+        return plain(from_interface_dict(x, &ai, copy)?);
     }
     if let Ok(cap) = x.getattr(intern!(py, "__array_struct__")) {
         return plain(from_array_struct(x, &cap)?);
@@ -69,6 +73,16 @@ pub fn import(x: &Bound<'_, PyAny>) -> Result<Option<Imported>> {
         return plain(from_buffer(x)?);
     }
     Ok(None)
+}
+
+/// Whether `x`'s `__array_interface__` describes numpy datetimes or timedeltas (typestr kind
+/// `M` or `m`). Reads the interface; for error paths.
+pub fn is_datetime(x: &Bound<'_, PyAny>) -> bool {
+    let typestr = x
+        .getattr(intern!(x.py(), "__array_interface__"))
+        .and_then(|ai| ai.get_item("typestr"))
+        .and_then(|t| t.extract::<String>());
+    typestr.is_ok_and(|t| matches!(t.as_bytes().get(1), Some(b'M' | b'm')))
 }
 
 /// `__sycl_usm_array_interface__` v1 (dpctl): strides and offset count elements. Only USM the
@@ -139,7 +153,7 @@ fn usm_kind(x: &Bound<'_, PyAny>) -> Result<UsmKind> {
     Ok(UsmKind { kind, host_readable })
 }
 
-fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Tensor> {
+fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>, copy: CopyPolicy) -> Result<Tensor> {
     let bad = |m: &str| Error::from(Binding::Malformed(format!("invalid __array_interface__: {m}")));
     let d = ai.cast::<PyDict>().map_err(|_| bad("must be a dict"))?;
     let get = |k: &str| d.get_item(k).ok().flatten().filter(|v| !v.is_none());
@@ -159,7 +173,7 @@ fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Te
         // No data: the memory is the object's own buffer, from `offset`, described by the
         // dict's shape, typestr and strides (numpy's reading).
         let offset: usize = get("offset").map(|o| o.extract()).transpose()?.unwrap_or(0);
-        return interface_over_buffer(x, desc, offset);
+        return interface_over_buffer(x, desc, offset, copy);
     };
     desc.data = data.extract().map_err(|_| bad("data must be a (pointer, read_only) tuple"))?;
     let (dtype, strides) = desc.layout()?;
@@ -177,21 +191,17 @@ fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>) -> Result<Te
             owner,
         )
     }?;
-    Ok(with_unit(t, &desc.typestr))
-}
-
-/// Keeps a datetime typestr's unit as the tensor's logical Arrow type (`<M8[ns]` becomes a
-/// timestamp[ns] column, not bare int64 counts).
-fn with_unit(t: Tensor, typestr: &TypeStr) -> Tensor {
-    match typestr.arrow_logical() {
-        Some(dt) => t.with_logical(Some(Arc::new(arrow_schema::Field::new("", dt, false)))),
-        None => t,
-    }
+    Ok(with_units(t, &desc.typestr, copy)?)
 }
 
 /// An `__array_interface__` without `data` over the object's own buffer. Here the size of the
 /// memory is known, so a layout that reaches outside it is refused before anything is read.
-fn interface_over_buffer(x: &Bound<'_, PyAny>, mut desc: ArrayInterface, offset: usize) -> Result<Tensor> {
+fn interface_over_buffer(
+    x: &Bound<'_, PyAny>,
+    mut desc: ArrayInterface,
+    offset: usize,
+    copy: CopyPolicy,
+) -> Result<Tensor> {
     let owner = get_buffer(x, ffi::PyBUF_SIMPLE)?;
     let (buf, len, readonly) = (owner.0.buf as usize, owner.0.len as usize, owner.0.readonly != 0);
     desc.data = (buf.wrapping_add(offset), readonly);
@@ -212,7 +222,7 @@ fn interface_over_buffer(x: &Bound<'_, PyAny>, mut desc: ArrayInterface, offset:
     let t = unsafe {
         Tensor::from_raw_parts(data, desc.shape, Some(strides), dtype, Device::Cpu, readonly, Arc::new(owner))
     }?;
-    Ok(with_unit(t, &desc.typestr))
+    Ok(with_units(t, &desc.typestr, copy)?)
 }
 
 /// A buffer view of `x` with the given PyBUF flags, released when the owner drops.

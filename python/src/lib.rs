@@ -5,21 +5,16 @@
 
 mod args;
 mod batches;
-mod call;
 mod capsule;
 mod convert;
-mod dlpack_method;
 mod error;
 mod exchange;
 mod gil;
 mod interface;
-mod method_def;
 mod ndarray;
 mod per_type;
 mod readers;
 mod series;
-#[cfg(unix)]
-mod series_method;
 mod sql_udfs;
 mod tensor;
 mod to_python;
@@ -67,7 +62,6 @@ fn cuda_device_count() -> usize {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
-    dlpack_method::install(&m.py().get_type::<tensor::PyTensor>())?;
     m.add_class::<batches::PyBatchStream>()?;
     m.add_function(wrap_pyfunction!(batches::epoch_plan, m)?)?;
     m.add("_STREAM_VERSION", dlframe::batches::shuffle::STREAM_VERSION)?;
@@ -75,8 +69,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(series::series_view, m)?)?;
-    #[cfg(unix)]
-    m.add_function(wrap_pyfunction!(series_method::series_method, m)?)?;
     m.add_function(wrap_pyfunction!(ndarray::plain_ndarray, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(args::dtype_name, m)?)?;

@@ -14,6 +14,7 @@ use dlframe::interface::{ArrayInterface, TypeStr};
 use dlframe::options::CopyPolicy;
 use dlframe::{DType, Device, Tensor, transfer};
 
+use crate::args::{CopyArg, DlDevice, DlpackStream, MaxVersion};
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::exchange;
@@ -42,9 +43,9 @@ impl PyTensor {
         PyTensor { inner, syclobj }
     }
 
-    /// `__dlpack__` once its keywords are read ([`crate::dlpack_method`]): the core resolves
-    /// the request (copies, device moves, the capsule kind and the consumer's stream;
-    /// docs/conformance.md, items 1-15). Copies only where the request needs a copy.
+    /// `__dlpack__` once its keywords are read: the core resolves the request (copies, device
+    /// moves, the capsule kind and the consumer's stream; docs/conformance.md, items 1-15).
+    /// Copies only where the request needs a copy.
     pub(crate) fn export_capsule<'py>(
         &self,
         py: Python<'py>,
@@ -101,6 +102,29 @@ impl PyTensor {
     #[classattr]
     fn __c_dlpack_exchange_api__() -> usize {
         exchange::address()
+    }
+
+    /// Exports the tensor as a DLPack capsule: `dltensor_versioned` when `max_version` is (1, x)
+    /// or later, the legacy `dltensor` otherwise. Zero-copy unless `copy=True`, or a move to
+    /// `dl_device` or a layout the consumer cannot read needs a copy (then marked IS_COPIED).
+    /// Shared Arrow memory is marked READ_ONLY. `stream` is the consumer's stream on a CUDA
+    /// device.
+    #[pyo3(signature = (*, dl_device=None, copy=None, max_version=None, stream=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        dl_device: Option<DlDevice>,
+        copy: Option<CopyArg>,
+        max_version: Option<MaxVersion>,
+        stream: Option<DlpackStream>,
+    ) -> Result<Bound<'py, PyAny>> {
+        let request = ExportRequest {
+            dl_device: dl_device.map(|d| d.0),
+            copy: copy.map(|c| c.0),
+            max_version: max_version.map(|m| m.0),
+            stream: stream.map(|s| s.0),
+        };
+        self.export_capsule(py, request)
     }
 
     /// `(device_type, device_id)`, e.g. `(1, 0)` for the CPU.

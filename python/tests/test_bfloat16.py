@@ -3,6 +3,10 @@
 copying where the memory allows; nulls; casts that round once to nearest even; stacks; and
 numpy through ml_dtypes. Arrow and numpy have no bfloat16 of their own."""
 
+import pickle
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -27,10 +31,10 @@ class BFloat16Type(pa.ExtensionType):
         return cls()
 
 
-try:
-    pa.register_extension_type(BFloat16Type())
-except pa.ArrowKeyError:  # already registered (by lance, or an earlier import)
-    pass
+def is_bfloat16(ty):
+    """Whether a pyarrow type is the registered lance.bfloat16 extension (dlframe's class, or
+    Lance's where Lance was imported first)."""
+    return isinstance(ty, pa.ExtensionType) and ty.extension_name == "lance.bfloat16" and ty.storage_type == pa.binary(2)
 
 
 def lance_column(values):
@@ -77,7 +81,7 @@ def test_jax_bfloat16_round_trips_through_arrow():
 def jax_round_trips(jax, jnp):
     x = jnp.array([0.5, -1.25, 3.0e38, -0.0], dtype=jnp.bfloat16)
     col = dlframe.from_dlpack(x)
-    assert col.type == BFloat16Type()
+    assert is_bfloat16(col.type)
     np.testing.assert_array_equal(values_of(col), np.asarray(x, dtype=np.float32))
     back = jax.dlpack.from_dlpack(dlframe.to_dlpack(col))
     assert back.dtype == jnp.bfloat16
@@ -93,7 +97,7 @@ def test_torch_bfloat16_round_trips_without_copying():
     torch = pytest.importorskip("torch", reason="torch is an opt-in extra (DLFRAME_TORCH=1 installs it)")
     x = torch.tensor([0.5, -1.25, 3.0e38, 7.0], dtype=torch.bfloat16)
     col = dlframe.from_dlpack(x)
-    assert col.type == BFloat16Type()
+    assert is_bfloat16(col.type)
     np.testing.assert_array_equal(values_of(col), x.float().numpy())
     t = dlframe.to_dlpack(col)
     back = torch.from_dlpack(t)
@@ -167,3 +171,49 @@ def test_polars_has_no_bfloat16_and_says_so():
     # Into a tensor (not a Polars column), a Polars frame converts to bfloat16 like any other.
     t = dlframe.to_dlpack(df, dtype="bfloat16")
     assert t.dtype == BF16
+
+
+def test_from_dlpack_gives_a_typed_array_without_lance_even_when_pyarrow_comes_later():
+    # A fresh process where Lance cannot be imported and pyarrow is imported after dlframe:
+    # dlframe registers the type once pyarrow's import finishes.
+    code = """
+import sys
+sys.modules["lance"] = None
+import dlframe
+assert "pyarrow" not in sys.modules, "import dlframe imported pyarrow"
+import pyarrow as pa
+t = dlframe.to_dlpack(pa.array([1.5, -2.0]), dtype="bfloat16")
+col = dlframe.from_dlpack(t)
+print(col.type.extension_name, type(col.type).__module__)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["lance.bfloat16", "dlframe._bfloat16"]
+
+
+def test_a_bfloat16_column_survives_a_table_and_a_parquet_file(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is in the test requirements")
+    col = dlframe.from_dlpack(dlframe.to_dlpack(pa.array([0.5, -1.25, 3.0e38]), dtype="bfloat16"))
+    assert is_bfloat16(col.type)
+    pq.write_table(pa.table({"x": col}), tmp_path / "bf16.parquet")
+    back = pq.read_table(tmp_path / "bf16.parquet")
+    assert is_bfloat16(back["x"].type)
+    t = dlframe.to_dlpack(back["x"])
+    assert t.dtype == BF16
+    np.testing.assert_array_equal(t.to_numpy().astype(np.float32), values_of(col))
+    # The type pickles (multiprocessing and Ray send schemas that way).
+    assert pickle.loads(pickle.dumps(col.type)) == col.type
+
+
+def test_lance_imported_after_dlframe_takes_the_name_over():
+    pytest.importorskip("lance", reason="pylance is in the bench extra, not the test requirements")
+    code = """
+import dlframe, pyarrow as pa
+before = type(dlframe.from_dlpack(dlframe.to_dlpack(pa.array([1.0]), dtype="bfloat16")).type).__module__
+import lance.arrow
+after = dlframe.from_dlpack(dlframe.to_dlpack(pa.array([1.0]), dtype="bfloat16"))
+print(before, type(after.type).__module__, dlframe.to_dlpack(after).dtype)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["dlframe._bfloat16", "lance._arrow.bf16", "bfloat16"]

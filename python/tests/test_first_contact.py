@@ -231,7 +231,7 @@ def test_runtime_objects_have_real_docs_and_signatures():
         (
             dlframe.to_dlpack,
             ["obj", "nulls", "fill_value", "copy", "dtype", "order", "device", "columns", "stream"]
-            + ["ragged", "pad_value", "max_len"],
+            + ["ragged", "pad_value", "max_len", "inexact"],
         ),
         (dlframe.from_dlpack, ["x", "copy", "device"]),
         (dlframe.tensor, ["x"]),
@@ -242,7 +242,7 @@ def test_runtime_objects_have_real_docs_and_signatures():
     assert "nulls" in dlframe.to_dlpack.__doc__ and "dtype" in dlframe.to_dlpack.__doc__
     df = pl.DataFrame({"a": [1.0]})
     polars_params = ["nulls", "fill_value", "copy", "dtype", "order", "device", "columns", "stream", "engine"]
-    polars_params += ["ragged", "pad_value", "max_len"]
+    polars_params += ["ragged", "pad_value", "max_len", "inexact"]
     for method in (df.to_dlpack, df["a"].to_dlpack, df.lazy().to_dlpack, df.dlframe.to_dlpack):
         sig = inspect.signature(method)
         assert list(sig.parameters) == polars_params, (method, sig)

@@ -1,0 +1,119 @@
+"""The import side answers alike on every route, and changes no data without a word.
+
+- A torch tensor reaches dlframe through torch's DLPack exchange table, or through
+  `__dlpack__`: a tensor that requires grad, a sparse and a quantized tensor get the same
+  answer both ways, torch's own `BufferError` that says what to do (before, the table imported
+  the first silently and raised torch's C++ RuntimeError, stack frames included, for the others).
+- numpy datetime64/timedelta64 in units Arrow lacks became bare int64 counts: datetime64[D]
+  dates became day counts. Days are now date32, hours and minutes seconds (a copy, which
+  copy=False refuses), and the other units are refused with an error naming the unit.
+"""
+
+import datetime
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dlframe
+
+# ---------------------------------------------------------------------------------------------
+# torch: the exchange table and __dlpack__ answer alike
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="torch is an opt-in extra (DLFRAME_TORCH=1 installs it)")
+
+
+def _refusals(torch):
+    with warnings.catch_warnings():  # torch deprecates its quantized tensors
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8)
+    return {
+        "requires grad": torch.ones(3, requires_grad=True),
+        "sparse": torch.ones(3).to_sparse(),
+        "quantized": quantized,
+    }
+
+
+@pytest.mark.parametrize("case", ["requires grad", "sparse", "quantized"])
+def test_torch_tensors_that_dlpack_refuses_are_refused_on_every_route(case):
+    torch = _torch()
+    x = _refusals(torch)[case]
+    with pytest.raises(BufferError) as own:
+        x.__dlpack__()
+    for route in (dlframe.tensor, dlframe.from_dlpack):
+        with pytest.raises(BufferError) as ours:
+            route(x)
+        assert str(ours.value) == str(own.value), (case, route)
+        assert "frame #" not in str(ours.value)
+    # numpy, through __dlpack__ only, says the same.
+    with pytest.raises(BufferError, match=str(own.value)[:20]):
+        np.from_dlpack(x)
+
+
+def test_a_detached_tensor_still_takes_the_table():
+    torch = _torch()
+    x = torch.arange(4.0, requires_grad=True)
+    t = dlframe.tensor(x.detach())
+    assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert t.__array_interface__["data"][0] == x.data_ptr()
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy datetime units
+
+
+def test_days_become_date32():
+    x = np.array(["1970-01-01", "2024-02-29", "1969-12-31"], dtype="datetime64[D]")
+    col = dlframe.from_dlpack(x)
+    assert col.type == pa.date32()
+    assert col.to_pylist() == [datetime.date(1970, 1, 1), datetime.date(2024, 2, 29), datetime.date(1969, 12, 31)]
+    with pytest.raises(BufferError, match=r"datetime64\[D\].*date32"):
+        dlframe.from_dlpack(x, copy=False)
+    t = dlframe.tensor(x)
+    assert t.dtype == np.int32 and t.copied
+
+
+def test_days_out_of_date32_range_and_nat_are_refused():
+    with pytest.raises(ValueError, match=r"at index 1 .*date32"):
+        dlframe.from_dlpack(np.array([0, 2**40], dtype="datetime64[D]"))
+    with pytest.raises(ValueError, match=r"NaT at index 0"):
+        dlframe.from_dlpack(np.array(["NaT", "2020-01-01"], dtype="datetime64[D]"))
+
+
+@pytest.mark.parametrize(("unit", "seconds"), [("h", 3600), ("m", 60)])
+def test_hours_and_minutes_become_seconds(unit, seconds):
+    x = np.array([0, 5, -2], dtype=f"datetime64[{unit}]")
+    col = dlframe.from_dlpack(x)
+    assert col.type == pa.timestamp("s")
+    assert col.cast(pa.int64()).to_pylist() == [0, 5 * seconds, -2 * seconds]
+    assert col.to_pylist() == x.astype("datetime64[s]").tolist()
+    d = dlframe.from_dlpack(np.array([1, -3], dtype=f"timedelta64[{unit}]"))
+    assert d.type == pa.duration("s") and d.cast(pa.int64()).to_pylist() == [seconds, -3 * seconds]
+    with pytest.raises(BufferError, match="copy"):
+        dlframe.from_dlpack(x, copy=False)
+    with pytest.raises(ValueError, match="at index 0"):
+        dlframe.from_dlpack(np.array([2**62], dtype=f"datetime64[{unit}]"))
+
+
+def test_timedelta_days_become_seconds():
+    d = dlframe.from_dlpack(np.array([1, 2], dtype="timedelta64[D]"))
+    assert d.type == pa.duration("s") and d.cast(pa.int64()).to_pylist() == [86_400, 172_800]
+
+
+@pytest.mark.parametrize("unit", ["Y", "M", "W", "ps", "fs", "as", "10s"])
+def test_units_arrow_lacks_are_refused_naming_the_unit(unit):
+    x = np.array([1, 2], dtype=f"datetime64[{unit}]")
+    with pytest.raises(BufferError, match=rf"datetime64\[{unit}\]"):
+        dlframe.from_dlpack(x)
+    with pytest.raises(BufferError, match=rf"timedelta64\[{unit}\]"):
+        dlframe.tensor(np.array([1, 2], dtype=f"timedelta64[{unit}]"))
+
+
+def test_arrow_units_still_share_their_memory():
+    x = np.array([1, 2, 3], dtype="datetime64[us]")
+    col = dlframe.from_dlpack(x)
+    assert col.type == pa.timestamp("us")
+    assert col.buffers()[1].address == x.ctypes.data
