@@ -182,6 +182,19 @@ def to_tensor_padded(
     )
 
 
+def _series_view(s: pl.Series) -> Any:
+    """The Series' own memory as a read-only tensor (no copy), or None. Polars' public
+    `to_numpy(allow_copy=False)` hands out a view of one chunk without nulls and refuses
+    everything that needs a copy (several chunks, nulls, booleans stored as bits, strings);
+    `_native._numpy_view` takes the view when it is a vector of numbers (not an Array column's
+    matrix, nor temporal data). None sends the caller to the Arrow path, which converts all."""
+    try:
+        view = s.to_numpy(allow_copy=False)
+    except RuntimeError:
+        return None
+    return _native._numpy_view(view)
+
+
 @functools.wraps(to_dlpack)
 def _series_to_dlpack(self: pl.Series, **options: Any) -> Any:
     # `series.to_dlpack()` without options is the Series' shared view when it has one (no copy),
@@ -190,7 +203,7 @@ def _series_to_dlpack(self: pl.Series, **options: Any) -> Any:
     if not isinstance(self, pl.Series):
         raise TypeError(f"Series.to_dlpack needs a polars Series, not {type(self).__name__}")
     if not options:
-        t = _native._series_view(self)
+        t = _series_view(self)
         return t if t is not None else _native.to_dlpack(self)
     return to_dlpack(self, **options)
 

@@ -5,10 +5,9 @@
 //! the owner), and keeps any in-flight exception. Import: we check the name, rename the capsule
 //! to `used_*`, and hand the pointer to [`ForeignTensor`], which calls the deleter exactly once.
 
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, CString, c_void};
 
 use pyo3::ffi;
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict};
@@ -131,12 +130,22 @@ pub fn versioned_from_known(x: &Bound<'_, PyAny>) -> Option<Tensor> {
     Some(consume(cap.cast::<PyCapsule>().ok()?).ok()?.into_tensor())
 }
 
-/// `x.__dlpack__(max_version=MAX_VERSION)` of a known producer (numpy, pyarrow), whose
-/// `__dlpack__` keeps no reference to its keywords: the shared keyword dict, as it is.
+/// `x.__dlpack__(max_version=MAX_VERSION)` of a known producer (numpy, pyarrow), through a
+/// Python function compiled once, `lambda x: x.__dlpack__(max_version=(1, 3))`: the interpreter
+/// passes the keyword by name, where a call from here through the limited API of 3.11 must build
+/// a bound method and a keyword dict (a quarter more instructions for a small export).
 fn call_versioned<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = x.py();
-    x.call_method(intern!(py, "__dlpack__"), (), Some(versioned_request(py)?))
+    let f = VERSIONED_CALL.get_or_try_init(py, || -> PyResult<_> {
+        let (major, minor) = MAX_VERSION;
+        let code = CString::new(format!("lambda x: x.__dlpack__(max_version=({major}, {minor}))"))?;
+        Ok(py.eval(&code, None, None)?.unbind())
+    })?;
+    f.bind(py).call1((x,))
 }
+
+/// The function [`call_versioned`] calls, compiled once.
+static VERSIONED_CALL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// Consumes a DLPack capsule of either version: renames it to `used_*` and takes ownership.
 ///

@@ -68,7 +68,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::to_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
-    m.add_function(wrap_pyfunction!(series::series_view, m)?)?;
+    m.add_function(wrap_pyfunction!(series::numpy_view, m)?)?;
     m.add_function(wrap_pyfunction!(ndarray::plain_ndarray, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(args::dtype_name, m)?)?;

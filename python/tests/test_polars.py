@@ -58,7 +58,7 @@ def test_the_shared_view_is_taken_where_it_applies_and_declined_elsewhere():
     # series.to_dlpack() asks the Series for its own view first and falls back to the Arrow
     # stream, which gives the same tensor more slowly: a view path that stopped answering would
     # pass every other test. It answers for one chunk of numbers without nulls, and only there.
-    view = dlframe._native._series_view
+    view = dlframe.polars._series_view
     s = pl.Series("x", [1.0, 2.0, 3.0], dtype=pl.Float32)
     t = view(s)
     assert t is not None and t.shape == (3,) and t.readonly

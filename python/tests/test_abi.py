@@ -1,0 +1,40 @@
+"""The extension keeps to public APIs: the stable ABI of the floor its wheel is tagged for
+(cp311-abi3), checked with abi3audit on the built library, and no private attribute of another
+library read from its sources."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+import dlframe
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_extension_uses_only_the_stable_abi_of_3_11():
+    pytest.importorskip("abi3audit", reason="abi3audit is in python/requirements-test.txt")
+    library = pathlib.Path(dlframe._native.__file__)
+    out = subprocess.run(
+        [sys.executable, "-m", "abi3audit", "--assume-minimum-abi3", "3.11", "--summary", "--verbose", str(library)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = " ".join((out.stdout + out.stderr).split())
+    assert out.returncode == 0, report
+    assert "0 ABI version mismatches and 0 ABI violations found" in report, report
+
+
+def test_the_binding_reads_no_private_attribute_and_no_pyo3_internals():
+    sources = list((ROOT / "python" / "src").glob("*.rs"))
+    assert sources, "python/src has no Rust sources"
+    for path in sources:
+        text = path.read_text()
+        assert "impl_::" not in text, f"{path.name} uses pyo3's private impl_ module"
+        assert "PyDescr_NewMethod" not in text, f"{path.name} makes C method descriptors"
+        # A private attribute read by name: intern!(py, "_x") or getattr("_x").
+        private = re.findall(r'(?:intern!\(\s*py,\s*|getattr\(\s*)"(_[a-z][a-z0-9_]*)"', text)
+        assert not private, f"{path.name} reads private attributes {private}"
