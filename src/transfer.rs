@@ -201,6 +201,11 @@ pub fn column_on(
     opts: &ExportOptions,
     device: Device,
 ) -> Result<Converted> {
+    // A list view's rows are laid end to end first, on the host, for every device.
+    if let Some((lists, chunks)) = crate::arrow::list_views_laid_out(field, chunks, opts)? {
+        let c = column_on(&lists, &chunks, opts, device)?;
+        return Ok(Converted { values: c.values.with_copied(true), ..c });
+    }
     match device {
         Device::Cpu => to_tensor(field, chunks, opts),
         Device::Cuda(_) if made_on_host(field, opts) => {

@@ -174,3 +174,23 @@ def test_polars_plugin_pads_in_eager_lazy_and_streaming_queries():
         df.select(to_tensor_padded("g", 2))
     with pytest.raises(TypeError, match="max_len must be an int >= 0"):
         to_tensor_padded("tok", -1)
+
+
+def test_list_views_are_read_like_lists():
+    # ListView and LargeListView rows are windows into their values, in any order; they are
+    # laid end to end once (a copy) and then read as List is: equal lengths as a tensor,
+    # ragged rows under ragged=. Before, they were refused with "cast to FixedSizeList".
+    equal = pa.array([[1, 2], [3, 4], [5, 6]], pa.list_view(pa.int32()))
+    t = dlframe.to_dlpack(equal)
+    assert np.from_dlpack(t).tolist() == [[1, 2], [3, 4], [5, 6]] and t.copied
+    with pytest.raises(BufferError, match="list view column"):
+        dlframe.to_dlpack(equal, copy=False)
+    ragged = pa.array([[1.0], [], [2.0, 3.0]], pa.large_list_view(pa.float32()))
+    values, lengths = dlframe.to_dlpack(ragged, ragged="pad", pad_value=-1)
+    assert np.from_dlpack(values).tolist() == [[1.0, -1.0], [-1.0, -1.0], [2.0, 3.0]]
+    assert np.from_dlpack(lengths).tolist() == [1, 0, 2]
+    values, offsets = dlframe.to_dlpack(ragged, ragged="jagged")
+    assert np.from_dlpack(values).tolist() == [1.0, 2.0, 3.0]
+    assert np.from_dlpack(offsets).tolist() == [0, 1, 1, 3]
+    with pytest.raises(ValueError, match="row 1"):
+        dlframe.to_dlpack(ragged)

@@ -44,6 +44,10 @@ pub struct Converted {
 /// under [`CopyPolicy::Never`] when a copy is needed, [`Error::ValueOutOfRange`] for a value
 /// that does not fit a lossy cast.
 pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
+    if let Some((lists, chunks)) = list_views_laid_out(field, chunks, opts)? {
+        let c = to_tensor(&lists, &chunks, opts)?;
+        return Ok(Converted { values: c.values.with_copied(true), ..c });
+    }
     if is_ragged(field, opts) {
         return ragged_to_tensor(field, chunks, opts).and_then(|c| in_order(c, opts.order));
     }
@@ -59,6 +63,30 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
     };
     let mask = spec.mask.then(|| validity_mask(&spec)).transpose()?;
     in_order(Converted { values, mask, index: None }, opts.order)
+}
+
+/// A ListView or LargeListView column as the List column of the same rows (copies: refused
+/// under [`CopyPolicy::Never`]); None for any other column.
+///
+/// # Errors
+/// [`Error::CopyRequired`] under `copy=False`, and [`super::views_as_lists`]'s.
+pub(crate) fn list_views_laid_out(
+    field: &FieldRef,
+    chunks: &[ArrayRef],
+    opts: &ExportOptions,
+) -> Result<Option<(FieldRef, Vec<ArrayRef>)>> {
+    if !matches!(field.data_type(), DataType::ListView(_) | DataType::LargeListView(_)) {
+        return Ok(None);
+    }
+    if opts.copy == CopyPolicy::Never {
+        return Err(Error::CopyRequired {
+            reason: format!(
+                "the rows of list view column '{}' are laid end to end in a new buffer",
+                field.name()
+            ),
+        });
+    }
+    super::views_as_lists(field, chunks)
 }
 
 /// Under [`Order::F`], the values and the mask (two or more dimensions: a tensor column's
