@@ -23,7 +23,7 @@ use crate::arrow::{Converted, columns_to_tensor, is_list_like, is_ragged, to_ten
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::options::{ExportOptions, Order};
+use crate::options::{CopyPolicy, ExportOptions, Order};
 use crate::tensor::Tensor;
 
 #[cfg(feature = "cuda")]
@@ -201,6 +201,7 @@ pub fn column_on(
     opts: &ExportOptions,
     device: Device,
 ) -> Result<Converted> {
+    copy_allowed(opts, device, || format!("column '{}'", field.name()))?;
     // A list view's rows are laid end to end first, on the host, for every device.
     if let Some((lists, chunks)) = crate::arrow::list_views_laid_out(field, chunks, opts)? {
         let c = column_on(&lists, &chunks, opts, device)?;
@@ -243,6 +244,7 @@ pub fn matrix_on(
     opts: &ExportOptions,
     device: Device,
 ) -> Result<Converted> {
+    copy_allowed(opts, device, || format!("{} columns", fields.len()))?;
     match device {
         Device::Cpu => columns_to_tensor(fields, columns, opts),
         Device::Cuda(_) => {
@@ -251,6 +253,18 @@ pub fn matrix_on(
         }
         d => Err(unsupported(d)),
     }
+}
+
+/// Refuses `copy=False` for a conversion onto any device but the CPU, before the device is
+/// reached: host memory that moves to a device is copied there, whatever the data.
+///
+/// # Errors
+/// [`Error::CopyRequired`] naming `what` and the device.
+fn copy_allowed(opts: &ExportOptions, device: Device, what: impl FnOnce() -> String) -> Result<()> {
+    if opts.copy == CopyPolicy::Never && device != Device::Cpu {
+        return Err(Error::CopyRequired { reason: format!("{} moves from host memory to {device}", what()) });
+    }
+    Ok(())
 }
 
 fn cuda_ordinal(device: Device) -> Result<usize> {
@@ -334,5 +348,28 @@ mod tests {
         assert_eq!(adopt(t.clone()).unwrap().data_ptr(), t.data_ptr());
         let (same, fresh) = on_host(&t, Some(false)).unwrap();
         assert_eq!((same.data_ptr(), fresh), (t.data_ptr(), false));
+    }
+
+    #[test]
+    fn copy_false_onto_a_device_is_refused_before_the_device_is_reached() {
+        use std::sync::Arc;
+
+        use arrow_array::Float32Array;
+        use arrow_schema::{DataType, Field};
+        let field: FieldRef = Arc::new(Field::new("x", DataType::Float32, false));
+        let chunks: Vec<ArrayRef> = vec![Arc::new(Float32Array::from(vec![1.0, 2.0]))];
+        let never = ExportOptions { copy: CopyPolicy::Never, ..Default::default() };
+        // Shared on the CPU; a copy onto any CUDA device, present or not.
+        assert!(column_on(&field, &chunks, &never, Device::Cpu).is_ok());
+        for device in [Device::Cuda(0), Device::Cuda(1_000)] {
+            let e = column_on(&field, &chunks, &never, device).unwrap_err();
+            assert!(matches!(&e, Error::CopyRequired { reason } if reason.contains("column 'x'")), "{e}");
+            let e = matrix_on(std::slice::from_ref(&field), std::slice::from_ref(&chunks), &never, device)
+                .unwrap_err();
+            assert!(
+                matches!(&e, Error::CopyRequired { reason } if reason.contains(&device.to_string())),
+                "{e}"
+            );
+        }
     }
 }
