@@ -50,9 +50,18 @@ fn target(first: &str) -> String {
 /// The first segments of the `crate::` paths in `code`: `crate::a::b` gives `a`, and
 /// `crate::{a::X, b}` gives `a` and `b`.
 fn crate_paths(code: &str) -> Vec<String> {
+    paths_after(code, "crate::")
+}
+
+/// The first segments of the paths after `prefix` in `code` (`crate::`, `super::`), as
+/// [`crate_paths`] reads them.
+fn paths_after(code: &str, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        let rest = &code[at + "crate::".len()..];
+    for (at, _) in code.match_indices(prefix) {
+        if code[..at].ends_with("::") {
+            continue; // `super::super::x` is read once, at its first `super::`
+        }
+        let rest = &code[at + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let mut depth = 0;
             let end = group
@@ -117,6 +126,24 @@ fn uses() -> BTreeMap<String, BTreeMap<String, String>> {
     graph
 }
 
+/// The pairs of modules of `graph` (each with the modules it uses) that use each other,
+/// directly or through others: a depth-first walk from each use back to its user.
+fn circles(graph: &BTreeMap<String, Vec<String>>) -> Vec<(String, String)> {
+    fn reaches(graph: &BTreeMap<String, Vec<String>>, from: &str, to: &str, seen: &mut Vec<String>) -> bool {
+        if seen.iter().any(|s| s == from) {
+            return false;
+        }
+        seen.push(from.to_string());
+        graph.get(from).is_some_and(|tos| tos.iter().any(|n| n == to || reaches(graph, n, to, seen)))
+    }
+    graph
+        .iter()
+        .flat_map(|(from, tos)| tos.iter().map(move |to| (from, to)))
+        .filter(|(from, to)| graph.contains_key(*to) && reaches(graph, to, from, &mut Vec::new()))
+        .map(|(from, to)| (from.clone(), to.clone()))
+        .collect()
+}
+
 #[test]
 fn no_module_uses_one_above_it_or_goes_round() {
     let graph = uses();
@@ -141,27 +168,81 @@ fn no_module_uses_one_above_it_or_goes_round() {
             }
         }
     }
-    // Within a layer: no circle (a depth-first walk over the uses between its modules).
-    fn reaches(
-        graph: &BTreeMap<String, BTreeMap<String, String>>,
-        from: &str,
-        to: &str,
-        seen: &mut Vec<String>,
-    ) -> bool {
-        if seen.iter().any(|s| s == from) {
-            return false;
-        }
-        seen.push(from.to_string());
-        graph.get(from).is_some_and(|tos| tos.keys().any(|n| n == to || reaches(graph, n, to, seen)))
-    }
-    for (from, tos) in &graph {
-        for to in tos.keys() {
-            if reaches(&graph, to, from, &mut Vec::new()) {
-                wrong.push(format!("{from} and {to} use each other, directly or through others"));
-            }
-        }
-    }
+    // Within a layer: no circle.
+    let names: BTreeMap<String, Vec<String>> =
+        graph.iter().map(|(m, tos)| (m.clone(), tos.keys().cloned().collect())).collect();
+    wrong.extend(
+        circles(&names)
+            .into_iter()
+            .map(|(a, b)| format!("{a} and {b} use each other, directly or through others")),
+    );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Within each module of `src/` that is a directory, its files (submodules) that use each other,
+/// directly or through others (`super::x`, `crate::<module>::x`): none may.
+#[test]
+fn no_submodules_go_round() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut checked = 0;
+    for dir in std::fs::read_dir(&src).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
+        let module = dir.file_name().unwrap().to_string_lossy().to_string();
+        let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for path in rust_files(&[&format!("src/{module}")]) {
+            let rel = path.strip_prefix(&dir).unwrap();
+            let sub = rel.components().next().unwrap().as_os_str().to_string_lossy().replace(".rs", "");
+            if sub == "mod" || sub == "tests" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let text = &text[..text.find("#[cfg(test)]").unwrap_or(text.len())];
+            let own = format!("crate::{module}::");
+            let uses = graph.entry(sub.clone()).or_default();
+            for line in text.lines() {
+                let line = code(line);
+                // A file below a submodule's directory (copy/tests.rs) reaches its siblings
+                // through super::super; those are read as uses of the submodule itself.
+                if rel.components().count() == 1 {
+                    uses.extend(paths_after(line, "super::"));
+                }
+                uses.extend(paths_after(line, &own));
+            }
+            uses.retain(|u| *u != sub);
+            uses.sort();
+            uses.dedup();
+        }
+        checked += graph.len();
+        let found: Vec<String> = circles(&graph)
+            .into_iter()
+            .map(|(a, b)| format!("src/{module}: {a} and {b} use each other, directly or through others"))
+            .collect();
+        assert!(found.is_empty(), "{}", found.join("\n"));
+    }
+    assert!(checked >= 20, "read only {checked} submodules");
+}
+
+/// Modules of the binding (`python/src`, one file each) that use each other, directly or
+/// through others: none may, as in the core.
+#[test]
+fn the_binding_has_no_circles() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join("src");
+    let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for path in rust_files(&["python/src"]) {
+        let module = path.strip_prefix(&src).unwrap().to_string_lossy().replace(".rs", "");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = &text[..text.find("#[cfg(test)]").unwrap_or(text.len())];
+        let mut uses: Vec<String> =
+            text.lines().flat_map(|l| crate_paths(code(l))).filter(|m| *m != module).collect();
+        uses.sort();
+        uses.dedup();
+        graph.insert(module, uses);
+    }
+    assert!(graph.len() >= 10, "read only {} modules of python/src", graph.len());
+    let circles: Vec<String> = circles(&graph)
+        .into_iter()
+        .map(|(a, b)| format!("python/src: {a} and {b} use each other, directly or through others"))
+        .collect();
+    assert!(circles.is_empty(), "{}", circles.join("\n"));
 }
 
 #[test]

@@ -153,28 +153,27 @@ static VERSIONED_CALL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// `ValueError` for a capsule that was already consumed or is not a DLPack capsule; the
 /// importer's errors for a tensor we refuse (released before the error returns).
 pub fn consume(capsule: &Bound<'_, PyCapsule>) -> Result<ForeignTensor> {
-    let obj = capsule.as_ptr();
-    // SAFETY: `obj` is a live capsule; IsValid only compares names.
-    let is = |name: &CStr| unsafe { ffi::PyCapsule_IsValid(obj, name.as_ptr()) } == 1;
-    if is(DLTENSOR_VERSIONED) {
-        // SAFETY: the name matches, so the pointer is a DLManagedTensorVersioned.
-        let ptr = unsafe { ffi::PyCapsule_GetPointer(obj, DLTENSOR_VERSIONED.as_ptr()) };
-        // SAFETY: renaming marks the capsule consumed, so its destructor will not release it.
-        if unsafe { ffi::PyCapsule_SetName(obj, USED_DLTENSOR_VERSIONED.as_ptr()) } != 0 {
+    let is = |name: &CStr| capsule.is_valid_checked(Some(name));
+    let versioned = is(DLTENSOR_VERSIONED);
+    if versioned || is(DLTENSOR) {
+        let (name, used) =
+            if versioned { (DLTENSOR_VERSIONED, USED_DLTENSOR_VERSIONED) } else { (DLTENSOR, USED_DLTENSOR) };
+        let ptr = capsule.pointer_checked(Some(name))?.as_ptr();
+        // SAFETY: a live capsule and a static name; renaming marks the capsule consumed, so its
+        // destructor will not release the tensor.
+        if unsafe { ffi::PyCapsule_SetName(capsule.as_ptr(), used.as_ptr()) } != 0 {
             return Err(Error::fetch(capsule.py()));
         }
-        // SAFETY: we took ownership above; the producer promises a valid managed tensor.
-        return Ok(unsafe { ForeignTensor::from_versioned(ptr.cast()) }?);
-    }
-    if is(DLTENSOR) {
-        // SAFETY: as above, for the legacy struct.
-        let ptr = unsafe { ffi::PyCapsule_GetPointer(obj, DLTENSOR.as_ptr()) };
-        // SAFETY: as above.
-        if unsafe { ffi::PyCapsule_SetName(obj, USED_DLTENSOR.as_ptr()) } != 0 {
-            return Err(Error::fetch(capsule.py()));
-        }
-        // SAFETY: as above.
-        return Ok(unsafe { ForeignTensor::from_legacy(ptr.cast()) }?);
+        // SAFETY: we took ownership above; the producer promises a valid managed tensor of the
+        // struct its capsule's name says.
+        let t = unsafe {
+            if versioned {
+                ForeignTensor::from_versioned(ptr.cast())
+            } else {
+                ForeignTensor::from_legacy(ptr.cast())
+            }
+        };
+        return Ok(t?);
     }
     if is(USED_DLTENSOR) || is(USED_DLTENSOR_VERSIONED) {
         return Err(Binding::Malformed(

@@ -3,6 +3,7 @@
 use arrow_schema::DataType;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use pyo3_arrow::PyArray;
 use pyo3_arrow::input::AnyArray;
@@ -25,7 +26,7 @@ use crate::interface;
 use crate::ndarray;
 use crate::per_type::PerType;
 use crate::tensor::PyTensor;
-use crate::to_python::{plain_to_pyarrow, pyarrow_from_dlpack, to_pyarrow};
+use crate::to_python::{array_method, to_pyarrow};
 
 /// The Python result of a conversion: the values, or `(values, mask)` under `nulls="mask"`
 /// (an all-true mask, on the values' device, when there were no nulls); a ragged column adds
@@ -585,4 +586,34 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
         )
         .into()),
     }
+}
+
+/// `pyarrow.Array.from_dlpack`, looked up once; None for a pyarrow without it.
+static FROM_DLPACK: PyOnceLock<Option<Py<PyAny>>> = PyOnceLock::new();
+
+/// A pyarrow array over a plain 1-D tensor's memory (no copy), made by pyarrow's own DLPack
+/// importer from dlframe's export of the tensor: for a small array, the Arrow C schema and
+/// array that [`to_pyarrow`] builds, and pyarrow's import of them, cost twice the whole DLPack
+/// hand-over. Only for what that importer makes exactly as the Arrow path would: a non-empty,
+/// aligned, contiguous 1-D host tensor of integers or IEEE floats with no Arrow type of its
+/// own, and writable (a pyarrow that asks for a legacy capsule would get a copy of read-only
+/// memory). None otherwise, or when pyarrow refuses; the caller then takes the Arrow path.
+pub fn plain_to_pyarrow<'py>(py: Python<'py>, t: &Tensor) -> Option<Bound<'py, PyAny>> {
+    let plain = t.ndim() == 1
+        && t.numel() > 0
+        && !t.readonly()
+        && t.logical().is_none()
+        && !matches!(t.dtype(), DType::Bool | DType::BFloat16)
+        && t.check_host_contiguous().is_ok();
+    if !plain {
+        return None;
+    }
+    let tensor = Bound::new(py, PyTensor::new(t.clone())).ok()?;
+    pyarrow_from_dlpack(py, &tensor)
+}
+
+/// `pyarrow.Array.from_dlpack(x)` (no copy); None for a pyarrow without it or that refuses
+/// `x`. For producers of what [`plain_to_pyarrow`] hands on.
+pub fn pyarrow_from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    array_method(py, &FROM_DLPACK, "from_dlpack").ok()??.call1((x,)).ok()
 }

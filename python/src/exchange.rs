@@ -9,7 +9,7 @@
 //! Consumer: [`table_of`] finds a type's table once (cached per type) and checks it;
 //! [`import`] takes a tensor through it, without `__dlpack__`.
 
-use std::ffi::{CStr, CString, c_int, c_void};
+use std::ffi::{CString, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use pyo3::ffi;
@@ -43,6 +43,15 @@ static API: DLPackExchangeAPI = DLPackExchangeAPI {
     dltensor_from_py_object_no_sync: Some(view_of_py_object),
     current_work_stream: Some(current_work_stream),
 };
+
+/// Publishes dlframe's table on `Tensor`: `__dlpack_c_exchange_api__` (DLPack 1.3, a capsule
+/// named `"dlpack_exchange_api"`) and `__c_dlpack_exchange_api__` (DLPack 1.2, its address as
+/// an int), class attributes that are the same for the whole process. Done here, at the
+/// module's import, so that the type need not know this module (which uses it).
+pub fn install(tensor_type: &Bound<'_, PyType>) -> PyResult<()> {
+    tensor_type.setattr("__dlpack_c_exchange_api__", capsule(tensor_type.py())?)?;
+    tensor_type.setattr("__c_dlpack_exchange_api__", address())
+}
 
 /// The address of dlframe's table (`__c_dlpack_exchange_api__`).
 pub fn address() -> usize {
@@ -291,20 +300,16 @@ fn lookup(ty: &Bound<'_, PyType>) -> Result<Option<Table>> {
     let ptr = if let Some(attr) = ty.getattr_opt(intern!(py, "__dlpack_c_exchange_api__"))? {
         let cap =
             attr.cast::<PyCapsule>().map_err(|_| malformed("__dlpack_c_exchange_api__ is not a capsule"))?;
-        // SAFETY: `cap` is a live capsule; IsValid only compares names.
-        if unsafe { ffi::PyCapsule_IsValid(cap.as_ptr(), DLPACK_EXCHANGE_API.as_ptr()) } != 1 {
-            // SAFETY: as above; GetName returns the capsule's own name (or NULL).
-            let found = unsafe { ffi::PyCapsule_GetName(cap.as_ptr()) };
-            let found = if found.is_null() {
-                "no name".to_string()
-            } else {
-                // SAFETY: a capsule name is a NUL-terminated string that lives with the capsule.
-                format!("{:?}", unsafe { CStr::from_ptr(found) })
+        if !cap.is_valid_checked(Some(DLPACK_EXCHANGE_API)) {
+            let found = match cap.name() {
+                // SAFETY: a capsule's name is a NUL-terminated string that lives with the capsule,
+                // which `cap` holds while the message is made.
+                Ok(Some(name)) => format!("{:?}", unsafe { name.as_cstr() }),
+                _ => "no name".to_string(),
             };
             return Err(malformed(&format!("the capsule is named {found}, not \"dlpack_exchange_api\"")));
         }
-        // SAFETY: the name matches.
-        (unsafe { ffi::PyCapsule_GetPointer(cap.as_ptr(), DLPACK_EXCHANGE_API.as_ptr()) }) as usize
+        cap.pointer_checked(Some(DLPACK_EXCHANGE_API))?.as_ptr() as usize
     } else if let Some(attr) = ty.getattr_opt(intern!(py, "__c_dlpack_exchange_api__"))? {
         attr.extract::<usize>().map_err(|_| malformed("__c_dlpack_exchange_api__ is not an address"))?
     } else {

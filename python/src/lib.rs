@@ -62,6 +62,7 @@ fn cuda_device_count() -> usize {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
+    exchange::install(&m.py().get_type::<tensor::PyTensor>())?;
     m.add_class::<batches::PyBatchStream>()?;
     m.add_function(wrap_pyfunction!(batches::epoch_plan, m)?)?;
     m.add("_STREAM_VERSION", dlframe::batches::shuffle::STREAM_VERSION)?;

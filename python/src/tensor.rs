@@ -17,7 +17,6 @@ use dlframe::{DType, Device, Tensor, transfer};
 use crate::args::{CopyArg, DlDevice, DlpackStream, MaxVersion};
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
-use crate::exchange;
 use crate::gil;
 use crate::interface::{
     NPY_ALIGNED, NPY_C_CONTIGUOUS, NPY_NOTSWAPPED, NPY_WRITEABLE, PyArrayInterface, interface_dict,
@@ -91,19 +90,6 @@ unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
 
 #[pymethods]
 impl PyTensor {
-    /// The DLPack 1.3 exchange API: a capsule named `"dlpack_exchange_api"` pointing to
-    /// dlframe's table of C functions (the same for the whole process).
-    #[classattr]
-    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Py<PyAny>> {
-        exchange::capsule(py)
-    }
-
-    /// The DLPack 1.2 exchange API: the address of the same table, as an int.
-    #[classattr]
-    fn __c_dlpack_exchange_api__() -> usize {
-        exchange::address()
-    }
-
     /// Exports the tensor as a DLPack capsule: `dltensor_versioned` when `max_version` is (1, x)
     /// or later, the legacy `dltensor` otherwise. Zero-copy unless `copy=True`, or a move to
     /// `dl_device` or a layout the consumer cannot read needs a copy (then marked IS_COPIED).

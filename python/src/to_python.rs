@@ -1,4 +1,5 @@
-//! Rust results as Python objects: Arrow columns as pyarrow arrays.
+//! Rust results as Python objects: Arrow columns as pyarrow arrays, and pyarrow's own
+//! importers, looked up once.
 
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
@@ -8,10 +9,7 @@ use pyo3::types::PyTuple;
 use pyo3_arrow::PyArray;
 use pyo3_arrow::ffi::to_array_pycapsules;
 
-use dlframe::{DType, Tensor};
-
 use crate::error::Result;
-use crate::tensor::PyTensor;
 
 /// pyarrow's importer of a pair of Arrow PyCapsules (`pyarrow.Array._import_from_c_capsule`,
 /// what `pyarrow.array` calls for an `__arrow_c_array__` producer), looked up once; None for a
@@ -31,38 +29,8 @@ pub fn to_pyarrow<'py>(py: Python<'py>, field: FieldRef, array: ArrayRef) -> Res
     }
 }
 
-/// `pyarrow.Array.from_dlpack`, looked up once; None for a pyarrow without it.
-static FROM_DLPACK: PyOnceLock<Option<Py<PyAny>>> = PyOnceLock::new();
-
-/// A pyarrow array over a plain 1-D tensor's memory (no copy), made by pyarrow's own DLPack
-/// importer from dlframe's export of the tensor: for a small array, the Arrow C schema and
-/// array that [`to_pyarrow`] builds, and pyarrow's import of them, cost twice the whole DLPack
-/// hand-over. Only for what that importer makes exactly as the Arrow path would: a non-empty,
-/// aligned, contiguous 1-D host tensor of integers or IEEE floats with no Arrow type of its
-/// own, and writable (a pyarrow that asks for a legacy capsule would get a copy of read-only
-/// memory). None otherwise, or when pyarrow refuses; the caller then takes the Arrow path.
-pub fn plain_to_pyarrow<'py>(py: Python<'py>, t: &Tensor) -> Option<Bound<'py, PyAny>> {
-    let plain = t.ndim() == 1
-        && t.numel() > 0
-        && !t.readonly()
-        && t.logical().is_none()
-        && !matches!(t.dtype(), DType::Bool | DType::BFloat16)
-        && t.check_host_contiguous().is_ok();
-    if !plain {
-        return None;
-    }
-    let tensor = Bound::new(py, PyTensor::new(t.clone())).ok()?;
-    pyarrow_from_dlpack(py, &tensor)
-}
-
-/// `pyarrow.Array.from_dlpack(x)` (no copy); None for a pyarrow without it or that refuses
-/// `x`. For producers of what [`plain_to_pyarrow`] hands on.
-pub fn pyarrow_from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
-    array_method(py, &FROM_DLPACK, "from_dlpack").ok()??.call1((x,)).ok()
-}
-
 /// `pyarrow.Array.<name>`, looked up once into `cell`; None for a pyarrow without it.
-fn array_method<'py>(
+pub(crate) fn array_method<'py>(
     py: Python<'py>,
     cell: &'static PyOnceLock<Option<Py<PyAny>>>,
     name: &str,

@@ -9,7 +9,6 @@ use arrow_array::{Array, ArrayRef};
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, FieldRef};
 
-use super::ragged::{is_ragged, ragged_to_tensor};
 use super::read::{bool_bytes, column_ref, leaf_of, segments, validity_bytes, validity_of};
 use super::spec::{ColumnSpec, MatrixSpec};
 use super::to_tensor::from_leaf;
@@ -31,7 +30,8 @@ pub struct Converted {
     pub index: Option<Tensor>,
 }
 
-/// One column, in one or more chunks, as one tensor: zero-copy for one chunk without nulls
+/// One column that is not ragged ([`super::to_tensor`] sends ragged and list-view columns
+/// elsewhere), in one or more chunks, as one tensor: zero-copy for one chunk without nulls
 /// (or with nulls under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask)), otherwise one
 /// fused copy pass.
 ///
@@ -43,14 +43,11 @@ pub struct Converted {
 /// [`Error::CopyRequired`]
 /// under [`CopyPolicy::Never`] when a copy is needed, [`Error::ValueOutOfRange`] for a value
 /// that does not fit a lossy cast.
-pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
-    if let Some((lists, chunks)) = list_views_laid_out(field, chunks, opts)? {
-        let c = to_tensor(&lists, &chunks, opts)?;
-        return Ok(Converted { values: c.values.with_copied(true), ..c });
-    }
-    if is_ragged(field, opts) {
-        return ragged_to_tensor(field, chunks, opts).and_then(|c| in_order(c, opts.order));
-    }
+pub(crate) fn plain_to_tensor(
+    field: &FieldRef,
+    chunks: &[ArrayRef],
+    opts: &ExportOptions,
+) -> Result<Converted> {
     let spec = ColumnSpec::new(field, chunks, opts)?;
     let values = match &spec.copy_reason {
         None => shared(&spec)?,
@@ -65,35 +62,11 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
     in_order(Converted { values, mask, index: None }, opts.order)
 }
 
-/// A ListView or LargeListView column as the List column of the same rows (copies: refused
-/// under [`CopyPolicy::Never`]); None for any other column.
-///
-/// # Errors
-/// [`Error::CopyRequired`] under `copy=False`, and [`super::views_as_lists`]'s.
-pub(crate) fn list_views_laid_out(
-    field: &FieldRef,
-    chunks: &[ArrayRef],
-    opts: &ExportOptions,
-) -> Result<Option<(FieldRef, Vec<ArrayRef>)>> {
-    if !matches!(field.data_type(), DataType::ListView(_) | DataType::LargeListView(_)) {
-        return Ok(None);
-    }
-    if opts.copy == CopyPolicy::Never {
-        return Err(Error::CopyRequired {
-            reason: format!(
-                "the rows of list view column '{}' are laid end to end in a new buffer",
-                field.name()
-            ),
-        });
-    }
-    super::views_as_lists(field, chunks)
-}
-
 /// Under [`Order::F`], the values and the mask (two or more dimensions: a tensor column's
 /// `(n, *cell)`, a padded ragged column) in F order, as numpy's `asfortranarray` lays them out:
 /// one gather each, unless they already are. The index (lengths, offsets) is 1-D. Under
 /// [`Order::C`], unchanged (copies only to reorder).
-fn in_order(c: Converted, order: Order) -> Result<Converted> {
+pub(crate) fn in_order(c: Converted, order: Order) -> Result<Converted> {
     let reorder = |t: Tensor| -> Result<Tensor> {
         if order == Order::C || is_f_contiguous(t.shape(), t.strides()) {
             return Ok(t);

@@ -24,6 +24,7 @@
 //! extension's metadata.
 
 mod back;
+mod column;
 mod copy;
 pub mod extension;
 mod from_tensor;
@@ -37,8 +38,9 @@ mod take;
 mod to_tensor;
 
 pub use back::tensor_to_column_with;
-pub(crate) use copy::list_views_laid_out;
-pub use copy::{Converted, columns_to_tensor, to_tensor};
+pub(crate) use column::list_views_laid_out;
+pub use column::to_tensor;
+pub use copy::{Converted, columns_to_tensor};
 pub use extension::{FIXED_SHAPE_TENSOR, TensorMetadata};
 pub use from_tensor::{tensor_to_array, tensor_to_column};
 pub use layout::CellLayout;

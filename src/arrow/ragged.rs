@@ -20,7 +20,7 @@ use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait, new_empty_
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, FieldRef};
 
-use super::copy::{Converted, to_tensor};
+use super::copy::{Converted, plain_to_tensor};
 use super::read::check_chunk_types;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -76,13 +76,13 @@ pub fn ragged_to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOpti
             // in the asked order.
             let child_opts =
                 ExportOptions { ragged: Ragged::Error, copy: CopyPolicy::IfNeeded, order: Order::C, ..*opts };
-            let flat = to_tensor(&child_field, &pieces, &child_opts)?;
+            let flat = plain_to_tensor(&child_field, &pieces, &child_opts)?;
             let width = max_len.unwrap_or_else(|| rows.lengths.iter().copied().max().unwrap_or(0));
             pad_all(flat, &rows.lengths, width, pad, opts.nulls == NullPolicy::Mask)
         }
         Ragged::Jagged => {
             let child_opts = ExportOptions { ragged: Ragged::Error, ..*opts };
-            let flat = to_tensor(&child_field, &pieces, &child_opts)?;
+            let flat = plain_to_tensor(&child_field, &pieces, &child_opts)?;
             let offsets = match (rows.shared_offsets(chunks), opts.copy) {
                 (Some(t), CopyPolicy::IfNeeded | CopyPolicy::Never) => t?,
                 (None, CopyPolicy::Never) => {

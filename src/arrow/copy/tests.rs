@@ -7,6 +7,7 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::Field;
 
 use super::*;
+use crate::arrow::to_tensor;
 
 fn field(name: &str, dt: DataType) -> FieldRef {
     Arc::new(Field::new(name, dt, true))
