@@ -1,7 +1,8 @@
 //! numpy's ndarray, recognised once per type and read through the struct layout numpy's C API
 //! publishes to compiled extensions (`PyArrayObject_fields` and the head of `PyArray_Descr`,
-//! the same in numpy 1.x and 2.x), without calling Python: the few facts the small-call paths
-//! need before they hand an array on.
+//! the same in numpy 1.x and 2.x, the versions checked), without calling Python: the few facts
+//! the small-call paths need before they hand an array on. `python/tests/test_consumer.py`
+//! holds every fact read here to numpy's own answers.
 
 use std::ffi::{c_char, c_int, c_long};
 use std::sync::Arc;
@@ -15,13 +16,23 @@ use dlframe::{DType, Device, Tensor};
 use crate::interface::{PyOwner, read_dims};
 use crate::per_type::PerType;
 
-/// Whether a type is exactly `numpy.ndarray`, learnt once per type.
+/// Whether a type is exactly `numpy.ndarray` of a numpy whose struct layout this module knows,
+/// learnt once per type.
 static NDARRAY: PerType<bool> = PerType::new();
 
-/// Whether `x`'s type is exactly `numpy.ndarray`.
+/// The numpy major versions whose `PyArrayObject_fields` and `PyArray_Descr` heads this module
+/// reads (the same in 1.x and 2.x). An array of another major version is not read here: it
+/// goes through numpy's DLPack export, as any producer's does.
+const KNOWN_NUMPY: [&str; 2] = ["1", "2"];
+
+/// Whether `x`'s type is exactly `numpy.ndarray`, of a numpy in [`KNOWN_NUMPY`].
 fn is_ndarray(x: &Bound<'_, PyAny>) -> PyResult<bool> {
     NDARRAY.get(&x.get_type(), |ty: &Bound<'_, PyType>| -> PyResult<bool> {
-        Ok(ty.name()?.to_cow()? == "ndarray" && ty.module()?.to_cow()? == "numpy")
+        if ty.name()?.to_cow()? != "ndarray" || ty.module()?.to_cow()? != "numpy" {
+            return Ok(false);
+        }
+        let version: String = ty.py().import("numpy")?.getattr("__version__")?.extract()?;
+        Ok(KNOWN_NUMPY.contains(&version.split('.').next().unwrap_or("")))
     })
 }
 
