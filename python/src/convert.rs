@@ -10,6 +10,7 @@ use pyo3_arrow::input::AnyArray;
 
 use dlframe::arrow::{Converted, tensor_to_column_with, to_tensor};
 use dlframe::dlpack::request::consumer_stream;
+use dlframe::dlpack::{DlpackCall, Failure, ImportRequest, Keep, Offer, Rung, Then};
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::options::{CopyPolicy, ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, split_struct, table_on};
@@ -331,55 +332,73 @@ fn unsupported_polars_column(obj: &Bound<'_, PyAny>) -> Option<Error> {
     })
 }
 
-/// Where an imported device tensor goes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Keep {
-    /// To the host, for Arrow: device data only by an explicit `copy=True`, made by the producer.
-    Host,
-    /// Where it is: CUDA tensors stay on their device (`dlframe.tensor(x)`), without a copy.
-    Device,
-}
-
-/// Imports through `__dlpack__`, following the consumer ladder of docs/conformance.md item 16.
-///
-/// A type that publishes a DLPack exchange table is read through it first, with no Python call
-/// (unless a copy is asked for, which the producer makes through `__dlpack__`). Where the table
-/// cannot export the tensor (torch's RuntimeError for a sparse or quantized tensor), or must not
-/// (a torch tensor that requires grad), `__dlpack__` is asked, so that both routes answer alike,
-/// in the producer's own words (a `BufferError` that says what to do). A TypeError (an object
-/// the table's function does not take) is raised as it is.
-fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
+/// Imports `x` (which has `__dlpack__`) along the core's import ladder
+/// (`dlframe::dlpack::ImportRequest`, docs/conformance.md item 16): its type's exchange table,
+/// numpy's struct, `__dlpack__`, and, where `__dlpack__` refuses with BufferError (numpy has no
+/// DLPack form of `datetime64`), the array interface. The core decides the order, what a
+/// failure leads to and the `__dlpack__` call; this only reads the object and makes the calls.
+/// Where the interface refuses too, the DLPack error is raised, except for a datetime, whose
+/// refusal names its unit.
+fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
     let py = x.py();
-    if copy != Some(true)
-        && let Some(table) = exchange::table_of(x)?
-        && table.answers_for(x)?
-    {
-        match exchange::import(x, table) {
-            Ok(t) if t.device().is_host_accessible() || keep == Keep::Device => return Ok(t),
-            Ok(t) => {
-                return Err(dlframe::Error::NotOnHost {
-                    device: t.device().to_string(),
-                    copy_false: copy == Some(false),
-                }
-                .into());
+    let request = ImportRequest { copy, keep };
+    let table = exchange::table_of(x)?;
+    let array = ndarray::as_ndarray(x)?;
+    let offer = Offer {
+        table: match table {
+            Some(t) if copy != Some(true) => t.answers_for(x)?,
+            _ => false,
+        },
+        ndarray: array.is_some(),
+        dlpack: true,
+    };
+    let mut refused = None;
+    for rung in request.rungs(offer) {
+        let tried = match rung {
+            Rung::Table => table.map(|t| exchange::import(x, t)).transpose(),
+            Rung::NdArray => Ok(array.and_then(ndarray::NdArray::import)),
+            Rung::Dlpack => dlpack_rung(x, &request, array.is_some()).map(Some),
+            Rung::Interface => Ok(None),
+        };
+        match tried {
+            Ok(Some(t)) => {
+                request.accept(t.device())?;
+                return Ok(t);
             }
-            Err(e) if e.is_type_error(py) => return Err(e),
-            Err(_) => {}
+            Ok(None) => {}
+            Err(e) => match request.then(rung, failure_of(py, &e)) {
+                Then::Next => refused = Some((rung, e)),
+                Then::Raise => return Err(e),
+            },
         }
     }
-    // numpy's ndarray is read from its struct, as its DLPack export would describe it, without
-    // the export; what that read does not take is asked of `__dlpack__` below.
-    let array = ndarray::as_ndarray(x)?;
-    if copy != Some(true)
-        && let Some(t) = array.and_then(ndarray::NdArray::import)
-    {
-        return Ok(t);
+    match refused {
+        Some((Rung::Dlpack, e)) => match interface::import(x, CopyPolicy::from(copy)) {
+            Ok(Some(imported)) => Ok(imported.tensor),
+            Err(refusal) if interface::is_datetime(x) => Err(refusal),
+            _ => Err(e),
+        },
+        Some((_, e)) => Err(e),
+        None => Err(Binding::NoProtocol("the object has no __dlpack__".into()).into()),
     }
-    // Interned names: this runs once per imported tensor, and building and hashing the strings
-    // anew was most of its cost next to the producer's own __dlpack__.
-    // numpy's ndarray is always on the CPU: asking its `__dlpack_device__` was a fifth of a
-    // small import.
-    let (ty, id): (i32, i32) = if array.is_some() {
+}
+
+/// How a rung failed, for the ladder: BufferError is a refusal, TypeError the wrong object.
+fn failure_of(py: Python<'_>, e: &Error) -> Failure {
+    if e.is_type_error(py) {
+        Failure::WrongObject
+    } else if e.is_buffer_error(py) {
+        Failure::Refused
+    } else {
+        Failure::Other
+    }
+}
+
+/// The `__dlpack__` rung: the call the core makes of the producer's device (numpy's ndarray is
+/// always on the CPU: asking its `__dlpack_device__` was a fifth of a small import).
+fn dlpack_rung(x: &Bound<'_, PyAny>, request: &ImportRequest, ndarray: bool) -> Result<Tensor> {
+    let py = x.py();
+    let (device_type, device_id): (i32, i32) = if ndarray {
         (1, 0)
     } else {
         match x.getattr(intern!(py, "__dlpack_device__")) {
@@ -387,51 +406,27 @@ fn via_dlpack(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Te
             Err(_) => (1, 0),
         }
     };
-    let host =
-        Device::from_dlpack(DLDevice { device_type: ty, device_id: 0 }).is_ok_and(|d| d.is_host_accessible());
-    if !host && keep == Keep::Device {
-        return import_on_device(x, ty, id);
-    }
-    if !host && copy != Some(true) {
-        return Err(dlframe::Error::NotOnHost {
-            device: format!("DLPack device ({ty}, {id})"),
-            copy_false: copy == Some(false),
+    match request.dlpack_call(DLDevice { device_type, device_id })? {
+        DlpackCall::OnDevice(device) => import_on_device(x, device),
+        DlpackCall::Host { dl_device, copy, bare_last } => {
+            // A copy of the shared keywords: an unknown producer may keep or change the dict.
+            let kw = capsule::versioned_request(py)?.copy()?;
+            if let Some(d) = dl_device {
+                kw.set_item(intern!(py, "dl_device"), (d.device_type, d.device_id))?;
+            }
+            if let Some(c) = copy {
+                kw.set_item(intern!(py, "copy"), c)?;
+            }
+            let t = call_dlpack(x, &kw, bare_last)?;
+            if !t.device().is_host_accessible() {
+                return Err(Binding::Refused(format!(
+                    "the producer returned a {} tensor; Arrow needs host memory",
+                    t.device()
+                ))
+                .into());
+            }
+            Ok(t)
         }
-        .into());
-    }
-    // Device data is asked for on the CPU, copied by the producer.
-    let (dl_device, copy_arg) = if host { (None, copy) } else { (Some((1i32, 0i32)), Some(true)) };
-    // A copy of the shared keywords: an unknown producer may keep or change the dict it gets.
-    let kw = capsule::versioned_request(py)?.copy()?;
-    if let Some(d) = dl_device {
-        kw.set_item(intern!(py, "dl_device"), d)?;
-    }
-    if let Some(c) = copy_arg {
-        kw.set_item(intern!(py, "copy"), c)?;
-    }
-    let t = call_dlpack(x, &kw, host)?;
-    if !t.device().is_host_accessible() {
-        return Err(Binding::Refused(format!(
-            "the producer returned a {} tensor; Arrow needs host memory",
-            t.device()
-        ))
-        .into());
-    }
-    Ok(t)
-}
-
-/// Imports a host tensor through `__dlpack__`; when the producer refuses with BufferError (numpy
-/// has no DLPack form of `datetime64`), through its array interface, which also carries a
-/// datetime's unit. Where the interface refuses too, the DLPack error is raised, except for a
-/// datetime, whose refusal names its unit.
-fn dlpack_or_interface(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
-    match via_dlpack(x, copy, keep) {
-        Err(e) if e.is_buffer_error(x.py()) => match interface::import(x, CopyPolicy::from(copy)) {
-            Ok(Some(imported)) => Ok(imported.tensor),
-            Err(refused) if interface::is_datetime(x) => Err(refused),
-            _ => Err(e),
-        },
-        other => other,
     }
 }
 
@@ -461,12 +456,8 @@ fn call_dlpack(x: &Bound<'_, PyAny>, kw: &Bound<'_, PyDict>, bare_last: bool) ->
 /// A CUDA tensor kept on its device (without copying): the producer is asked for it with
 /// `stream=` our stream on that device, so its pending work is ordered before ours, and the
 /// result re-exports zero-copy with our stream semantics (torch -> dlframe -> cupy).
-fn import_on_device(x: &Bound<'_, PyAny>, ty: i32, id: i32) -> Result<Tensor> {
+fn import_on_device(x: &Bound<'_, PyAny>, device: Device) -> Result<Tensor> {
     let py = x.py();
-    let device = match Device::from_dlpack(DLDevice { device_type: ty, device_id: id }) {
-        Ok(d @ Device::Cuda(_)) => d,
-        _ => return Err(device_refused(ty, id)),
-    };
     // Refused here, before the producer is asked, when the device is out of reach.
     let stream = py.detach(|| transfer::stream_handle(device))?;
     let kw = PyDict::new(py);
@@ -494,14 +485,6 @@ fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
         return Ok(t);
     }
     Ok(cap.py().detach(|| transfer::adopt_legacy(t))?)
-}
-
-fn device_refused(ty: i32, id: i32) -> Error {
-    Binding::Refused(format!(
-        "the tensor is on DLPack device ({ty}, {id}); dlframe keeps only CUDA (2) device tensors on their \
-         device. Use dlframe.from_dlpack(x, copy=True) for a host copy"
-    ))
-    .into()
 }
 
 /// Any tensor as a pyarrow array, zero-copy where the memory allows.
@@ -538,7 +521,7 @@ pub fn from_dlpack<'py>(
     } else if let Ok(cap) = x.cast::<PyCapsule>() {
         (capsule::consume(cap)?.into_tensor(), copy)
     } else if x.hasattr(intern!(x.py(), "__dlpack__"))? {
-        (dlpack_or_interface(x, copy, Keep::Host)?, copy)
+        (import_ladder(x, copy, Keep::Host)?, copy)
     } else if let Some(imported) = interface::import(x, CopyPolicy::from(copy))? {
         (imported.tensor, copy)
     } else {
@@ -577,7 +560,7 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
         return Ok(PyTensor::new(from_capsule(cap)?));
     }
     if x.hasattr(intern!(x.py(), "__dlpack__"))? {
-        return Ok(PyTensor::new(dlpack_or_interface(x, None, Keep::Device)?));
+        return Ok(PyTensor::new(import_ladder(x, None, Keep::Device)?));
     }
     match interface::import(x, CopyPolicy::IfNeeded)? {
         Some(imported) => Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj)),

@@ -16,10 +16,12 @@
 //!
 //! Spec: <https://dmlc.github.io/dlpack/latest/c_api.html> (DLPack 1.3).
 
+mod consume;
 mod export;
 mod import;
 pub mod request;
 
+pub use consume::{DlpackCall, Failure, ImportRequest, Keep, Offer, Rung, Then};
 pub use export::{
     Exported, ExportedLegacy, ExportedVersioned, ManagedTensor, borrowed_view, export_legacy,
     export_versioned,
