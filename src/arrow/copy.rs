@@ -9,7 +9,7 @@ use arrow_array::{Array, ArrayRef};
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, FieldRef};
 
-use super::read::{bool_bytes, column_ref, leaf_of, segments, validity_bytes, validity_of};
+use super::read::{bool_bytes, column_ref, leaf_of, leaf_validity, segments, validity_bytes, validity_of};
 use super::spec::{ColumnSpec, MatrixSpec};
 use super::to_tensor::from_leaf;
 use crate::dtype::DType;
@@ -153,7 +153,7 @@ fn validity_mask(spec: &ColumnSpec) -> Result<Tensor> {
     let mut pos = 0;
     for chunk in &spec.chunks {
         let slots = chunk.len() * spec.cell_size;
-        expand_validity(chunk.as_ref(), &mut out[pos..pos + slots])?;
+        expand_validity(chunk, &mut out[pos..pos + slots])?;
         pos += slots;
     }
     let t = Tensor::from_vec(out, spec.shape.clone())?;
@@ -174,25 +174,20 @@ fn validity_mask(spec: &ColumnSpec) -> Result<Tensor> {
     Ok(t.with_copied(true))
 }
 
-/// Writes 1 for valid leaf slots and 0 for null ones (at any level) into `out`.
-fn expand_validity(array: &dyn Array, out: &mut [u8]) -> Result<()> {
-    let data = array.to_data();
-    match array.data_type() {
-        DataType::FixedSizeList(..) => {
-            let list = arrow_array::cast::AsArray::as_fixed_size_list(array);
-            expand_validity(list.values().as_ref(), out)?;
-            if let Some(nulls) = data.nulls() {
-                // The leaf slots a row covers, through every level below it.
-                let size = out.len() / array.len().max(1);
-                for row in (0..array.len()).filter(|&r| nulls.is_null(r)) {
-                    out[row * size..(row + 1) * size].fill(0);
-                }
-            }
-        }
-        _ => match data.nulls() {
-            Some(n) => kernels::unpack_bits(BitSlice::new(n.validity(), n.offset(), n.len())?, out),
-            None => out.fill(1),
-        },
+/// Writes 1 for valid leaf slots and 0 for null ones (at any level) into `out`: the leaf's
+/// own bits unpacked, or, under null list rows, [`leaf_validity`]'s (the CUDA plan's too).
+fn expand_validity(array: &ArrayRef, out: &mut [u8]) -> Result<()> {
+    let (leaf, levels) = leaf_of(array);
+    let combined;
+    let nulls = if levels.is_empty() {
+        leaf.nulls()
+    } else {
+        combined = leaf_validity(leaf.as_ref(), &levels);
+        Some(&combined)
+    };
+    match nulls {
+        Some(n) => kernels::unpack_bits(BitSlice::new(n.validity(), n.offset(), n.len())?, out),
+        None => out.fill(1),
     }
     Ok(())
 }

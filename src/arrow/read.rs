@@ -72,6 +72,30 @@ pub(crate) fn leaf_of(array: &ArrayRef) -> (ArrayRef, Vec<(usize, arrow_buffer::
     (current, levels)
 }
 
+/// The validity of every leaf slot: the leaf's own, cleared over the cells of null list rows
+/// at every level, as [`leaf_of`] gives them (a new bitmap, one bit per slot; copies). The CPU's
+/// mask and the CUDA plan's leaf validity are both this.
+pub(crate) fn leaf_validity(
+    leaf: &dyn Array,
+    levels: &[(usize, arrow_buffer::NullBuffer)],
+) -> arrow_buffer::NullBuffer {
+    let len = leaf.len();
+    let mut bits = arrow_buffer::MutableBuffer::new_null(len);
+    match leaf.nulls() {
+        // The leaf's bits realigned to bit 0 (a byte copy when they already are).
+        Some(v) => bits.as_slice_mut().copy_from_slice(&v.inner().sliced().as_slice()[..len.div_ceil(8)]),
+        None => bits.as_slice_mut().fill(0xff),
+    }
+    for (cell, rows) in levels {
+        for row in (0..rows.len()).filter(|&r| rows.is_null(r)) {
+            for i in row * cell..((row + 1) * cell).min(len) {
+                arrow_buffer::bit_util::unset_bit(bits.as_slice_mut(), i);
+            }
+        }
+    }
+    arrow_buffer::NullBuffer::new(arrow_buffer::BooleanBuffer::new(bits.into(), 0, len))
+}
+
 /// A typed view of a primitive array's values and validity, for the kernels (no copy).
 pub(crate) fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
     let dtype = leaf_storage(array.data_type())?;

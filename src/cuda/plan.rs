@@ -14,10 +14,10 @@
 use std::ops::Range;
 
 use arrow_array::{Array, ArrayRef};
-use arrow_buffer::{Buffer, MutableBuffer, NullBuffer, bit_util};
+use arrow_buffer::{Buffer, NullBuffer};
 use arrow_schema::{DataType, FieldRef};
 
-use crate::arrow::read::{column_ref, leaf_of, segments};
+use crate::arrow::read::{column_ref, leaf_of, leaf_validity, segments};
 use crate::arrow::spec::{ColumnSpec, MatrixSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -299,26 +299,6 @@ pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions
         pos += slots;
     }
     Ok(plan.finish())
-}
-
-/// The validity of every leaf slot: the leaf's own, cleared over the cells of null list rows
-/// at every level (a new bitmap, one bit per slot; copies).
-fn leaf_validity(leaf: &dyn Array, levels: &[(usize, NullBuffer)]) -> NullBuffer {
-    let len = leaf.len();
-    let mut bits = MutableBuffer::new_null(len);
-    match leaf.nulls() {
-        // The leaf's bits realigned to bit 0 (a byte copy when they already are).
-        Some(v) => bits.as_slice_mut().copy_from_slice(&v.inner().sliced().as_slice()[..len.div_ceil(8)]),
-        None => bits.as_slice_mut().fill(0xff),
-    }
-    for (cell, rows) in levels {
-        for row in (0..rows.len()).filter(|&r| rows.is_null(r)) {
-            for i in row * cell..((row + 1) * cell).min(len) {
-                bit_util::unset_bit(bits.as_slice_mut(), i);
-            }
-        }
-    }
-    NullBuffer::new(arrow_buffer::BooleanBuffer::new(bits.into(), 0, len))
 }
 
 /// The plan for several columns into one `(n, k)` matrix in C or F order, with the CPU path's
