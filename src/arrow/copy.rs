@@ -9,7 +9,9 @@ use arrow_array::{Array, ArrayRef};
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, FieldRef};
 
-use super::read::{bool_bytes, column_ref, leaf_of, leaf_validity, segments, validity_bytes, validity_of};
+use super::read::{
+    bool_bytes, column_ref, leaf_of, leaf_validity, null_row_slots, segments, validity_bytes, validity_of,
+};
 use super::spec::{ColumnSpec, MatrixSpec};
 use super::to_tensor::from_leaf;
 use crate::dtype::DType;
@@ -215,12 +217,7 @@ fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
                 let col = column_ref(leaf_array.as_ref(), spec.field.name())?.starting_at(pos);
                 piece.write(std::slice::from_ref(&col), spec.fill, spec.inexact)?;
             }
-            for (size, validity) in list_nulls {
-                for row in (0..validity.len()).filter(|&r| validity.is_null(r)) {
-                    piece.fill(spec.fill, row * size..(row + 1) * size)?;
-                }
-            }
-            Ok(())
+            null_row_slots(&list_nulls).try_for_each(|slots| piece.fill(spec.fill, slots))
         })?;
     }
     Ok(out.into_tensor(target, spec.shape.clone(), spec.strides.clone())?.with_logical(spec.logical()))

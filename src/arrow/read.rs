@@ -72,6 +72,16 @@ pub(crate) fn leaf_of(array: &ArrayRef) -> (ArrayRef, Vec<(usize, arrow_buffer::
     (current, levels)
 }
 
+/// The leaf slots that the null rows of every list level cover (`levels` as [`leaf_of`] gives
+/// them), a range per null row: what the mask clears and the fill overwrites.
+pub(crate) fn null_row_slots(
+    levels: &[(usize, arrow_buffer::NullBuffer)],
+) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    levels.iter().flat_map(|(cell, rows)| {
+        (0..rows.len()).filter(|&r| rows.is_null(r)).map(move |row| row * cell..(row + 1) * cell)
+    })
+}
+
 /// The validity of every leaf slot: the leaf's own, cleared over the cells of null list rows
 /// at every level, as [`leaf_of`] gives them (a new bitmap, one bit per slot; copies). The CPU's
 /// mask and the CUDA plan's leaf validity are both this.
@@ -86,11 +96,9 @@ pub(crate) fn leaf_validity(
         Some(v) => bits.as_slice_mut().copy_from_slice(&v.inner().sliced().as_slice()[..len.div_ceil(8)]),
         None => bits.as_slice_mut().fill(0xff),
     }
-    for (cell, rows) in levels {
-        for row in (0..rows.len()).filter(|&r| rows.is_null(r)) {
-            for i in row * cell..((row + 1) * cell).min(len) {
-                arrow_buffer::bit_util::unset_bit(bits.as_slice_mut(), i);
-            }
+    for slots in null_row_slots(levels) {
+        for i in slots.start..slots.end.min(len) {
+            arrow_buffer::bit_util::unset_bit(bits.as_slice_mut(), i);
         }
     }
     arrow_buffer::NullBuffer::new(arrow_buffer::BooleanBuffer::new(bits.into(), 0, len))
