@@ -110,9 +110,8 @@ pub const MAX_VERSION: (u32, u32) = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 /// `{"max_version": MAX_VERSION}`, built once.
 static VERSIONED_REQUEST: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
 
-/// The keywords of `__dlpack__(max_version=MAX_VERSION)`, one dict for every call: handed as
-/// it is only to known producers (numpy, pyarrow), whose `__dlpack__` reads its keywords and keeps no reference to
-/// them (building the dict anew was a fifth of a small export); copied for any other.
+/// The keywords of `__dlpack__(max_version=MAX_VERSION)`, built once: each call copies it and
+/// adds its own keywords (a producer may keep or change the dict it gets).
 pub fn versioned_request(py: Python<'_>) -> PyResult<&Bound<'_, PyDict>> {
     let kw = VERSIONED_REQUEST.get_or_try_init(py, || -> PyResult<_> {
         let kw = PyDict::new(py);

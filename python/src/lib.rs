@@ -10,6 +10,7 @@ mod convert;
 mod error;
 mod exchange;
 mod gil;
+mod importer;
 mod interface;
 mod ndarray;
 mod per_type;
@@ -67,8 +68,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(batches::epoch_plan, m)?)?;
     m.add("_STREAM_VERSION", dlframe::batches::shuffle::STREAM_VERSION)?;
     m.add_function(wrap_pyfunction!(convert::to_dlpack, m)?)?;
-    m.add_function(wrap_pyfunction!(convert::from_dlpack, m)?)?;
-    m.add_function(wrap_pyfunction!(convert::tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(importer::from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(importer::tensor, m)?)?;
     m.add_function(wrap_pyfunction!(series::numpy_view, m)?)?;
     m.add_function(wrap_pyfunction!(ndarray::plain_ndarray, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;

@@ -2,7 +2,7 @@
 //! producer's offers dlframe takes, in which order, what a failure on one rung leads to, and the
 //! `__dlpack__` call to make for a producer on a given device. Pure decisions over what the
 //! binding read of the object; the binding only reads the Python objects and carries the
-//! decisions out (`python/src/convert.rs`), so every route answers alike.
+//! decisions out (`python/src/importer.rs`), so every route answers alike.
 
 use crate::device::Device;
 use crate::error::{Error, Result};

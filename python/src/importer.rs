@@ -1,0 +1,292 @@
+//! `from_dlpack` (any tensor producer -> pyarrow array) and `tensor` (any tensor producer ->
+//! `Tensor`): the core's import ladder (`dlframe::dlpack::ImportRequest`) carried out on Python
+//! objects.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCapsule, PyDict};
+
+use dlframe::arrow::tensor_to_column_with;
+use dlframe::dlpack::{DlpackCall, Failure, ImportRequest, Keep, Offer, Rung, Then};
+use dlframe::ffi::dlpack::DLDevice;
+use dlframe::options::CopyPolicy;
+use dlframe::{DType, Device, Tensor, transfer};
+
+use crate::args::HostDevice;
+use crate::capsule;
+use crate::error::{Binding, Error, Result};
+use crate::exchange;
+use crate::gil;
+use crate::interface;
+use crate::ndarray;
+use crate::tensor::PyTensor;
+use crate::to_python::{array_method, to_pyarrow};
+
+/// Imports `x` (which has `__dlpack__`) along the core's import ladder
+/// (`dlframe::dlpack::ImportRequest`, docs/conformance.md item 16): its type's exchange table,
+/// numpy's struct, `__dlpack__`, and, where `__dlpack__` refuses with BufferError (numpy has no
+/// DLPack form of `datetime64`), the array interface. The core decides the order, what a
+/// failure leads to and the `__dlpack__` call; this only reads the object and makes the calls.
+/// Where the interface refuses too, the DLPack error is raised, except for a datetime, whose
+/// refusal names its unit.
+fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
+    let py = x.py();
+    let request = ImportRequest { copy, keep };
+    let table = exchange::table_of(x)?;
+    let array = ndarray::as_ndarray(x)?;
+    let offer = Offer {
+        table: match table {
+            Some(t) if copy != Some(true) => t.answers_for(x)?,
+            _ => false,
+        },
+        ndarray: array.is_some(),
+        dlpack: true,
+    };
+    let mut refused = None;
+    for rung in request.rungs(offer) {
+        let tried = match rung {
+            Rung::Table => table.map(|t| exchange::import(x, t)).transpose(),
+            Rung::NdArray => Ok(array.and_then(ndarray::NdArray::import)),
+            Rung::Dlpack => dlpack_rung(x, &request, array.is_some()).map(Some),
+            Rung::Interface => Ok(None),
+        };
+        match tried {
+            Ok(Some(t)) => {
+                request.accept(t.device())?;
+                return Ok(t);
+            }
+            Ok(None) => {}
+            Err(e) => match request.then(rung, failure_of(py, &e)) {
+                Then::Next => refused = Some((rung, e)),
+                Then::Raise => return Err(e),
+            },
+        }
+    }
+    match refused {
+        Some((Rung::Dlpack, e)) => match interface::import(x, CopyPolicy::from(copy)) {
+            Ok(Some(imported)) => Ok(imported.tensor),
+            Err(refusal) if interface::is_datetime(x) => Err(refusal),
+            _ => Err(e),
+        },
+        Some((_, e)) => Err(e),
+        None => Err(Binding::NoProtocol("the object has no __dlpack__".into()).into()),
+    }
+}
+
+/// How a rung failed, for the ladder: BufferError is a refusal, TypeError the wrong object.
+fn failure_of(py: Python<'_>, e: &Error) -> Failure {
+    if e.is_type_error(py) {
+        Failure::WrongObject
+    } else if e.is_buffer_error(py) {
+        Failure::Refused
+    } else {
+        Failure::Other
+    }
+}
+
+/// The `__dlpack__` rung: the call the core makes of the producer's device (numpy's ndarray is
+/// always on the CPU: asking its `__dlpack_device__` was a fifth of a small import).
+fn dlpack_rung(x: &Bound<'_, PyAny>, request: &ImportRequest, ndarray: bool) -> Result<Tensor> {
+    let py = x.py();
+    let (device_type, device_id): (i32, i32) = if ndarray {
+        (1, 0)
+    } else {
+        match x.getattr(intern!(py, "__dlpack_device__")) {
+            Ok(f) => f.call0()?.extract()?,
+            Err(_) => (1, 0),
+        }
+    };
+    match request.dlpack_call(DLDevice { device_type, device_id })? {
+        DlpackCall::OnDevice(device) => import_on_device(x, device),
+        DlpackCall::Host { dl_device, copy, bare_last } => {
+            // A copy of the shared keywords: an unknown producer may keep or change the dict.
+            let kw = capsule::versioned_request(py)?.copy()?;
+            if let Some(d) = dl_device {
+                kw.set_item(intern!(py, "dl_device"), (d.device_type, d.device_id))?;
+            }
+            if let Some(c) = copy {
+                kw.set_item(intern!(py, "copy"), c)?;
+            }
+            let t = call_dlpack(x, &kw, bare_last)?;
+            if !t.device().is_host_accessible() {
+                return Err(Binding::Refused(format!(
+                    "the producer returned a {} tensor; Arrow needs host memory",
+                    t.device()
+                ))
+                .into());
+            }
+            Ok(t)
+        }
+    }
+}
+
+/// Calls `x.__dlpack__(**kw)` and consumes the capsule. A producer that refuses a keyword with
+/// TypeError is asked again without `max_version`, then (when `bare_last`) with no keywords.
+fn call_dlpack(x: &Bound<'_, PyAny>, kw: &Bound<'_, PyDict>, bare_last: bool) -> Result<Tensor> {
+    let py = x.py();
+    let method = x.getattr(intern!(py, "__dlpack__"))?;
+    let cap = match method.call((), Some(kw)).map_err(Error::from) {
+        Ok(c) => c,
+        Err(e) if e.is_type_error(py) => {
+            kw.del_item(intern!(py, "max_version"))?;
+            match method.call((), Some(kw)).map_err(Error::from) {
+                Ok(c) => c,
+                Err(e) if e.is_type_error(py) && bare_last => method.call0()?,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    let cap = cap
+        .cast::<PyCapsule>()
+        .map_err(|_| Binding::WrongType("__dlpack__ did not return a capsule".into()))?;
+    Ok(capsule::consume(cap)?.into_tensor())
+}
+
+/// A CUDA tensor kept on its device (without copying): the producer is asked for it with
+/// `stream=` our stream on that device, so its pending work is ordered before ours, and the
+/// result re-exports zero-copy with our stream semantics (torch -> dlframe -> cupy).
+fn import_on_device(x: &Bound<'_, PyAny>, device: Device) -> Result<Tensor> {
+    let py = x.py();
+    // Refused here, before the producer is asked, when the device is out of reach.
+    let stream = py.detach(|| transfer::stream_handle(device))?;
+    let kw = capsule::versioned_request(py)?.copy()?;
+    kw.set_item(intern!(py, "stream"), stream)?;
+    // No bare call: without `stream` the producer would not order its work before ours.
+    let t = call_dlpack(x, &kw, false)?;
+    if t.device() != device {
+        return Err(Binding::Refused(format!(
+            "__dlpack_device__ said {device} but the producer returned a tensor on {}",
+            t.device()
+        ))
+        .into());
+    }
+    Ok(py.detach(|| transfer::adopt(t))?)
+}
+
+/// A tensor from a raw capsule: a CUDA one is adopted on its device, ordered after the legacy
+/// default stream (where DLPack puts data handed over without a stream).
+fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
+    let t = capsule::consume(cap)?.into_tensor();
+    if t.device().is_host_accessible() {
+        // Nothing to order, so the GIL stays held, as in the exchange API's import: releasing it
+        // would let another Python thread take it, and this small import wait for its turn.
+        return Ok(t);
+    }
+    Ok(cap.py().detach(|| transfer::adopt_legacy(t))?)
+}
+
+/// Any tensor as a pyarrow array, zero-copy where the memory allows.
+///
+/// Accepts objects with `__dlpack__`, raw DLPack capsules, `__array_interface__`,
+/// `__array_struct__` and the buffer protocol; when a producer's `__dlpack__` refuses with
+/// BufferError (numpy's datetime64), its array interface is read instead. N-d tensors become
+/// `fixed_shape_tensor` arrays. The producer's memory stays alive as long as the Arrow buffers.
+/// Device tensors become host arrays only with `copy=True`; otherwise BufferError. `copy=False`
+/// raises BufferError when the memory cannot be shared.
+#[pyfunction]
+#[pyo3(signature = (x, *, copy=None, device=None))]
+pub fn from_dlpack<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    copy: Option<bool>,
+    device: Option<HostDevice>,
+) -> Result<Bound<'py, PyAny>> {
+    // `HostDevice` has refused every device but the CPU.
+    let _ = device;
+    // A plain numpy array goes to pyarrow's own DLPack import as it is: what dlframe's import
+    // of it would hand pyarrow, without making and exporting a tensor in between.
+    if copy != Some(true)
+        && ndarray::as_ndarray(x)?.is_some_and(ndarray::NdArray::is_plain_1d)
+        && let Some(shared) = pyarrow_from_dlpack(py, x)
+    {
+        return Ok(shared);
+    }
+    let (tensor, copy) = if let Ok(t) = x.cast::<PyTensor>() {
+        let t = &t.get().inner;
+        let (host, fresh) = gil::run_over(py, t, || transfer::on_host(t, copy))?;
+        // A transfer to the host is already a fresh copy: no second one.
+        (host, if fresh { None } else { copy })
+    } else if let Ok(cap) = x.cast::<PyCapsule>() {
+        (capsule::consume(cap)?.into_tensor(), copy)
+    } else if x.hasattr(intern!(x.py(), "__dlpack__"))? {
+        (import_ladder(x, copy, Keep::Host)?, copy)
+    } else if let Some(imported) = interface::import(x, CopyPolicy::from(copy))? {
+        (imported.tensor, copy)
+    } else {
+        return Err(Binding::NoProtocol(format!(
+            "from_dlpack needs __dlpack__, a DLPack capsule, __array_interface__, __array_struct__ or the \
+             buffer protocol; {} has none of them",
+            x.get_type().name()?
+        ))
+        .into());
+    };
+    if !tensor.device().is_host_accessible() {
+        return Err(Binding::Refused(format!(
+            "the tensor is on {}; Arrow needs host memory",
+            tensor.device()
+        ))
+        .into());
+    }
+    if copy != Some(true)
+        && let Some(shared) = plain_to_pyarrow(py, &tensor)
+    {
+        return Ok(shared);
+    }
+    let policy = CopyPolicy::from(copy);
+    let (field, array) = gil::run_over(py, &tensor, || tensor_to_column_with(&tensor, "", policy))?;
+    to_pyarrow(py, field, array)
+}
+
+/// Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor, without
+/// copying and without converting to Arrow.
+///
+/// A CUDA tensor (torch, cupy, jax) stays on its device and re-exports zero-copy with dlframe's
+/// stream semantics. Other devices raise BufferError; without CUDA support, RuntimeError.
+#[pyfunction]
+pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
+    if let Ok(cap) = x.cast::<PyCapsule>() {
+        return Ok(PyTensor::new(from_capsule(cap)?));
+    }
+    if x.hasattr(intern!(x.py(), "__dlpack__"))? {
+        return Ok(PyTensor::new(import_ladder(x, None, Keep::Device)?));
+    }
+    match interface::import(x, CopyPolicy::IfNeeded)? {
+        Some(imported) => Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj)),
+        None => Err(Binding::NoProtocol(
+            "expected __dlpack__, a capsule, __array_interface__, __array_struct__ or a buffer".into(),
+        )
+        .into()),
+    }
+}
+
+/// `pyarrow.Array.from_dlpack`, looked up once; None for a pyarrow without it.
+static FROM_DLPACK: PyOnceLock<Option<Py<PyAny>>> = PyOnceLock::new();
+
+/// A pyarrow array over a plain 1-D tensor's memory (no copy), made by pyarrow's own DLPack
+/// importer from dlframe's export of the tensor: for a small array, the Arrow C schema and
+/// array that [`to_pyarrow`] builds, and pyarrow's import of them, cost twice the whole DLPack
+/// hand-over. Only for what that importer makes exactly as the Arrow path would: a non-empty,
+/// aligned, contiguous 1-D host tensor of integers or IEEE floats with no Arrow type of its
+/// own, and writable (a pyarrow that asks for a legacy capsule would get a copy of read-only
+/// memory). None otherwise, or when pyarrow refuses; the caller then takes the Arrow path.
+pub fn plain_to_pyarrow<'py>(py: Python<'py>, t: &Tensor) -> Option<Bound<'py, PyAny>> {
+    let plain = t.ndim() == 1
+        && t.numel() > 0
+        && !t.readonly()
+        && t.logical().is_none()
+        && !matches!(t.dtype(), DType::Bool | DType::BFloat16)
+        && t.check_host_contiguous().is_ok();
+    if !plain {
+        return None;
+    }
+    let tensor = Bound::new(py, PyTensor::new(t.clone())).ok()?;
+    pyarrow_from_dlpack(py, &tensor)
+}
+
+/// `pyarrow.Array.from_dlpack(x)` (no copy); None for a pyarrow without it or that refuses
+/// `x`. For producers of what [`plain_to_pyarrow`] hands on.
+pub fn pyarrow_from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    array_method(py, &FROM_DLPACK, "from_dlpack").ok()??.call1((x,)).ok()
+}
