@@ -262,17 +262,10 @@ const fn int_to_float(from: DType, to: DType) -> bool {
     matches!(kind(from), Kind::Signed | Kind::Unsigned) && matches!(kind(to), Kind::Float)
 }
 
-/// True when every integer of `from` is exactly a float of `to`: the integer's bits fit the
-/// float's significand (11 bits for float16, 8 for bfloat16, 24 for float32, 53 for float64).
+/// True when every integer of `from` is exactly a float of `to`: numpy's safe casting table
+/// ([`can_cast_safely`]) without its one rounding exception, 64-bit integers into float64.
 const fn exactly(from: DType, to: DType) -> bool {
-    let digits = match to {
-        DType::Float16 => 11,
-        DType::BFloat16 => 8,
-        DType::Float32 => 24,
-        _ => 53,
-    };
-    let bits = from.itemsize() * 8 - matches!(kind(from), Kind::Signed) as usize;
-    bits <= digits
+    can_cast_safely(from, to) && !(from.itemsize() == 8 && to.itemsize() == 8)
 }
 
 /// True when a cast from `from` to `to` can fail only by a finite value overflowing to
