@@ -4,6 +4,7 @@
 //! orders. Arrow's own `BooleanBuffer` is the oracle for the bit layout.
 
 use arrow_buffer::BooleanBuffer;
+use dlframe::dtype::{F8E4M3FN, F8E5M2};
 use dlframe::kernels::{
     BitSlice, Column, ColumnRef, Element, Num, PARALLEL_THRESHOLD_BYTES, Typed, can_cast_safely, cast,
     common_dtype, concat_fill_into, concat_into, contiguous_copy, fill_nulls, fill_value, gather_strided,
@@ -468,6 +469,66 @@ impl Target for bf16 {
     }
 }
 
+/// float8's reference: the value of a non-negative pattern from the format's bit layout
+/// (`man` mantissa bits, exponent `bias`), written out here apart from dlframe's codec.
+fn f8_value(bits: u8, man: u32, bias: i32) -> f64 {
+    let (e, m) = ((bits >> man) as i32, (bits & ((1 << man) - 1)) as f64);
+    let scale = |k: i32| 2f64.powi(k);
+    if e == 0 { m * scale(1 - bias - man as i32) } else { (1.0 + m / scale(man as i32)) * scale(e - bias) }
+}
+
+/// float8's reference rounding: the nearest finite pattern up to `max` (the largest finite
+/// one), comparing exactly against midpoints, ties to the even pattern; the pattern after `max`
+/// stands for overflow, which is refused (infinities pass where the format has them, `inf`).
+/// Returns the bits.
+fn f8_expect(v: Exact, man: u32, bias: i32, max: u8, inf: Option<u8>, nan: u8) -> Option<u8> {
+    let x = match v {
+        Exact::F(f) if f.is_nan() => return Some(nan),
+        Exact::F(f) if f.is_infinite() => return inf.map(|b| b | if f < 0.0 { 0x80 } else { 0 }),
+        Exact::F(f) => f,
+        // Beyond 2^53 every integer overflows float8 anyway.
+        Exact::I(i) => i as f64,
+    };
+    let sign = if x.is_sign_negative() { 0x80 } else { 0 };
+    let a = x.abs();
+    let value = |p: u8| {
+        if p > max {
+            2.0 * f8_value(max, man, bias) - f8_value(max - 1, man, bias)
+        } else {
+            f8_value(p, man, bias)
+        }
+    };
+    let lo = (0..=max).rev().find(|&p| value(p) <= a).unwrap_or(0);
+    let pick = if value(lo) == a {
+        lo
+    } else {
+        match (2.0 * a).partial_cmp(&(value(lo) + value(lo + 1))).unwrap() {
+            std::cmp::Ordering::Less => lo,
+            std::cmp::Ordering::Greater => lo + 1,
+            std::cmp::Ordering::Equal => lo + (lo % 2),
+        }
+    };
+    (pick <= max).then_some(pick | sign)
+}
+
+impl Target for F8E4M3FN {
+    fn expect(v: Exact) -> Option<Self> {
+        f8_expect(v, 3, 7, 0x7e, None, 0x7f).map(F8E4M3FN::from_bits)
+    }
+    fn bits(self) -> u64 {
+        if self.is_nan() { u64::MAX } else { self.to_bits() as u64 }
+    }
+}
+
+impl Target for F8E5M2 {
+    fn expect(v: Exact) -> Option<Self> {
+        f8_expect(v, 2, 15, 0x7b, Some(0x7c), 0x7e).map(F8E5M2::from_bits)
+    }
+    fn bits(self) -> u64 {
+        if self.is_nan() { u64::MAX } else { self.to_bits() as u64 }
+    }
+}
+
 /// The magnitude of a value to round: a float, or an integer beyond 2^53 (where every
 /// bfloat16 near it is an integer too).
 #[derive(Clone, Copy)]
@@ -504,7 +565,7 @@ impl Mag {
     }
 }
 
-/// A column's values, owned, of one of the 12 numeric types.
+/// A column's values, owned, of one of the numeric types.
 #[derive(Debug)]
 enum Owned {
     I8(Vec<i8>),
@@ -519,6 +580,8 @@ enum Owned {
     F32(Vec<f32>),
     F64(Vec<f64>),
     BF16(Vec<bf16>),
+    F8E4M3FN(Vec<F8E4M3FN>),
+    F8E5M2(Vec<F8E5M2>),
 }
 
 /// Every dtype but bool.
@@ -604,6 +667,8 @@ impl Owned {
             DType::Float32 => Owned::F32((0..n).map(|_| float(rng) as f32).collect()),
             DType::Float64 => Owned::F64((0..n).map(|_| float(rng)).collect()),
             DType::BFloat16 => Owned::BF16((0..n).map(|_| bf16::from_f64(float(rng))).collect()),
+            DType::Float8E4M3FN => Owned::F8E4M3FN((0..n).map(|_| F8E4M3FN::from_f64(float(rng))).collect()),
+            DType::Float8E5M2 => Owned::F8E5M2((0..n).map(|_| F8E5M2::from_f64(float(rng))).collect()),
             DType::Bool => unreachable!("not a numeric column"),
         }
     }
@@ -622,6 +687,8 @@ impl Owned {
             Owned::F32(v) => v[..].into(),
             Owned::F64(v) => v[..].into(),
             Owned::BF16(v) => v[..].into(),
+            Owned::F8E4M3FN(v) => v[..].into(),
+            Owned::F8E5M2(v) => v[..].into(),
         }
     }
 
@@ -639,6 +706,8 @@ impl Owned {
             Owned::F32(v) => Exact::F(v[i] as f64),
             Owned::F64(v) => Exact::F(v[i]),
             Owned::BF16(v) => Exact::F(v[i].to_f64()),
+            Owned::F8E4M3FN(v) => Exact::F(v[i].to_f64()),
+            Owned::F8E5M2(v) => Exact::F(v[i].to_f64()),
         }
     }
 }
@@ -772,6 +841,14 @@ macro_rules! with_target {
                 type $D = bf16;
                 $body
             }
+            DType::Float8E4M3FN => {
+                type $D = F8E4M3FN;
+                $body
+            }
+            DType::Float8E5M2 => {
+                type $D = F8E5M2;
+                $body
+            }
             DType::Bool => unreachable!(),
         }
     };
@@ -799,7 +876,8 @@ fn int_range(d: DType) -> Option<(i128, i128)> {
 /// The largest binary exponent of a float dtype's finite values.
 fn max_exponent(d: DType) -> i32 {
     match d {
-        DType::Float16 => 15,
+        DType::Float8E4M3FN => 8,
+        DType::Float16 | DType::Float8E5M2 => 15,
         DType::Float32 | DType::BFloat16 => 127,
         _ => 1023,
     }
@@ -813,6 +891,8 @@ fn holds(to: DType, from: DType) -> bool {
         DType::Float32 => Some(24),
         DType::Float64 => Some(53),
         DType::BFloat16 => Some(8),
+        DType::Float8E4M3FN => Some(4),
+        DType::Float8E5M2 => Some(3),
         _ => None,
     };
     match (int_range(from), int_range(to), mantissa(to)) {

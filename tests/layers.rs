@@ -29,6 +29,8 @@ const REEXPORTS: &[(&str, &str)] = &[
     ("export_legacy", "dlpack"),
     ("export_versioned", "dlpack"),
     ("DType", "dtype"),
+    // `#[macro_export]` puts the dtype table's macro at the crate root.
+    ("dtype_table", "dtype"),
     ("Error", "error"),
     ("ErrorKind", "error"),
     ("Result", "error"),

@@ -63,22 +63,13 @@ pub fn write_npy(tensor: &Tensor, path: &Path) -> Result<()> {
     f.flush().map_err(io)
 }
 
-fn safetensors_dtype(dtype: DType) -> Dtype {
-    match dtype {
-        DType::Bool => Dtype::BOOL,
-        DType::Int8 => Dtype::I8,
-        DType::Int16 => Dtype::I16,
-        DType::Int32 => Dtype::I32,
-        DType::Int64 => Dtype::I64,
-        DType::UInt8 => Dtype::U8,
-        DType::UInt16 => Dtype::U16,
-        DType::UInt32 => Dtype::U32,
-        DType::UInt64 => Dtype::U64,
-        DType::Float16 => Dtype::F16,
-        DType::Float32 => Dtype::F32,
-        DType::Float64 => Dtype::F64,
-        DType::BFloat16 => Dtype::BF16,
-    }
+/// The safetensors dtype the dtype table names (`DType::safetensors`), read through the
+/// crate's own (serde) names.
+fn safetensors_dtype(dtype: DType) -> Result<Dtype> {
+    use serde::Deserialize;
+    use serde::de::value::{Error as DeError, StrDeserializer};
+    Dtype::deserialize(StrDeserializer::<DeError>::new(dtype.safetensors()))
+        .map_err(|e| Error::InvalidArgument(format!("safetensors has no dtype {}: {e}", dtype.safetensors())))
 }
 
 /// Writes `tensor` under `name` as a `.safetensors` file.
@@ -90,7 +81,7 @@ pub fn write_safetensors(tensor: &Tensor, name: &str, path: &Path) -> Result<()>
     let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
     let bad =
         |e: safetensors::SafeTensorError| Error::InvalidArgument(format!("writing {}: {e}", path.display()));
-    let view = safetensors::tensor::TensorView::new(safetensors_dtype(t.dtype()), shape, t.as_bytes()?)
+    let view = safetensors::tensor::TensorView::new(safetensors_dtype(t.dtype())?, shape, t.as_bytes()?)
         .map_err(bad)?;
     safetensors::tensor::serialize_to_file([(name, view)], None, path).map_err(bad)
 }
@@ -129,5 +120,16 @@ mod tests {
         assert_eq!((view.dtype(), view.shape()), (Dtype::BF16, &[2usize, 2][..]));
         assert_eq!(view.data(), t.as_bytes().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_dtype_has_its_safetensors_dtype() {
+        for d in DType::ALL {
+            let st = safetensors_dtype(d).unwrap();
+            assert_eq!(st.to_string(), d.safetensors());
+            assert_eq!(st.bitsize(), d.itemsize() * 8, "{d}");
+        }
+        assert_eq!(safetensors_dtype(DType::Float8E4M3FN).unwrap(), Dtype::F8_E4M3);
+        assert_eq!(safetensors_dtype(DType::Float8E5M2).unwrap(), Dtype::F8_E5M2);
     }
 }

@@ -1,8 +1,9 @@
 """The Arrow extension types of the tensor dtypes Arrow lacks, registered in pyarrow so that
-``from_dlpack`` of a bfloat16 tensor is a typed pyarrow array, and the type survives
+``from_dlpack`` of a bfloat16 or float8 tensor is a typed pyarrow array, and the type survives
 ``pa.table``, Parquet files and IPC on its way back to ``to_dlpack``.
 
-bfloat16 is ``lance.bfloat16`` over ``fixed_size_binary(2)``, as Lance writes it.
+bfloat16 is ``lance.bfloat16`` over ``fixed_size_binary(2)``, as Lance writes it; float8 is
+``dlframe.float8_e4m3fn`` and ``dlframe.float8_e5m2`` over ``fixed_size_binary(1)``.
 
 ``import dlframe`` does not import pyarrow (numpy is dlframe's only requirement, and pyarrow
 takes a good part of a second to import): the types are registered at once when pyarrow is
@@ -28,9 +29,14 @@ def _register_now() -> None:
     """Registers the types that nothing has registered yet (idempotent); pyarrow is imported."""
     import pyarrow as pa
 
-    from ._bfloat16 import BFloat16Type
+    from ._extension_dtypes import FLOAT8, BFloat16Type
 
     _HOOK.watch_pyarrow = False
+    for float8 in FLOAT8:
+        try:
+            pa.register_extension_type(float8())
+        except pa.ArrowKeyError:
+            pass  # registered already
     try:
         pa.register_extension_type(BFloat16Type())
     except pa.ArrowKeyError:

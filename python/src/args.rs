@@ -33,11 +33,16 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DTypeArg {
     }
 }
 
-/// What every dtype error lists as accepted.
-const ACCEPTED: &str = "dlframe's dtypes are bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, \
-                        float16, float32 and float64, given as a name ('float32'), a numpy dtype or code \
-                        (np.float32, np.dtype('f4'), 'f4', '<f4'), a pyarrow type (pa.float32()), a Polars \
-                        dtype (pl.Float32) or a torch dtype (torch.float32)";
+/// What every dtype error lists as accepted: the dtype table's names, and the other spellings.
+fn accepted() -> String {
+    let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+    format!(
+        "dlframe's dtypes are {}, given as a name ('float32'), a numpy dtype or code (np.float32, \
+         np.dtype('f4'), 'f4', '<f4'), a pyarrow type (pa.float32()), a Polars dtype (pl.Float32), a \
+         torch dtype (torch.float32) or an ml_dtypes type",
+        names.join(", ")
+    )
+}
 
 /// A dtype-like as messages print it: a string as the core prints names (`"float128"`), other
 /// objects by their repr.
@@ -50,13 +55,14 @@ fn given(obj: &Bound<'_, PyAny>) -> String {
 
 /// The error for a dtype-like that names a dtype dlframe has no tensor form of.
 fn unsupported(obj: &Bound<'_, PyAny>, what: &str) -> Error {
-    Binding::WrongType(format!("unsupported dtype {} ({what}); {ACCEPTED}", given(obj))).into()
+    Binding::WrongType(format!("unsupported dtype {} ({what}); {}", given(obj), accepted())).into()
 }
 
 /// The error for an object that is no dtype-like at all.
 fn not_a_dtype(obj: &Bound<'_, PyAny>) -> Error {
     let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-    Binding::WrongType(format!("unsupported dtype {}: a {ty} is not a dtype; {ACCEPTED}", given(obj))).into()
+    Binding::WrongType(format!("unsupported dtype {}: a {ty} is not a dtype; {}", given(obj), accepted()))
+        .into()
 }
 
 /// A dtype name as Polars and torch print them (`Float32`, `Boolean`, `torch.float32`), in any
@@ -70,8 +76,8 @@ fn by_printed_name(name: &str) -> Option<DType> {
 fn from_arrow(obj: &Bound<'_, PyAny>, dt: &DataType) -> Result<DType> {
     DType::ALL
         .into_iter()
-        // FixedSizeBinary(2) is bfloat16's storage, not bfloat16.
-        .find(|d| *d != DType::BFloat16 && &d.to_arrow() == dt)
+        // FixedSizeBinary(n) is the storage of an extension dtype, not the dtype.
+        .find(|d| d.arrow_extension().is_none() && &d.to_arrow() == dt)
         .ok_or_else(|| unsupported(obj, &format!("Arrow {dt}")))
 }
 

@@ -64,6 +64,13 @@ fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result
         }
     }
     match refused {
+        Some((Rung::Dlpack, e))
+            if array.is_some()
+                && let Some(t) = named_bits(x, copy)? =>
+        {
+            let _ = e;
+            Ok(t)
+        }
         Some((Rung::Dlpack, e)) => match interface::import(x, CopyPolicy::from(copy)) {
             Ok(Some(imported)) => Ok(imported.tensor),
             Err(refusal) if interface::is_datetime(x) => Err(refusal),
@@ -72,6 +79,27 @@ fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result
         Some((_, e)) => Err(e),
         None => Err(Binding::NoProtocol("the object has no __dlpack__".into()).into()),
     }
+}
+
+/// A numpy array of a dtype numpy itself lacks (ml_dtypes' bfloat16 and float8, which numpy's
+/// `__dlpack__` refuses and whose typestr, `<V1` or `<f1`, names no type), read by its dtype's
+/// name: its bits viewed as unsigned integers (numpy's public `view`, no copy; with
+/// `copy=True`, a copy first), imported, and relabelled. None for any other array.
+fn named_bits(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Option<Tensor>> {
+    let py = x.py();
+    let name = x.getattr(intern!(py, "dtype"))?.getattr(intern!(py, "name"))?;
+    let Some(dtype) = DType::from_name(&name.extract::<String>()?).ok() else {
+        return Ok(None);
+    };
+    let Some(bits) = dtype.bits_dtype() else {
+        return Ok(None);
+    };
+    let source = if copy == Some(true) { x.call_method0(intern!(py, "copy"))? } else { x.clone() };
+    let view = source.call_method1(intern!(py, "view"), (bits.name(),))?;
+    let Some(t) = ndarray::as_ndarray(&view)?.and_then(ndarray::NdArray::import) else {
+        return Ok(None);
+    };
+    Ok(Some(t.view_as(dtype)?))
 }
 
 /// How a rung failed, for the ladder: BufferError is a refusal, TypeError the wrong object.
@@ -276,7 +304,8 @@ pub fn plain_to_pyarrow<'py>(py: Python<'py>, t: &Tensor) -> Option<Bound<'py, P
         && t.numel() > 0
         && !t.readonly()
         && t.logical().is_none()
-        && !matches!(t.dtype(), DType::Bool | DType::BFloat16)
+        && t.dtype() != DType::Bool
+        && t.dtype().arrow_extension().is_none()
         && t.check_host_contiguous().is_ok();
     if !plain {
         return None;

@@ -341,12 +341,13 @@ impl PyTensor {
         }
         let kwargs = PyDict::new(py);
         kwargs.set_item(pyo3::intern!(py, "copy"), copy == Some(true))?;
-        if t.dtype() == DType::BFloat16 {
-            // numpy has no bfloat16: its bits as uint16, viewed as ml_dtypes' bfloat16.
-            let bf16 = numpy_dtype(py, DType::BFloat16)?;
-            let bits = PyTensor::new(t.view_as(DType::UInt16)?.with_readonly(t.shared_readonly()));
+        if let Some(bits) = t.dtype().bits_dtype() {
+            // numpy has no bfloat16 or float8: the bits as unsigned integers, viewed as
+            // ml_dtypes' type of the same name.
+            let ml = numpy_dtype(py, t.dtype())?;
+            let bits = PyTensor::new(t.view_as(bits)?.with_readonly(t.shared_readonly()));
             let array = np.call_method(pyo3::intern!(py, "array"), (bits,), Some(&kwargs))?;
-            return Ok(array.call_method1(pyo3::intern!(py, "view"), (bf16,))?);
+            return Ok(array.call_method1(pyo3::intern!(py, "view"), (ml,))?);
         }
         Ok(np.call_method(pyo3::intern!(py, "array"), (slf,), Some(&kwargs))?)
     }
@@ -381,19 +382,19 @@ impl PyTensor {
     }
 }
 
-/// The `numpy.dtype` of a dtype (numpy has all of dlframe's dtypes).
+/// The `numpy.dtype` of a dtype: numpy's own, or for the dtypes numpy lacks (bfloat16, float8)
+/// ml_dtypes' type of the same name.
 fn numpy_dtype(py: Python<'_>, d: DType) -> Result<Bound<'_, PyAny>> {
     let np = py.import(pyo3::intern!(py, "numpy"))?;
-    if d != DType::BFloat16 {
+    if d.bits_dtype().is_none() {
         return Ok(np.call_method1(pyo3::intern!(py, "dtype"), (d.name(),))?);
     }
-    // numpy has no bfloat16 of its own; ml_dtypes (which jax installs) gives it one.
+    // ml_dtypes (which jax installs) gives numpy these types.
     let ml = py.import(pyo3::intern!(py, "ml_dtypes")).map_err(|_| {
-        Binding::WrongType(
-            "bfloat16 has no numpy dtype without ml_dtypes: pip install ml_dtypes, or read the \
-             tensor with torch.from_dlpack or jax.dlpack.from_dlpack"
-                .into(),
-        )
+        Binding::WrongType(format!(
+            "{d} has no numpy dtype without ml_dtypes: pip install ml_dtypes, or read the tensor \
+             with torch.from_dlpack or jax.dlpack.from_dlpack"
+        ))
     })?;
-    Ok(np.call_method1(pyo3::intern!(py, "dtype"), (ml.getattr(pyo3::intern!(py, "bfloat16"))?,))?)
+    Ok(np.call_method1(pyo3::intern!(py, "dtype"), (ml.getattr(d.name())?,))?)
 }

@@ -188,7 +188,7 @@ print(col.type.extension_name, type(col.type).__module__)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["lance.bfloat16", "dlframe._bfloat16"]
+    assert out.stdout.split() == ["lance.bfloat16", "dlframe._extension_dtypes"]
 
 
 def test_a_bfloat16_column_survives_a_table_and_a_parquet_file(tmp_path):
@@ -216,4 +216,4 @@ print(before, type(after.type).__module__, dlframe.to_dlpack(after).dtype)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["dlframe._bfloat16", "lance._arrow.bf16", "bfloat16"]
+    assert out.stdout.split() == ["dlframe._extension_dtypes", "lance._arrow.bf16", "bfloat16"]

@@ -14,7 +14,7 @@ use super::read::{
 };
 use super::spec::{ColumnSpec, MatrixSpec};
 use super::to_tensor::from_leaf;
-use crate::dtype::DType;
+use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef};
 use crate::options::{CopyPolicy, ExportOptions, Inexact, Order, Scalar};
@@ -82,7 +82,8 @@ pub(crate) fn in_order(c: Converted, order: Order) -> Result<Converted> {
 /// nulls hold whatever Arrow left there; the mask says which they are).
 fn shared(spec: &ColumnSpec) -> Result<Tensor> {
     let (leaf, _) = leaf_of(&spec.chunks[0]);
-    Ok(from_leaf(leaf.as_ref(), spec.shape.clone(), Some(spec.strides.clone()))?.with_logical(spec.logical()))
+    Ok(from_leaf(leaf.as_ref(), spec.leaf, spec.shape.clone(), Some(spec.strides.clone()))?
+        .with_logical(spec.logical()))
 }
 
 /// Several same-length columns (each in chunks) as one `(n, k)` tensor in C or F order, with
@@ -118,12 +119,13 @@ pub fn columns_to_tensor(
             .iter()
             .zip(&bytes)
             .zip(&names)
-            .map(|((a, unpacked), name)| {
+            .zip(fields)
+            .map(|(((a, unpacked), name), field)| {
                 let col = match unpacked {
                     Some(b) => {
-                        Column::new(ColumnRef::U8(b)).with_validity(validity_of(a.as_ref())?).named(name)
+                        Column::new(ColumnRef::UInt8(b)).with_validity(validity_of(a.as_ref())?).named(name)
                     }
-                    None => column_ref(a.as_ref(), name)?,
+                    None => column_ref(a.as_ref(), field_dtype(field)?, name)?,
                 };
                 Ok(col.starting_at(seg.start))
             })
@@ -137,8 +139,11 @@ pub fn columns_to_tensor(
         each(segments.iter().zip(pieces).collect(), parallel, |(seg, mut piece)| {
             let bytes: Vec<Vec<u8>> =
                 seg.slices.iter().map(|a| validity_bytes(a.as_ref())).collect::<Result<_>>()?;
-            let cols: Vec<Column> =
-                bytes.iter().zip(&names).map(|(v, name)| Column::new(ColumnRef::U8(v)).named(name)).collect();
+            let cols: Vec<Column> = bytes
+                .iter()
+                .zip(&names)
+                .map(|(v, name)| Column::new(ColumnRef::UInt8(v)).named(name))
+                .collect();
             piece.write(&cols, None, inexact)
         })?;
         Some(m.into_tensor(DType::Bool, shape, strides)?)
@@ -214,7 +219,7 @@ fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
             if spec.leaf == DType::Bool {
                 piece.unpack_bools(leaf_array.as_ref(), bool_byte(spec.fill))?;
             } else {
-                let col = column_ref(leaf_array.as_ref(), spec.field.name())?.starting_at(pos);
+                let col = column_ref(leaf_array.as_ref(), spec.leaf, spec.field.name())?.starting_at(pos);
                 piece.write(std::slice::from_ref(&col), spec.fill, spec.inexact)?;
             }
             null_row_slots(&list_nulls).try_for_each(|slots| piece.fill(spec.fill, slots))

@@ -5,7 +5,7 @@
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::{DataType, FieldRef};
 
-use crate::dtype::{DType, leaf_storage};
+use crate::dtype::{DType, leaf_dtype};
 use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef};
 
@@ -105,36 +105,29 @@ pub(crate) fn leaf_validity(
 }
 
 /// A typed view of a primitive array's values and validity, for the kernels (no copy).
-pub(crate) fn column_ref<'a>(array: &'a dyn Array, name: &'a str) -> Result<Column<'a>> {
-    let dtype = leaf_storage(array.data_type())?;
+/// `declared` is the dtype its column's field gave ([`crate::dtype::field_dtype`]), which
+/// tells an extension's `FixedSizeBinary` storage apart (arrays carry no field metadata).
+pub(crate) fn column_ref<'a>(array: &'a dyn Array, declared: DType, name: &'a str) -> Result<Column<'a>> {
+    let dtype = leaf_dtype(array.data_type(), declared)?;
     let data = array.to_data();
     let (offset, len) = (data.offset(), data.len());
     let buf = &data.buffers()[0];
     macro_rules! typed {
-        ($variant:ident, $t:ty) => {{
-            let all: &'a [$t] = aligned_slice::<$t>(array, buf)?;
-            ColumnRef::$variant(&all[offset..offset + len])
-        }};
+        (Bool($($bool:tt)*) $($V:ident($T:ty, $($row:tt)*))*) => {
+            match dtype {
+                $(DType::$V => {
+                    let all: &'a [$T] = aligned_slice::<$T>(array, buf)?;
+                    ColumnRef::$V(&all[offset..offset + len])
+                })*
+                DType::Bool => {
+                    return Err(Error::InvalidArgument(format!(
+                        "column '{name}' is boolean; bools are unpacked, not cast"
+                    )));
+                }
+            }
+        };
     }
-    let values = match dtype {
-        DType::Int8 => typed!(I8, i8),
-        DType::Int16 => typed!(I16, i16),
-        DType::Int32 => typed!(I32, i32),
-        DType::Int64 => typed!(I64, i64),
-        DType::UInt8 => typed!(U8, u8),
-        DType::UInt16 => typed!(U16, u16),
-        DType::UInt32 => typed!(U32, u32),
-        DType::UInt64 => typed!(U64, u64),
-        DType::Float16 => typed!(F16, half::f16),
-        DType::BFloat16 => typed!(BF16, half::bf16),
-        DType::Float32 => typed!(F32, f32),
-        DType::Float64 => typed!(F64, f64),
-        DType::Bool => {
-            return Err(Error::InvalidArgument(format!(
-                "column '{name}' is boolean; bools are unpacked, not cast"
-            )));
-        }
-    };
+    let values = crate::dtype_table!(typed);
     Ok(Column::new(values).with_validity(validity_of(array)?).named(name))
 }
 

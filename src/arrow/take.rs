@@ -7,7 +7,7 @@ use arrow_schema::FieldRef;
 use super::copy::Converted;
 use super::read::column_ref;
 use super::spec::MatrixSpec;
-use crate::dtype::{DType, leaf_storage};
+use crate::dtype::{DType, field_dtype};
 use crate::error::Result;
 use crate::kernels::{self, Column, HostBuffer};
 use crate::options::{ExportOptions, Order};
@@ -33,13 +33,10 @@ pub fn take_matrix(
     let plain = opts.order == Order::C
         && !spec.mask
         && spec.target != DType::Bool
-        && columns.iter().all(|c| {
+        && columns.iter().zip(fields).all(|(c, f)| {
             c.len() == chunks
-                && c.iter().zip(&columns[0]).all(|(a, first)| {
-                    a.len() == first.len()
-                        && a.null_count() == 0
-                        && leaf_storage(a.data_type()).is_ok_and(|d| d == spec.storage)
-                })
+                && field_dtype(f).is_ok_and(|d| d == spec.storage)
+                && c.iter().zip(&columns[0]).all(|(a, first)| a.len() == first.len() && a.null_count() == 0)
         });
     if !plain {
         return Ok(None);
@@ -49,7 +46,7 @@ pub fn take_matrix(
             columns
                 .iter()
                 .zip(fields)
-                .map(|(col, f)| column_ref(col[c].as_ref(), f.name()))
+                .map(|(col, f)| column_ref(col[c].as_ref(), field_dtype(f)?, f.name()))
                 .collect::<Result<Vec<Column>>>()
         })
         .collect::<Result<Vec<_>>>()?;

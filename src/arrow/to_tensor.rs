@@ -7,7 +7,7 @@ use arrow_array::{Array, FixedSizeListArray};
 use arrow_schema::{DataType, Field, FieldRef};
 
 use super::layout::CellLayout;
-use crate::dtype::{DType, leaf_storage};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, c_strides};
 
@@ -45,10 +45,12 @@ pub fn column_to_tensor(field: &FieldRef, array: &dyn Array) -> Result<Tensor> {
         let (field, array) = super::lists_as_fixed(field, &arrow_array::make_array(array.to_data()))?;
         return column_to_tensor(&field, array.as_ref());
     }
+    // The field's layout names the leaf dtype (and refuses a leaf with none).
+    let layout = CellLayout::from_field(field)?;
     let mut dims = vec![array.len() as i64];
     let leaf = descend(field.name(), array, &mut dims)?;
-    let (shape, strides) = CellLayout::from_field(field)?.column(array.len());
-    Ok(from_leaf(leaf, shape, Some(strides))?.with_logical(Some(field.clone())))
+    let (shape, strides) = layout.column(array.len());
+    Ok(from_leaf(leaf, layout.dtype, shape, Some(strides))?.with_logical(Some(field.clone())))
 }
 
 /// Walks FixedSizeLists down to the primitive leaf, pushing each list size onto `dims`.
@@ -75,17 +77,20 @@ fn descend<'a>(column: &str, array: &'a dyn Array, dims: &mut Vec<i64>) -> Resul
                 "column '{column}' is boolean, which Arrow bit-packs; a tensor needs one byte per value"
             ),
         }),
-        dt => {
-            leaf_storage(dt)?;
-            Ok(array)
-        }
+        // Its dtype was read from the field.
+        _ => Ok(array),
     }
 }
 
 /// A tensor over a primitive leaf array's values (without copying; the leaf's nulls are not
-/// read).
-pub(crate) fn from_leaf(leaf: &dyn Array, shape: Vec<i64>, strides: Option<Vec<i64>>) -> Result<Tensor> {
-    let dtype: DType = leaf_storage(leaf.data_type())?;
+/// read); `declared` is the leaf dtype its field gave.
+pub(crate) fn from_leaf(
+    leaf: &dyn Array,
+    declared: DType,
+    shape: Vec<i64>,
+    strides: Option<Vec<i64>>,
+) -> Result<Tensor> {
+    let dtype = crate::dtype::leaf_dtype(leaf.data_type(), declared)?;
     let data = leaf.to_data();
     let buffer = data.buffers()[0].clone();
     let numel: usize = shape.iter().map(|&d| d as usize).product();

@@ -137,6 +137,46 @@ __device__ __forceinline__ double odd_i64(i64 v) {
     return v < 0 ? -odd_u64(0 - (u64)v) : odd_u64((u64)v);
 }
 
+// 2^e for the exponents float8 reaches (inside double's normal range).
+__device__ __forceinline__ double pow2(int e) { return bits_to_f64((u64)(e + 1023) << 52); }
+
+// float8 (e4m3fn: man 3, bias 7, no infinities, NaN S.1111.111; e5m2: man 2, bias 15, IEEE)
+// -> double, exactly; as dtype/float8.rs decodes.
+__device__ double f8_to_f64(unsigned char b, int man, int bias, int ieee) {
+    double sign = (b & 0x80) ? -1.0 : 1.0;
+    int emask = (1 << (7 - man)) - 1;
+    int e = (b >> man) & emask;
+    int m = b & ((1 << man) - 1);
+    if (ieee && e == emask) return m ? bits_to_f64(0x7ff8000000000000ull) : sign * bits_to_f64(0x7ff0000000000000ull);
+    if (!ieee && (b & 0x7f) == 0x7f) return bits_to_f64(0x7ff8000000000000ull);
+    if (e == 0) return sign * (double)m * pow2(1 - bias - man);
+    return sign * (1.0 + (double)m / (double)(1 << man)) * pow2(e - bias);
+}
+
+// Double -> float8, rounding to nearest even once, as dtype/float8.rs encodes: overflow goes to
+// infinity (e5m2) or NaN (e4m3fn); the host checked that finite values fit.
+__device__ unsigned char f64_to_f8(double d, int man, int bias, double max, int ieee) {
+    unsigned char sign = (f64_to_bits(d) >> 63) ? 0x80 : 0;
+    unsigned char nan = ieee ? 0x7e : 0x7f;
+    unsigned char overflow = sign | (ieee ? 0x7c : 0x7f);
+    if (d != d) return sign | nan;
+    double a = d < 0 ? -d : d;
+    if (a > max * 2.0) return overflow;  // infinities included
+    int emin = 1 - bias;
+    int e = (int)((f64_to_bits(a) >> 52) & 0x7ff) - 1023;
+    if (e < emin) e = emin;
+    u64 one = 1ull << man;
+    // |d| in units of its quantum, exactly; then rounded to nearest, ties to even.
+    double x = a * pow2(man - e);
+    u64 n = (u64)x;
+    double rest = x - (double)n;
+    if (rest > 0.5 || (rest == 0.5 && (n & 1))) n++;
+    if (n == 2 * one) { n = one; e += 1; }
+    if ((double)n * pow2(e - man) > max) return overflow;
+    if (n < one) return sign | (unsigned char)n;
+    return sign | (unsigned char)(((e + bias) << man) | (int)(n - one));
+}
+
 __device__ __forceinline__ Num load(const unsigned char* p, u64 dt, u64 r, u64 bit) {
     Num n;
     n.kind = 0; n.i = 0; n.u = 0; n.f = 0.0;
@@ -153,6 +193,8 @@ __device__ __forceinline__ Num load(const unsigned char* p, u64 dt, u64 r, u64 b
         case DT_FLOAT16: n.kind = 2; n.f = f16_to_f64(((const unsigned short*)p)[r]); break;
         case DT_FLOAT32: n.kind = 2; n.f = ((const float*)p)[r]; break;
         case DT_BFLOAT16: n.kind = 2; n.f = bf16_to_f64(((const unsigned short*)p)[r]); break;
+        case DT_FLOAT8_E4M3FN: n.kind = 2; n.f = f8_to_f64(p[r], 3, 7, 0); break;
+        case DT_FLOAT8_E5M2: n.kind = 2; n.f = f8_to_f64(p[r], 2, 15, 1); break;
         case DT_FLOAT64: default: n.kind = 2; n.f = ((const double*)p)[r]; break;
     }
     return n;
@@ -187,6 +229,12 @@ __device__ __forceinline__ void store(unsigned char* out, u64 dt, u64 at, Num n)
         case DT_BFLOAT16: {
             double d = n.kind == 0 ? odd_i64(n.i) : n.kind == 1 ? odd_u64(n.u) : n.f;
             ((unsigned short*)out)[at] = f64_to_bf16(d);
+            break;
+        }
+        case DT_FLOAT8_E4M3FN: case DT_FLOAT8_E5M2: {
+            // Integers that round in double overflow float8 anyway.
+            double d = n.kind == 0 ? (double)n.i : n.kind == 1 ? (double)n.u : n.f;
+            out[at] = dt == DT_FLOAT8_E4M3FN ? f64_to_f8(d, 3, 7, 448.0, 0) : f64_to_f8(d, 2, 15, 57344.0, 1);
             break;
         }
         case DT_FLOAT32:

@@ -19,7 +19,7 @@ use arrow_schema::{DataType, FieldRef};
 
 use crate::arrow::read::{column_ref, leaf_of, leaf_validity, segments};
 use crate::arrow::spec::{ColumnSpec, MatrixSpec};
-use crate::dtype::DType;
+use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::options::{ExportOptions, Order, Scalar};
@@ -126,6 +126,7 @@ impl Plan {
     fn segment(
         &mut self,
         leaf: &dyn Array,
+        declared: DType,
         validity: Option<&NullBuffer>,
         out: usize,
         stride: usize,
@@ -138,7 +139,7 @@ impl Plan {
         let dtype = if data.data_type() == &DataType::Boolean {
             DType::Bool
         } else {
-            crate::dtype::leaf_storage(data.data_type())?
+            crate::dtype::leaf_dtype(data.data_type(), declared)?
         };
         let values =
             data.buffers().first().ok_or_else(|| Error::layout("an array without a values buffer"))?;
@@ -291,11 +292,11 @@ pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions
             });
         }
         if leaf != DType::Bool && target != leaf {
-            let col = column_ref(leaf_array.as_ref(), spec.field.name())?.starting_at(pos);
+            let col = column_ref(leaf_array.as_ref(), leaf, spec.field.name())?.starting_at(pos);
             kernels::check_cast(target, &col, 0, spec.inexact)?;
         }
         let validity = (!list_nulls.is_empty()).then(|| leaf_validity(leaf_array.as_ref(), &list_nulls));
-        plan.segment(leaf_array.as_ref(), validity.as_ref(), pos, 1)?;
+        plan.segment(leaf_array.as_ref(), leaf, validity.as_ref(), pos, 1)?;
         pos += slots;
     }
     Ok(plan.finish())
@@ -318,7 +319,7 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
                 if a.data_type() != &DataType::Boolean {
                     kernels::check_cast(
                         storage,
-                        &column_ref(a.as_ref(), field.name())?.starting_at(seg.start),
+                        &column_ref(a.as_ref(), field_dtype(field)?, field.name())?.starting_at(seg.start),
                         j,
                         inexact,
                     )?;
@@ -330,10 +331,11 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
     match opts.order {
         // Each column's chunks go to a contiguous run of the output.
         Order::F => {
-            for (j, chunks) in columns.iter().enumerate() {
+            for (j, (chunks, field)) in columns.iter().zip(fields).enumerate() {
+                let declared = field_dtype(field)?;
                 let mut start = 0;
                 for chunk in chunks {
-                    plan.segment(chunk.as_ref(), None, j * n + start, 1)?;
+                    plan.segment(chunk.as_ref(), declared, None, j * n + start, 1)?;
                     start += chunk.len();
                 }
             }
@@ -343,8 +345,8 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
         Order::C => {
             for seg in segments(columns) {
                 let first = plan.segs.len();
-                for (j, a) in seg.slices.iter().enumerate() {
-                    plan.segment(a.as_ref(), None, seg.start * k + j, k)?;
+                for (j, (a, field)) in seg.slices.iter().zip(fields).enumerate() {
+                    plan.segment(a.as_ref(), field_dtype(field)?, None, seg.start * k + j, k)?;
                 }
                 if plan.segs.len() == first + k && k > 1 {
                     plan.segs[first].group = k as u64;

@@ -62,19 +62,11 @@ impl TypeStr {
     /// [`Error::UnsupportedDType`] for bfloat16, which the array interfaces cannot name (numpy
     /// would read it as two opaque bytes).
     pub fn from_dtype(dtype: DType) -> Result<Self> {
-        let kind = match dtype {
-            DType::Bool => 'b',
-            DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 => 'i',
-            DType::UInt8 | DType::UInt16 | DType::UInt32 | DType::UInt64 => 'u',
-            DType::Float16 | DType::Float32 | DType::Float64 => 'f',
-            DType::BFloat16 => {
-                return Err(Error::UnsupportedDType {
-                    what: "bfloat16 in an array interface".into(),
-                    remedy: "the array interfaces have no bfloat16 typestr; exchange it through \
-                             DLPack (torch, jax, ml_dtypes) or cast to float32",
-                });
-            }
-        };
+        let kind = dtype.typestr_kind().ok_or_else(|| Error::UnsupportedDType {
+            what: format!("{dtype} in an array interface"),
+            remedy: "the array interfaces have no typestr for it; exchange it through DLPack (torch, jax, \
+                     ml_dtypes) or cast to float32",
+        })?;
         let order = if dtype.itemsize() == 1 {
             ByteOrder::NotApplicable
         } else if cfg!(target_endian = "little") {
@@ -118,26 +110,15 @@ impl TypeStr {
                 remedy: "non-native byte order; byteswap the array first (e.g. arr.astype(arr.dtype.newbyteorder('=')))",
             });
         }
-        let dt = match (self.kind, self.itemsize) {
-            ('b', 1) => DType::Bool,
-            ('i', 1) => DType::Int8,
-            ('i', 2) => DType::Int16,
-            ('i', 4) => DType::Int32,
-            ('i', 8) | ('M', 8) | ('m', 8) => DType::Int64,
-            ('u', 1) => DType::UInt8,
-            ('u', 2) => DType::UInt16,
-            ('u', 4) => DType::UInt32,
-            ('u', 8) => DType::UInt64,
-            ('f', 2) => DType::Float16,
-            ('f', 4) => DType::Float32,
-            ('f', 8) => DType::Float64,
-            _ => {
-                return Err(Error::UnsupportedDType {
-                    what: self.to_string(),
-                    remedy: "dlframe reads b1, i1-i8, u1-u8, f2-f8 and M8/m8; cast the array first",
-                });
-            }
-        };
+        // Datetimes and durations are stored as int64.
+        let kind = if matches!(self.kind, 'M' | 'm') && self.itemsize == 8 { 'i' } else { self.kind };
+        let dt = DType::ALL
+            .into_iter()
+            .find(|d| d.typestr_kind() == Some(kind) && d.itemsize() == self.itemsize)
+            .ok_or_else(|| Error::UnsupportedDType {
+                what: self.to_string(),
+                remedy: "dlframe reads b1, i1-i8, u1-u8, f2-f8 and M8/m8; cast the array first",
+            })?;
         Ok(dt)
     }
 }
@@ -210,15 +191,19 @@ mod tests {
 
     #[test]
     fn every_dtype_round_trips_through_its_typestr() {
-        for d in DType::ALL.into_iter().filter(|&d| d != DType::BFloat16) {
+        for d in DType::ALL.into_iter().filter(|d| d.typestr_kind().is_some()) {
             let t = TypeStr::from_dtype(d).unwrap();
             let parsed: TypeStr = t.to_string().parse().unwrap();
             assert_eq!(parsed.to_dtype().unwrap(), d, "{t}");
         }
         assert_eq!(TypeStr::from_dtype(DType::Bool).unwrap().to_string(), "|b1");
         assert_eq!(TypeStr::from_dtype(DType::Float16).unwrap().to_string(), "<f2");
-        let e = TypeStr::from_dtype(DType::BFloat16).unwrap_err();
-        assert!(e.to_string().contains("DLPack"), "{e}");
+        for d in [DType::BFloat16, DType::Float8E4M3FN, DType::Float8E5M2] {
+            let e = TypeStr::from_dtype(d).unwrap_err().to_string();
+            assert!(e.contains("DLPack") && e.contains(d.name()), "{e}");
+        }
+        // ml_dtypes' float8_e5m2 says `<f1`, which names no IEEE type: refused, not guessed.
+        assert!("<f1".parse::<TypeStr>().unwrap().to_dtype().is_err());
     }
 
     #[test]

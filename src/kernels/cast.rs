@@ -12,7 +12,7 @@
 
 use half::{bf16, f16};
 
-use crate::dtype::DType;
+use crate::dtype::{DType, F8E4M3FN, F8E5M2, Kind};
 use crate::error::{Error, Result};
 use crate::options::{Inexact, Scalar};
 
@@ -94,11 +94,17 @@ macro_rules! float_element {
             }
             #[inline(always)]
             fn from_num(n: Num) -> Option<Self> {
-                // A finite value beyond the type's range would become infinite: refused.
-                // Infinities and NaN stay what they are.
+                // A finite value beyond the type's range would become infinite (or, in a
+                // float8 without infinities, NaN): refused. Infinities stay infinite where the
+                // type has them, and NaN stays NaN.
                 let v = Self::from_num_lossy(n);
-                let overflowed = $to(v).is_infinite() && !matches!(n, Num::Float(f) if f.is_infinite());
-                (!overflowed).then_some(v)
+                let r = $to(v);
+                let kept = match n {
+                    Num::Float(f) if f.is_nan() => true,
+                    Num::Float(f) if f.is_infinite() => r.is_infinite(),
+                    _ => r.is_finite(),
+                };
+                kept.then_some(v)
             }
             #[inline(always)]
             fn from_num_lossy(n: Num) -> Self {
@@ -124,6 +130,9 @@ float_element!(
         Num::UInt(v) => bf16_from_f64(odd_f64(v.into())),
         Num::Float(v) => bf16_from_f64(v),
     }, |x: bf16| x.to_f64();
+    // Integers large enough to round in f64 overflow float8 anyway.
+    F8E4M3FN => Float8E4M3FN, |n| F8E4M3FN::from_f64(as_f64(n)), |x: F8E4M3FN| x.to_f64();
+    F8E5M2 => Float8E5M2, |n| F8E5M2::from_f64(as_f64(n)), |x: F8E5M2| x.to_f64();
 );
 
 /// The value as a double, rounded to nearest even once (integers beyond 2^53 round).
@@ -196,20 +205,24 @@ pub fn f16_from_f64(d: f64) -> f16 {
     f16::from_bits(sign | kept as u16)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Bool,
-    Signed,
-    Unsigned,
-    Float,
+const fn kind(d: DType) -> Kind {
+    d.kind()
 }
 
-const fn kind(d: DType) -> Kind {
-    match d {
-        DType::Bool => Kind::Bool,
-        DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 => Kind::Signed,
-        DType::UInt8 | DType::UInt16 | DType::UInt32 | DType::UInt64 => Kind::Unsigned,
-        DType::Float16 | DType::Float32 | DType::Float64 | DType::BFloat16 => Kind::Float,
+/// float8 holds few values: every float8 is exactly a value of every wider float (e5m2 has
+/// float16's exponent range, e4m3fn a smaller one), and of the integers only bool's are all
+/// exact in it; under rounding, the integers of int8 and uint8 lie in e4m3fn's range
+/// (largest 448), and int16's in e5m2's (57344). `None` where neither side is a float8.
+const fn f8_rule(from: DType, to: DType, exact: bool) -> Option<bool> {
+    use DType::*;
+    match (from, to) {
+        (Float8E4M3FN, Float8E4M3FN) | (Float8E5M2, Float8E5M2) => Some(true),
+        (Float8E4M3FN | Float8E5M2, Float16 | BFloat16 | Float32 | Float64) => Some(true),
+        (Float8E4M3FN | Float8E5M2, _) => Some(false),
+        (Bool, Float8E4M3FN | Float8E5M2) => Some(true),
+        (Int8 | UInt8, Float8E4M3FN) | (Int8 | UInt8 | Int16, Float8E5M2) => Some(!exact),
+        (_, Float8E4M3FN | Float8E5M2) => Some(false),
+        _ => None,
     }
 }
 
@@ -242,6 +255,9 @@ pub const fn always_fits(from: DType, to: DType, inexact: Inexact) -> bool {
     if matches!(inexact, Inexact::Error) && int_to_float(from, to) {
         return exactly(from, to);
     }
+    if let Some(fits) = f8_rule(from, to, false) {
+        return fits;
+    }
     if let Some(fits) = bf16_rule(from, to, false) {
         return fits;
     }
@@ -271,9 +287,11 @@ const fn exactly(from: DType, to: DType) -> bool {
 /// True when a cast from `from` to `to` can fail only by a finite value overflowing to
 /// infinity: a cast into a float type that is not [`always_fits`], and not an integer cast
 /// that must be exact. The kernels run such casts unchecked, so that the copy loop vectorises,
-/// and then look for the overflow in the output.
+/// and then look for the overflow in the output. Not for float8 e4m3fn, which overflows to NaN:
+/// its casts are checked value by value.
 pub const fn fails_only_by_overflow(from: DType, to: DType, inexact: Inexact) -> bool {
-    matches!(kind(to), Kind::Float)
+    let overflows_to_infinity = matches!(kind(to), Kind::Float) && !matches!(to, DType::Float8E4M3FN);
+    overflows_to_infinity
         && !always_fits(from, to, inexact)
         && !(matches!(inexact, Inexact::Error) && int_to_float(from, to))
 }
@@ -338,6 +356,9 @@ pub fn fill_value<D: Element>(s: Scalar) -> Result<D> {
 /// numpy's "safe" casting table: every value of `from` is exactly a value of `to`
 /// (int64 and uint64 into float64 are allowed, as numpy allows them).
 pub const fn can_cast_safely(from: DType, to: DType) -> bool {
+    if let Some(exact) = f8_rule(from, to, true) {
+        return exact;
+    }
     if let Some(exact) = bf16_rule(from, to, true) {
         return exact;
     }
@@ -362,8 +383,23 @@ pub const fn can_cast_safely(from: DType, to: DType) -> bool {
 pub fn common_dtype(dtypes: &[DType]) -> DType {
     use DType::*;
     // Ordered so that the first dtype everything casts to is numpy's answer.
-    const LADDER: [DType; 13] =
-        [Bool, UInt8, Int8, UInt16, Int16, Float16, BFloat16, UInt32, Int32, Float32, UInt64, Int64, Float64];
+    const LADDER: [DType; DType::ALL.len()] = [
+        Bool,
+        Float8E4M3FN,
+        Float8E5M2,
+        UInt8,
+        Int8,
+        UInt16,
+        Int16,
+        Float16,
+        BFloat16,
+        UInt32,
+        Int32,
+        Float32,
+        UInt64,
+        Int64,
+        Float64,
+    ];
     if dtypes.is_empty() {
         return Float64;
     }

@@ -1,79 +1,49 @@
 //! The kernels' view of one input column: typed values borrowed from Arrow (never copied
 //! here), validity bits, and the name and first row that errors report.
 
-use half::{bf16, f16};
-
 use super::bits::BitSlice;
 use super::cast::Element;
 use crate::dtype::DType;
 
-/// The typed values of one column (borrowed, never copied by itself).
-#[derive(Debug, Clone, Copy)]
-pub enum ColumnRef<'a> {
-    /// `i8` values.
-    I8(&'a [i8]),
-    /// `i16` values.
-    I16(&'a [i16]),
-    /// `i32` values.
-    I32(&'a [i32]),
-    /// `i64` values.
-    I64(&'a [i64]),
-    /// `u8` values.
-    U8(&'a [u8]),
-    /// `u16` values.
-    U16(&'a [u16]),
-    /// `u32` values.
-    U32(&'a [u32]),
-    /// `u64` values.
-    U64(&'a [u64]),
-    /// `f16` values.
-    F16(&'a [f16]),
-    /// `bf16` values.
-    BF16(&'a [bf16]),
-    /// `f32` values.
-    F32(&'a [f32]),
-    /// `f64` values.
-    F64(&'a [f64]),
-}
-
-macro_rules! each_ref {
-    ($r:expr, $s:ident => $body:expr) => {
-        match $r {
-            ColumnRef::I8($s) => $body,
-            ColumnRef::I16($s) => $body,
-            ColumnRef::I32($s) => $body,
-            ColumnRef::I64($s) => $body,
-            ColumnRef::U8($s) => $body,
-            ColumnRef::U16($s) => $body,
-            ColumnRef::U32($s) => $body,
-            ColumnRef::U64($s) => $body,
-            ColumnRef::F16($s) => $body,
-            ColumnRef::BF16($s) => $body,
-            ColumnRef::F32($s) => $body,
-            ColumnRef::F64($s) => $body,
-        }
-    };
-}
-
-macro_rules! column_from {
-    ($($t:ty => $v:ident),*) => {$(
-        impl<'a> From<&'a [$t]> for ColumnRef<'a> {
-            fn from(s: &'a [$t]) -> Self {
-                ColumnRef::$v(s)
-            }
+/// The `ColumnRef` enum, its `each_ref!` match and its conversions, one variant per numeric
+/// row of the dtype table.
+macro_rules! column_refs {
+    (Bool($($bool:tt)*) $($V:ident($T:ty, $name:literal, $($row:tt)*))*) => {
+        /// The typed values of one column (borrowed, never copied by itself), one variant per
+        /// numeric dtype, named as the dtype.
+        #[derive(Debug, Clone, Copy)]
+        pub enum ColumnRef<'a> {
+            $(#[doc = concat!("`", $name, "` values.")] $V(&'a [$T]),)*
         }
 
-        impl Typed for $t {
-            #[inline(always)]
-            fn values(col: ColumnRef<'_>) -> Option<&[Self]> {
-                match col {
-                    ColumnRef::$v(s) => Some(s),
-                    _ => None,
+        macro_rules! each_ref {
+            ($r:expr, $s:ident => $body:expr) => {
+                match $r {
+                    $(ColumnRef::$V($s) => $body,)*
+                }
+            };
+        }
+
+        $(
+            impl<'a> From<&'a [$T]> for ColumnRef<'a> {
+                fn from(s: &'a [$T]) -> Self {
+                    ColumnRef::$V(s)
                 }
             }
-        }
-    )*};
+
+            impl Typed for $T {
+                #[inline(always)]
+                fn values(col: ColumnRef<'_>) -> Option<&[Self]> {
+                    match col {
+                        ColumnRef::$V(s) => Some(s),
+                        _ => None,
+                    }
+                }
+            }
+        )*
+    };
 }
+crate::dtype_table!(column_refs);
 pub(crate) use each_ref;
 
 /// An element type whose values a [`ColumnRef`] can hold.
@@ -81,9 +51,6 @@ pub trait Typed: Element {
     /// The column's values, when they are of this type (without copying).
     fn values(col: ColumnRef<'_>) -> Option<&[Self]>;
 }
-
-column_from!(i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16, u32 => U32, u64 => U64,
-             f16 => F16, f32 => F32, f64 => F64, bf16 => BF16);
 
 impl ColumnRef<'_> {
     /// Number of values.

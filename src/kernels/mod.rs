@@ -71,58 +71,22 @@ pub const PARALLEL_THRESHOLD_BYTES: usize = 1 << 20;
 /// at the same bit position within a byte as the whole bitmap's.
 pub const ROWS_PER_TASK: usize = 64 * 1024;
 
-/// Calls `$body` with `$D` bound to the Rust type of a numeric dtype.
+/// Calls `$body` with `$D` bound to the Rust type of a numeric dtype (the dtype table's
+/// element type); bool is refused.
 macro_rules! with_numeric {
     ($dtype:expr, $D:ident => $body:expr) => {
+        $crate::dtype_table!(with_numeric_arms, ($dtype, $D, $body))
+    };
+}
+
+/// The arms of [`with_numeric!`], one per numeric row of the dtype table.
+macro_rules! with_numeric_arms {
+    (($dtype:expr, $D:ident, $body:expr) Bool($($bool:tt)*) $($V:ident($T:ty, $($row:tt)*))*) => {
         match $dtype {
-            DType::Int8 => {
-                type $D = i8;
+            $(DType::$V => {
+                type $D = $T;
                 $body
-            }
-            DType::Int16 => {
-                type $D = i16;
-                $body
-            }
-            DType::Int32 => {
-                type $D = i32;
-                $body
-            }
-            DType::Int64 => {
-                type $D = i64;
-                $body
-            }
-            DType::UInt8 => {
-                type $D = u8;
-                $body
-            }
-            DType::UInt16 => {
-                type $D = u16;
-                $body
-            }
-            DType::UInt32 => {
-                type $D = u32;
-                $body
-            }
-            DType::UInt64 => {
-                type $D = u64;
-                $body
-            }
-            DType::Float16 => {
-                type $D = half::f16;
-                $body
-            }
-            DType::Float32 => {
-                type $D = f32;
-                $body
-            }
-            DType::Float64 => {
-                type $D = f64;
-                $body
-            }
-            DType::BFloat16 => {
-                type $D = half::bf16;
-                $body
-            }
+            })*
             DType::Bool => Err(Error::InvalidArgument(
                 "bool is not a numeric target dtype; cast booleans explicitly".into(),
             )),

@@ -111,7 +111,7 @@ mod tests {
         let (a0, b0): (&[i32], &[i32]) = (&[1, 2, 3], &[10, 20, 30]);
         let (a1, b1): (&[i32], &[i32]) = (&[4, 5], &[40, 50]);
         let chunk = |a: &'static [i32], b: &'static [i32]| {
-            vec![Column::new(ColumnRef::I32(a)), Column::new(ColumnRef::I32(b))]
+            vec![Column::new(ColumnRef::Int32(a)), Column::new(ColumnRef::Int32(b))]
         };
         let chunks = vec![chunk(a0, b0), chunk(a1, b1)];
         let mut out = vec![0i32; 6];

@@ -45,18 +45,20 @@ pub fn polars_dtype(field: &Field) -> Result<PlDataType> {
 /// The Polars type that holds a tensor dtype's values.
 ///
 /// # Errors
-/// [`Error::UnsupportedDType`] for bfloat16, which Polars has no type for; as [`polars_dtype`].
+/// [`Error::UnsupportedDType`] for bfloat16 and float8, which Polars has no type for; as
+/// [`polars_dtype`].
 pub fn polars_dtype_of(dtype: DType) -> Result<PlDataType> {
     check_polars_dtype(dtype)?;
     polars_dtype(&Field::new("", dtype.to_arrow(), true))
 }
 
-/// Refuses a dtype Polars cannot hold as numbers: bfloat16 would arrive as opaque binary.
+/// Refuses a dtype Polars cannot hold as numbers: one Arrow keeps as an extension type
+/// (bfloat16, float8) would arrive as opaque binary.
 pub(crate) fn check_polars_dtype(dtype: DType) -> Result<()> {
-    if dtype == DType::BFloat16 {
+    if dtype.arrow_extension().is_some() {
         return Err(Error::UnsupportedDType {
-            what: "bfloat16 in a Polars column".into(),
-            remedy: "Polars has no bfloat16 type; cast to float32 first (dtype='float32')",
+            what: format!("{dtype} in a Polars column (Polars has no {dtype})"),
+            remedy: "Polars has no such type; cast to float32 first (dtype='float32')",
         });
     }
     Ok(())

@@ -53,11 +53,9 @@ pub trait Native: Copy + Send + Sync + RefUnwindSafe + 'static {
     const DTYPE: DType;
 }
 macro_rules! native {
-    ($($t:ty => $d:ident),*) => { $(impl Native for $t { const DTYPE: DType = DType::$d; })* };
+    ($($V:ident($T:ty, $($row:tt)*))*) => { $(impl Native for $T { const DTYPE: DType = DType::$V; })* };
 }
-native!(bool => Bool, i8 => Int8, i16 => Int16, i32 => Int32, i64 => Int64, u8 => UInt8, u16 => UInt16,
-        u32 => UInt32, u64 => UInt64, half::f16 => Float16, f32 => Float32, f64 => Float64,
-        half::bf16 => BFloat16);
+crate::dtype_table!(native);
 
 /// Extents or strides: inline up to 2 dimensions (columns and tables), in the space of a Vec,
 /// so that cloning such a tensor (each export does) allocates nothing. Their address moves with

@@ -48,6 +48,8 @@ pub(super) fn value(rng: &mut Rng, dtype: DType) -> Vec<u8> {
         DType::UInt64 => (v.abs() as u64).to_le_bytes().to_vec(),
         DType::Float16 => f16::from_f64(v).to_le_bytes().to_vec(),
         DType::BFloat16 => bf16::from_f64(v).to_le_bytes().to_vec(),
+        DType::Float8E4M3FN => vec![crate::dtype::F8E4M3FN::from_f64(v).to_bits()],
+        DType::Float8E5M2 => vec![crate::dtype::F8E5M2::from_f64(v).to_bits()],
         DType::Float32 => (v as f32).to_le_bytes().to_vec(),
         DType::Float64 => v.to_le_bytes().to_vec(),
         DType::Bool => unreachable!("bools are built as bits"),

@@ -74,6 +74,8 @@ fn is_nan(dtype: DType, b: &[u8]) -> bool {
     match dtype {
         DType::Float16 => f16::from_le_bytes([b[0], b[1]]).is_nan(),
         DType::BFloat16 => bf16::from_le_bytes([b[0], b[1]]).is_nan(),
+        DType::Float8E4M3FN => crate::dtype::F8E4M3FN::from_bits(b[0]).is_nan(),
+        DType::Float8E5M2 => crate::dtype::F8E5M2::from_bits(b[0]).is_nan(),
         DType::Float32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
         DType::Float64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
         _ => false,
@@ -422,6 +424,63 @@ fn cuda_bfloat16_conversions_match_the_cpu_bit_for_bit() {
         assert_eq!(want.to_bits(), bf16::from_le_bytes([got[0], got[1]]).to_bits(), "{v}");
     }
     report("bfloat16 conversions", (1 << 16) + doubles.len() + ints.len());
+}
+
+#[test]
+fn cuda_float8_conversions_match_the_cpu_bit_for_bit() {
+    use crate::dtype::{F8E4M3FN, F8E5M2};
+    let Some(e) = emu() else { return };
+    let run = |dt: DType, bytes: Vec<u8>, len: usize, to: DType| -> crate::Result<Vec<u8>> {
+        let data =
+            ArrayData::builder(dt.to_arrow()).len(len).add_buffer(aligned_buffer(&bytes)).build().unwrap();
+        let opts = ExportOptions { dtype: Some(to), ..Default::default() };
+        let field: FieldRef = Arc::new(dt.arrow_field("f8", false));
+        let plan = plan::column(&field, &[make_array(data)], &opts)?;
+        Ok(e.run(&plan, (2, 1), 8).0)
+    };
+    let decode = |d: DType, b: u8| match d {
+        DType::Float8E4M3FN => F8E4M3FN::from_bits(b).to_f64(),
+        _ => F8E5M2::from_bits(b).to_f64(),
+    };
+    let encode = |d: DType, x: f64| match d {
+        DType::Float8E4M3FN => F8E4M3FN::from_f64(x).to_bits(),
+        _ => F8E5M2::from_f64(x).to_bits(),
+    };
+    let mut count = 0;
+    for d in [DType::Float8E4M3FN, DType::Float8E5M2] {
+        // Every pattern to f64, exactly (read through the column's extension field).
+        let out = run(d, (0..=255u8).collect(), 256, DType::Float64).unwrap();
+        for (b, got) in (0..=255u8).zip(out.chunks(8)) {
+            let (want, got) = (decode(d, b), f64::from_le_bytes(got.try_into().unwrap()));
+            assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()), "{d} {b:#04x}");
+        }
+        // Doubles to float8: every value, the midpoints and either side of them, random bits.
+        let mut doubles: Vec<f64> = Vec::new();
+        for b in 0..0x7bu8 {
+            let (a, c) = (decode(d, b), decode(d, b + 1));
+            let mid = (a + c) / 2.0;
+            doubles.extend([
+                a,
+                mid,
+                f64::from_bits(mid.to_bits() + 1),
+                f64::from_bits(mid.to_bits() - 1),
+                -mid,
+            ]);
+        }
+        let mut rng = Rng(17);
+        doubles.extend((0..5_000).map(|_| f64::from_bits(rng.next()) % 600.0));
+        doubles.retain(|x| x.is_finite() && decode(d, encode(d, *x)).is_finite());
+        let bytes: Vec<u8> = doubles.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let out = run(DType::Float64, bytes, doubles.len(), d).unwrap();
+        for (x, got) in doubles.iter().zip(&out) {
+            assert_eq!(encode(d, *x), *got, "{d} {x:e}");
+        }
+        // A value beyond the range is refused by the plan, before anything runs, as on the CPU.
+        let err = run(DType::Float32, 1e6f32.to_le_bytes().to_vec(), 1, d).unwrap_err();
+        assert!(matches!(err, crate::Error::ValueOutOfRange { .. }), "{err}");
+        count += 256 + doubles.len();
+    }
+    report("float8 conversions", count);
 }
 
 #[test]
