@@ -2,16 +2,16 @@
 //! batches converted on a background thread (without the GIL) while the consumer works.
 //!
 //! That thread is one of the process's readers (`readers.rs`), which keep a Python thread state
-//! for sources that take the GIL. It reads the source and cuts exact-size windows with the core's
-//! [`dlframe::batches::Batcher`]; [`dlframe::batches::Ahead`] converts up to `prefetch` of them
-//! at once on dlframe's pool while the thread reads on, and a channel of one place carries the
-//! tensors in order, so at most `prefetch + 1` converted batches exist ahead of the consumer.
-//! The source is read only as far as those batches need.
+//! for sources that take the GIL. It runs the core's pass ([`dlframe::batches::pass::produce`]):
+//! it reads the source and cuts exact-size windows, converts up to `prefetch` of them at once on
+//! dlframe's pool while it reads on, and a channel of one place carries the tensors in order, so
+//! at most `prefetch + 1` converted batches exist ahead of the consumer. The source is read only
+//! as far as those batches need. This file reads the Python objects (the source, the epoch's
+//! dict) and hands the batches over.
 
-use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::ArrayRef;
@@ -21,10 +21,10 @@ use pyo3::types::{PyDict, PyIterator};
 use pyo3_arrow::ffi::ArrayReader;
 
 use dlframe::Device;
-use dlframe::batches::shuffle::derive;
-use dlframe::batches::{Ahead, BatchOptions, Batcher, Course, EpochPlan, EpochSpec, Even, Select};
+use dlframe::batches::pass::{Epoch, Setup, TableSlices, Units, produce};
+use dlframe::batches::{BatchOptions, EpochSpec, Even};
 use dlframe::options::NullPolicy;
-use dlframe::table::{TableTensors, split_struct};
+use dlframe::table::TableTensors;
 
 use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
 use crate::convert::{arrow_input, input_error, wrap_table};
@@ -38,63 +38,9 @@ enum Source {
     /// A Python iterator of Arrow producers (Polars' streaming batches), each read in turn; the
     /// GIL is taken only to get the next one.
     Iter { items: Py<PyIterator>, current: Option<Box<dyn ArrayReader + Send>> },
-    /// A table in memory, read whole once (no copy), of which `pieces` (row ranges, in order)
-    /// are handed out as slices.
-    Memory(Memory),
-}
-
-/// A table held in memory and the row ranges of it that a pass makes, in order.
-struct Memory {
-    reader: Option<Box<dyn ArrayReader + Send>>,
-    /// The rows the plan was made for.
-    total: u64,
-    field: Option<FieldRef>,
-    arrays: Vec<ArrayRef>,
-    /// The first row of each array.
-    starts: Vec<u64>,
-    pieces: VecDeque<(u64, u64)>,
-}
-
-impl Memory {
-    /// Reads the whole table (no copy: its arrays are shared) and checks its length.
-    fn load(&mut self) -> Result<()> {
-        let Some(mut reader) = self.reader.take() else { return Ok(()) };
-        let field = reader.field();
-        let mut at = 0u64;
-        for a in reader.by_ref() {
-            let a = a.map_err(|e| Error::from(dlframe::Error::from(e)))?;
-            self.starts.push(at);
-            at += a.len() as u64;
-            self.arrays.push(a);
-        }
-        if at != self.total {
-            return Err(dlframe::Error::InvalidArgument(format!(
-                "the table has {at} rows now, not the {} it had when the epoch was planned",
-                self.total
-            ))
-            .into());
-        }
-        self.field = Some(field);
-        Ok(())
-    }
-
-    /// The next slice of the next piece (no copy).
-    fn next(&mut self) -> Option<Result<(FieldRef, ArrayRef)>> {
-        if let Err(e) = self.load() {
-            self.pieces.clear();
-            return Some(Err(e));
-        }
-        let (lo, hi) = self.pieces.pop_front()?;
-        let i = self.starts.partition_point(|&s| s <= lo) - 1;
-        let a = &self.arrays[i];
-        let off = lo - self.starts[i];
-        let n = (hi - lo).min(a.len() as u64 - off);
-        if lo + n < hi {
-            self.pieces.push_front((lo + n, hi));
-        }
-        let field = self.field.clone().expect("loaded");
-        Some(Ok((field, a.slice(off as usize, n as usize))))
-    }
+    /// A table in memory, read whole once (no copy) from `reader`, of which the core hands out
+    /// the pass's row ranges as slices.
+    Memory { reader: Option<Box<dyn ArrayReader + Send>>, rows: TableSlices },
 }
 
 impl Source {
@@ -102,7 +48,15 @@ impl Source {
     fn next(&mut self) -> Option<Result<(FieldRef, ArrayRef)>> {
         match self {
             Source::Reader(r) => read(r),
-            Source::Memory(m) => m.next(),
+            Source::Memory { reader, rows } => {
+                if let Some(r) = reader.take() {
+                    let field = r.field();
+                    if let Err(e) = rows.load(field, r) {
+                        return Some(Err(e.into()));
+                    }
+                }
+                rows.next_slice().map(Ok)
+            }
             Source::Iter { items, current } => loop {
                 if let Some(r) = current {
                     match read(r) {
@@ -136,202 +90,39 @@ fn reader_of(obj: &Bound<'_, PyAny>) -> Result<Box<dyn ArrayReader + Send>> {
 /// The converted batches of one pass, in order; an error ends the pass.
 type Sent = Result<TableTensors>;
 
-/// How the batcher of a pass is made once the first input gives the fields.
-struct Setup {
-    options: BatchOptions,
-    course: Course,
-    select: Option<Select>,
-}
-
-/// Reads `source` to its end (or until the consumer is gone), converting up to `depth` windows
-/// at once and sending each batch in order.
-fn produce(mut source: Source, mut setup: Setup, depth: usize, tx: SyncSender<Sent>, stop: Arc<AtomicBool>) {
-    let mut batcher: Option<Batcher> = None;
-    let mut ahead = Ahead::new(depth);
-    // Sends the oldest batch; false when the pass is over (the consumer left, or an error).
-    let send_one = |ahead: &mut Ahead| match ahead.pop() {
-        Some(r) => {
-            let failed = r.is_err();
-            tx.send(r.map_err(Error::from)).is_ok() && !failed
-        }
-        None => false,
-    };
-    loop {
-        if let Some(b) = batcher.as_mut() {
-            while !ahead.is_full()
-                && let Some(w) = b.next_window()
-            {
-                ahead.push(w);
+/// `dlframe.batches`' epoch, from the dict of the plan's numbers that `_stream.py` gives.
+fn epoch_of(d: &Bound<'_, PyDict>, batch_size: usize, drop_last: bool) -> Result<Epoch> {
+    macro_rules! get {
+        ($key:expr, $t:ty, $default:expr) => {
+            match d.get_item($key)? {
+                Some(v) if !v.is_none() => v.extract::<$t>().map_err(PyErr::from)?,
+                _ => $default,
             }
-            // More input can only make more windows: hand out a batch when no room is left,
-            // or when the input has ended.
-            if ahead.is_full() || (b.ended() && !ahead.is_empty()) {
-                if !send_one(&mut ahead) {
-                    return;
-                }
-                continue;
-            }
-            if b.ended() {
-                return;
-            }
-        }
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let pushed = match source.next() {
-            None => match batcher.as_mut() {
-                Some(b) => b.feed(None).map_err(Error::from),
-                None => return,
-            },
-            Some(Err(e)) => Err(e),
-            Some(Ok((field, array))) => push(&mut batcher, field, array, &mut setup),
         };
-        if let Err(e) = pushed {
-            // The batches before the error go first, in order.
-            while !ahead.is_empty() {
-                if !send_one(&mut ahead) {
-                    return;
-                }
-            }
-            let _ = tx.send(Err(e));
-            return;
-        }
     }
-}
-
-/// Pushes one input array: a table's columns, or the one column. The first array makes the
-/// batcher, from its field.
-fn push(batcher: &mut Option<Batcher>, field: FieldRef, array: ArrayRef, setup: &mut Setup) -> Result<()> {
-    let chunk = [array];
-    let (fields, columns, table) = match split_struct(&field, &chunk)? {
-        Some((fields, cols)) => (fields, cols.into_iter().map(|mut c| c.remove(0)).collect(), true),
-        None => (vec![field], chunk.to_vec(), false),
-    };
-    let b = match batcher {
-        Some(b) => b,
-        None => {
-            let b = Batcher::new(fields, table, setup.options)?.on_course(setup.course)?;
-            batcher.insert(match setup.select.take() {
-                Some(select) => b.selecting(select),
-                None => b,
-            })
+    let units = match (get!("units", Option<Vec<u64>>, None), get!("table", Option<(u64, u64)>, None)) {
+        (Some(u), None) => Units::Listed(u),
+        (None, Some((total, unit))) => Units::Table { total, unit },
+        (None, None) => Units::Stream,
+        (Some(_), Some(_)) => {
+            return Err(
+                dlframe::Error::InvalidArgument("an epoch has units or a table, not both".into()).into()
+            );
         }
     };
-    Ok(b.push(columns)?)
-}
-
-/// Where a pass's rows come from: a source of known units (files, row groups) that yields
-/// the plan's units whole, in order; a table in memory of known rows, cut into units of
-/// `unit` rows; or a stream of unknown length.
-enum Units {
-    Listed(Vec<u64>),
-    Table { total: u64, unit: u64 },
-    Stream,
-}
-
-/// A table's rows when the epoch was planned, and the row ranges of it to hand out in order.
-type TableRows = (u64, VecDeque<(u64, u64)>);
-
-/// `dlframe.batches`' epoch: the plan's numbers, given as a dict by `_stream.py`.
-struct EpochArg {
-    units: Units,
-    spec: EpochSpec,
-    start: u64,
-}
-
-impl EpochArg {
-    fn from_dict(d: &Bound<'_, PyDict>, batch_size: usize, drop_last: bool) -> Result<Self> {
-        macro_rules! get {
-            ($key:expr, $t:ty, $default:expr) => {
-                match d.get_item($key)? {
-                    Some(v) if !v.is_none() => v.extract::<$t>().map_err(PyErr::from)?,
-                    _ => $default,
-                }
-            };
-        }
-        let units = match (get!("units", Option<Vec<u64>>, None), get!("table", Option<(u64, u64)>, None)) {
-            (Some(u), None) => Units::Listed(u),
-            (None, Some((total, unit))) => Units::Table { total, unit },
-            (None, None) => Units::Stream,
-            (Some(_), Some(_)) => {
-                return Err(dlframe::Error::InvalidArgument(
-                    "an epoch has units or a table, not both".into(),
-                )
-                .into());
-            }
-        };
-        let even: String = get!("even", String, "keep".to_string());
-        let spec = EpochSpec {
-            batch_size,
-            drop_last,
-            rank: get!("rank", usize, 0),
-            world: get!("world", usize, 1),
-            even: Even::parse(&even)?,
-            seed: get!("seed", Option<u64>, None),
-            buffer: get!("buffer", usize, 0),
-            epoch: get!("epoch", u64, 0),
-        };
-        spec.check()?;
-        Ok(EpochArg { units, spec, start: get!("start", u64, 0) })
-    }
-
-    /// The plan, for a source of known length.
-    fn plan(&self) -> Result<Option<EpochPlan>> {
-        Ok(match self.units {
-            Units::Listed(ref u) => Some(EpochPlan::new(u, self.spec)?),
-            Units::Table { total, unit } => Some(EpochPlan::over_rows(total, unit, self.spec)?),
-            Units::Stream => None,
-        })
-    }
-
-    /// The batcher's setup, and for a table the row ranges to hand out.
-    ///
-    /// A stream's length is not known ahead, so its ranks cannot be given ranges: rank `r` of
-    /// `w` makes the stream's batches `r, r + w, ...`, each reading the whole stream, and the
-    /// shuffle's blocks are the same on every rank.
-    fn setup(&self, options: BatchOptions) -> Result<(Setup, Option<TableRows>)> {
-        let spec = &self.spec;
-        let Some(plan) = self.plan()? else {
-            if spec.even != Even::Keep {
-                return Err(dlframe::Error::InvalidArgument(
-                    "even='drop' and even='pad' need a source whose length is known ahead (a pyarrow \
-                     Table or dataset, Parquet files, a Polars DataFrame); this one is a stream"
-                        .into(),
-                )
-                .into());
-            }
-            let (worker, workers) = options.shard;
-            let options = options.sharded(spec.rank + spec.world * worker, spec.world * workers)?;
-            let block = spec.block_rows();
-            let start = self.start * spec.world as u64;
-            let course = Course {
-                block_rows: block,
-                seed: spec.seed.map(|s| derive(s, &[spec.epoch])),
-                first_block: start / (block / spec.batch_size) as u64,
-                start,
-            };
-            return Ok((Setup { options, course, select: None }, None));
-        };
-        let course = plan.course(self.start);
-        Ok(match self.units {
-            Units::Table { total, unit } => {
-                // Rows of units that follow each other in the table are one range.
-                let mut pieces: VecDeque<(u64, u64)> = VecDeque::new();
-                for p in plan.pieces(self.start) {
-                    let (lo, hi) = (p.unit as u64 * unit + p.lo, p.unit as u64 * unit + p.hi);
-                    match pieces.back_mut() {
-                        Some(last) if last.1 == lo => last.1 = hi,
-                        _ => pieces.push_back((lo, hi)),
-                    }
-                }
-                (Setup { options, course, select: None }, Some((total, pieces)))
-            }
-            _ => {
-                let (_, runs) = plan.reads(self.start);
-                (Setup { options, course, select: Some(Select::new(runs)) }, None)
-            }
-        })
-    }
+    let even: String = get!("even", String, "keep".to_string());
+    let spec = EpochSpec {
+        batch_size,
+        drop_last,
+        rank: get!("rank", usize, 0),
+        world: get!("world", usize, 1),
+        even: Even::parse(&even)?,
+        seed: get!("seed", Option<u64>, None),
+        buffer: get!("buffer", usize, 0),
+        epoch: get!("epoch", u64, 0),
+    };
+    spec.check()?;
+    Ok(Epoch { units, spec, start: get!("start", u64, 0) })
 }
 
 /// The plan of one rank's epoch over a source of known length, for `_stream.py`: the units it
@@ -344,7 +135,7 @@ pub fn epoch_plan<'py>(
     epoch: &Bound<'py, PyDict>,
 ) -> Result<Bound<'py, PyDict>> {
     let py = epoch.py();
-    let arg = EpochArg::from_dict(epoch, batch_size, drop_last)?;
+    let arg = epoch_of(epoch, batch_size, drop_last)?;
     let plan = arg.plan()?.ok_or_else(|| dlframe::Error::InvalidArgument("a stream has no plan".into()))?;
     let out = PyDict::new(py);
     out.set_item("read", plan.reads(arg.start).0)?;
@@ -394,7 +185,7 @@ impl PyBatchStream {
         inexact: &str,
     ) -> Result<Self> {
         let py = source.py();
-        let epoch = epoch.map(|d| EpochArg::from_dict(&d, batch_size, drop_last)).transpose()?;
+        let epoch = epoch.map(|d| epoch_of(&d, batch_size, drop_last)).transpose()?;
         let export =
             export_options(nulls, fill_value, None, dtype, order, ragged, pad_value, max_len, inexact)?;
         let nulls = export.nulls;
@@ -406,23 +197,16 @@ impl PyBatchStream {
             ..BatchOptions::new(batch_size)?
         }
         .sharded(shard.0, shard.1)?;
-        let (setup, memory) = match epoch {
+        let (setup, table) = match epoch {
             Some(e) => e.setup(options)?,
-            None => (Setup { options, course: Course::in_order(batch_size), select: None }, None),
+            None => (Setup::in_order(options), None),
         };
         let source = if iterate {
             Source::Iter { items: source.try_iter()?.unbind(), current: None }
         } else {
             let reader = reader_of(source)?;
-            match memory {
-                Some((total, pieces)) => Source::Memory(Memory {
-                    reader: Some(reader),
-                    total,
-                    field: None,
-                    arrays: Vec::new(),
-                    starts: Vec::new(),
-                    pieces,
-                }),
+            match table {
+                Some(rows) => Source::Memory { reader: Some(reader), rows },
                 None => Source::Reader(reader),
             }
         };
@@ -434,7 +218,10 @@ impl PyBatchStream {
         let flag = stop.clone();
         let thread = readers::start(py, move || {
             let on_panic = tx.clone();
-            if catch_unwind(AssertUnwindSafe(|| produce(source, setup, depth, tx, flag))).is_err() {
+            let mut source = source;
+            let pass =
+                || produce(|| source.next(), setup, depth, |batch: Sent| tx.send(batch).is_ok(), &flag);
+            if catch_unwind(AssertUnwindSafe(pass)).is_err() {
                 // Without this the consumer would see the end of the stream, and lose rows.
                 let _ = on_panic.send(Err(Error::panicked("dlframe.batches' background thread")));
             }

@@ -36,12 +36,16 @@
 //! source of known units each rank makes and in which order, [`Select`] (`select.rs`) keeps
 //! those rows of the units read, and the [`Batcher`] (`batcher.rs`) permutes them in blocks with
 //! the generators of `shuffle.rs` and cuts the batches, skipping the ones before a resumed
-//! start and the ones of other DataLoader workers. `ahead.rs` is [`Ahead`].
+//! start and the ones of other DataLoader workers. `ahead.rs` is [`Ahead`]. [`pass`] is one pass
+//! of a stream read ahead: the epoch's setup, a table's row ranges held in memory, and the loop
+//! that feeds the batcher and hands the batches on in order (Python's `dlframe.batches` runs it
+//! on a background thread).
 //!
 //! Layers: above [`crate::table`] and [`crate::transfer`].
 
 mod ahead;
 mod batcher;
+pub mod pass;
 pub mod plan;
 mod select;
 pub mod shuffle;
