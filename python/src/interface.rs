@@ -1,18 +1,17 @@
 //! Imports through `__array_interface__`, `__array_struct__` and the buffer protocol
 //! (without copying). The tensor's owner keeps the exporting Python object alive.
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_int};
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 use pyo3::{ffi, intern};
-use smallvec::SmallVec;
 
+use dlframe::interface::array_struct::{self, PyArrayInterface, read_dims};
 use dlframe::interface::datetime::with_units;
 use dlframe::interface::{ArrayInterface, TypeStr};
 use dlframe::options::CopyPolicy;
-use dlframe::tensor::c_strides;
 use dlframe::{Device, Tensor};
 
 use crate::error::{Binding, Error, Result};
@@ -236,26 +235,6 @@ fn get_buffer(x: &Bound<'_, PyAny>, flags: c_int) -> Result<BufferOwner> {
     Ok(BufferOwner(view))
 }
 
-/// numpy's `PyArrayInterface`, the payload of an `__array_struct__` capsule (both directions).
-#[repr(C)]
-pub(crate) struct PyArrayInterface {
-    pub(crate) two: c_int,
-    pub(crate) nd: c_int,
-    pub(crate) typekind: c_char,
-    pub(crate) itemsize: c_int,
-    pub(crate) flags: c_int,
-    pub(crate) shape: *mut ffi::Py_ssize_t,
-    pub(crate) strides: *mut ffi::Py_ssize_t,
-    pub(crate) data: *mut c_void,
-    pub(crate) descr: *mut ffi::PyObject,
-}
-
-/// `PyArrayInterface.flags` bits.
-pub(crate) const NPY_C_CONTIGUOUS: c_int = 0x1;
-pub(crate) const NPY_ALIGNED: c_int = 0x100;
-pub(crate) const NPY_NOTSWAPPED: c_int = 0x200;
-pub(crate) const NPY_WRITEABLE: c_int = 0x400;
-
 /// An array-interface description as the Python dict numpy and CUDA consumers read; `stream`
 /// is written only when the description has one. Never a `mask` key.
 pub(crate) fn interface_dict<'py>(py: Python<'py>, ai: &ArrayInterface) -> PyResult<Bound<'py, PyDict>> {
@@ -285,78 +264,11 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
         unsafe { ffi::PyErr_Clear() };
         return Err(bad("a named or empty capsule"));
     }
-    // SAFETY: the capsule (alive while `cap` is) holds a PyArrayInterface.
-    let s = unsafe { &*ptr };
-    if s.two != 2 || s.nd < 0 || s.itemsize <= 0 {
-        return Err(bad("the struct does not start with two == 2"));
-    }
-    if s.flags & NPY_NOTSWAPPED == 0 {
-        return Err(
-            Binding::Refused("__array_struct__ data is byte-swapped; byteswap it first".into()).into()
-        );
-    }
-    let nd = s.nd as usize;
-    if nd > dlframe::tensor::MAX_NDIM {
-        return Err(bad(&format!("nd {nd} exceeds the limit of {}", dlframe::tensor::MAX_NDIM)));
-    }
-    if nd > 0 && s.shape.is_null() {
-        return Err(bad("NULL shape"));
-    }
-    let typestr: TypeStr = format!("|{}{}", s.typekind as u8 as char, s.itemsize).parse()?;
-    let dtype = typestr.to_dtype()?;
-    // SAFETY: the struct promises nd extents, and nd strides when they are not NULL.
-    let (shape, strides) = unsafe { read_dims(nd, s.shape, s.strides, s.itemsize as isize) }
-        .ok_or_else(|| bad("a byte stride that is not a whole element"))?;
-    let readonly = s.flags & NPY_WRITEABLE == 0;
     let owner = Arc::new((PyOwner::new(x), PyOwner::new(cap.as_any())));
-    // SAFETY: the struct's memory stays valid while the exporter and the capsule live, and the
-    // owner keeps both.
-    Ok(unsafe {
-        Tensor::from_raw_slices(
-            s.data as *mut u8,
-            &shape,
-            Some(&strides),
-            dtype,
-            Device::Cpu,
-            readonly,
-            owner,
-        )
-    }?)
+    // SAFETY: the capsule (kept by the owner with the exporter) holds a PyArrayInterface whose
+    // memory stays valid while both live.
+    Ok(unsafe { array_struct::read(ptr, owner) }?)
 }
-
-/// `nd` extents and byte strides from the C arrays of a numpy-style description (a numpy
-/// array's struct, `__array_struct__`, a `Py_buffer`) as a shape and strides in elements of
-/// `item` bytes (no copy of the data); NULL `strides` are C order's. None when a byte stride is
-/// not a whole element.
-///
-/// # Safety
-/// Unless `nd` is 0, `shape` points to `nd` readable extents, and `strides` is NULL or points
-/// to `nd` readable strides.
-pub(crate) unsafe fn read_dims(
-    nd: usize,
-    shape: *const ffi::Py_ssize_t,
-    strides: *const ffi::Py_ssize_t,
-    item: isize,
-) -> Option<(Extents, Extents)> {
-    // SAFETY: the caller's promise, for nd entries (none are read when nd is 0).
-    let read = |p: *const ffi::Py_ssize_t, i: usize| unsafe { *p.add(i) };
-    let extents: Extents = (0..nd).map(|i| read(shape, i) as i64).collect();
-    if strides.is_null() || nd == 0 {
-        let c = c_strides(&extents).into_iter().collect();
-        return Some((extents, c));
-    }
-    let elements = (0..nd)
-        .map(|i| {
-            let bytes = read(strides, i);
-            (item != 0 && bytes % item == 0).then(|| (bytes / item) as i64)
-        })
-        .collect::<Option<Extents>>()?;
-    Some((extents, elements))
-}
-
-/// Extents or strides read from a foreign description, inline up to four dimensions: with
-/// [`Tensor::from_raw_slices`], importing a small array allocates nothing for them.
-pub(crate) type Extents = SmallVec<[i64; 4]>;
 
 /// A Py_buffer view, released (with the GIL) when the last tensor over it drops.
 struct BufferOwner(Box<ffi::Py_buffer>);
@@ -389,9 +301,9 @@ fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
         // SAFETY: a non-NULL format is a NUL-terminated string owned by the view.
         unsafe { CStr::from_ptr(v.format) }.to_string_lossy().into_owned()
     };
-    let typestr = buffer_format_typestr(&format, v.itemsize as usize)
-        .ok_or_else(|| Binding::WrongType(format!("buffer format {format:?} has no tensor dtype")))?;
-    let dtype = typestr.parse::<TypeStr>()?.to_dtype()?;
+    let dtype = TypeStr::from_buffer_format(&format, v.itemsize as usize)
+        .ok_or_else(|| Binding::WrongType(format!("buffer format {format:?} has no tensor dtype")))?
+        .to_dtype()?;
     // SAFETY: with PyBUF_RECORDS_RO, shape and strides hold ndim entries (or ndim is 0).
     let (shape, strides) = unsafe { read_dims(v.ndim as usize, v.shape, v.strides, v.itemsize) }
         .ok_or_else(|| Binding::Malformed("a buffer stride that is not a whole element".into()))?;
@@ -400,20 +312,4 @@ fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
     Ok(unsafe {
         Tensor::from_raw_slices(data, &shape, Some(&strides), dtype, Device::Cpu, readonly, Arc::new(owner))
     }?)
-}
-
-/// The typestr of a `struct`-module format (native or little-endian only).
-fn buffer_format_typestr(format: &str, itemsize: usize) -> Option<String> {
-    let f = format.trim_start_matches(['@', '=', '<']);
-    if format.starts_with(['>', '!']) {
-        return None;
-    }
-    let kind = match f {
-        "?" => 'b',
-        "b" | "h" | "i" | "l" | "q" | "n" => 'i',
-        "B" | "H" | "I" | "L" | "Q" | "N" => 'u',
-        "e" | "f" | "d" => 'f',
-        _ => return None,
-    };
-    Some(format!("<{kind}{itemsize}"))
 }

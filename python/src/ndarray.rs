@@ -13,7 +13,9 @@ use pyo3::types::PyType;
 
 use dlframe::{DType, Device, Tensor};
 
-use crate::interface::{PyOwner, read_dims};
+use dlframe::interface::array_struct::read_dims;
+
+use crate::interface::PyOwner;
 use crate::per_type::PerType;
 
 /// Whether a type is exactly `numpy.ndarray` of a numpy whose struct layout this module knows,

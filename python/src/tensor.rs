@@ -1,8 +1,6 @@
 //! `dlframe.Tensor`: one tensor that speaks DLPack (both versions), `__array_interface__`,
 //! `__array_struct__` and the Arrow PyCapsule interface.
 
-use std::ffi::{c_char, c_int, c_void};
-
 use arrow_schema::DataType;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -10,6 +8,7 @@ use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use dlframe::arrow::tensor_to_column_with;
 use dlframe::dlpack::ExportRequest;
+use dlframe::interface::array_struct::ArrayStruct;
 use dlframe::interface::{ArrayInterface, TypeStr};
 use dlframe::options::CopyPolicy;
 use dlframe::{DType, Device, Tensor, transfer};
@@ -18,9 +17,7 @@ use crate::args::{CopyArg, DlDevice, DlpackStream, MaxVersion};
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::gil;
-use crate::interface::{
-    NPY_ALIGNED, NPY_C_CONTIGUOUS, NPY_NOTSWAPPED, NPY_WRITEABLE, PyArrayInterface, interface_dict,
-};
+use crate::interface::interface_dict;
 use crate::to_python::to_pyarrow;
 
 /// A tensor over Arrow (or foreign) memory. Shared Arrow memory is read-only; copies are
@@ -60,14 +57,6 @@ impl PyTensor {
     }
 }
 
-/// The struct and the arrays it points to, freed together by the capsule destructor.
-#[repr(C)]
-struct StructHolder {
-    iface: PyArrayInterface,
-    shape: Vec<ffi::Py_ssize_t>,
-    strides: Vec<ffi::Py_ssize_t>,
-}
-
 /// Frees an `__array_struct__` capsule's struct and arrays, and drops its reference to the
 /// tensor.
 ///
@@ -75,11 +64,11 @@ struct StructHolder {
 /// Called by CPython, with the GIL, on a dying capsule made by `__array_struct__`.
 unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
     // SAFETY: installed only on our unnamed __array_struct__ capsules, whose pointer is a
-    // boxed StructHolder and whose context is a strong reference to the Tensor.
+    // boxed ArrayStruct and whose context is a strong reference to the Tensor.
     unsafe {
         let ptr = ffi::PyCapsule_GetPointer(capsule, std::ptr::null());
         if !ptr.is_null() {
-            drop(Box::from_raw(ptr as *mut StructHolder));
+            drop(Box::from_raw(ptr as *mut ArrayStruct));
         }
         let ctx = ffi::PyCapsule_GetContext(capsule);
         if !ctx.is_null() {
@@ -172,35 +161,7 @@ impl PyTensor {
             )
             .into());
         }
-        let item = t.dtype().itemsize() as ffi::Py_ssize_t;
-        let typekind = TypeStr::from_dtype(t.dtype())?.kind as c_char;
-        let mut flags = NPY_NOTSWAPPED;
-        if t.is_aligned() {
-            flags |= NPY_ALIGNED;
-        }
-        if t.is_c_contiguous() {
-            flags |= NPY_C_CONTIGUOUS;
-        }
-        if !t.shared_readonly() {
-            flags |= NPY_WRITEABLE;
-        }
-        let mut holder = Box::new(StructHolder {
-            iface: PyArrayInterface {
-                two: 2,
-                nd: t.ndim() as c_int,
-                typekind,
-                itemsize: item as c_int,
-                flags,
-                shape: std::ptr::null_mut(),
-                strides: std::ptr::null_mut(),
-                data: t.data_ptr() as *mut c_void,
-                descr: std::ptr::null_mut(),
-            },
-            shape: t.shape().iter().map(|&d| d as ffi::Py_ssize_t).collect(),
-            strides: t.strides().iter().map(|&s| s as ffi::Py_ssize_t * item).collect(),
-        });
-        holder.iface.shape = holder.shape.as_mut_ptr();
-        holder.iface.strides = holder.strides.as_mut_ptr();
+        let holder = ArrayStruct::describe(t, !t.shared_readonly())?;
         let raw = Box::into_raw(holder);
         let py = slf.py();
         // SAFETY: an unnamed capsule (numpy asks for the NULL name) over the boxed holder.

@@ -5,6 +5,7 @@
 //! layout before anything touches memory. Spec: numpy `arrays.interface`, numba
 //! `cuda_array_interface` (docs/conformance.md, "Array interfaces").
 
+pub mod array_struct;
 pub mod datetime;
 pub mod typestr;
 

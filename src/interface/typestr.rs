@@ -123,6 +123,24 @@ impl TypeStr {
     }
 }
 
+impl TypeStr {
+    /// The typestr of a buffer protocol's `struct`-module format and item size (native or
+    /// little-endian only): `"f"` of 4 bytes is `<f4`. None for a format with no tensor dtype.
+    pub fn from_buffer_format(format: &str, itemsize: usize) -> Option<Self> {
+        if format.starts_with(['>', '!']) {
+            return None;
+        }
+        let kind = match format.trim_start_matches(['@', '=', '<']) {
+            "?" => 'b',
+            "b" | "h" | "i" | "l" | "q" | "n" => 'i',
+            "B" | "H" | "I" | "L" | "Q" | "N" => 'u',
+            "e" | "f" | "d" => 'f',
+            _ => return None,
+        };
+        Some(TypeStr { order: ByteOrder::Little, kind, itemsize, unit: None })
+    }
+}
+
 impl fmt::Display for TypeStr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}{}{}", self.order.char(), self.kind, self.itemsize)?;
@@ -204,6 +222,15 @@ mod tests {
         }
         // ml_dtypes' float8_e5m2 says `<f1`, which names no IEEE type: refused, not guessed.
         assert!("<f1".parse::<TypeStr>().unwrap().to_dtype().is_err());
+    }
+
+    #[test]
+    fn buffer_formats_name_their_typestr() {
+        let f = |fmt: &str, n| TypeStr::from_buffer_format(fmt, n).map(|t| t.to_string());
+        assert_eq!(f("f", 4).as_deref(), Some("<f4"));
+        assert_eq!(f("<q", 8).as_deref(), Some("<i8"));
+        assert_eq!(f("?", 1).as_deref(), Some("<b1"));
+        assert_eq!((f(">f", 4), f("Zd", 16), f("O", 8)), (None, None, None));
     }
 
     #[test]
