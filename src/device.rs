@@ -65,6 +65,24 @@ impl Device {
         DLDevice { device_type, device_id }
     }
 
+    /// Parses a conversion's target device as users write it: `"cpu"`, `"cuda"` (device 0) or
+    /// `"cuda:N"`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for anything else.
+    pub fn parse(name: &str) -> Result<Self> {
+        let device = match name {
+            "cpu" => Some(Device::Cpu),
+            "cuda" => Some(Device::Cuda(0)),
+            _ => {
+                name.strip_prefix("cuda:").and_then(|n| n.parse::<u16>().ok()).map(|n| Device::Cuda(n.into()))
+            }
+        };
+        device.ok_or_else(|| {
+            Error::InvalidArgument(format!("device={name:?}: expected 'cpu', 'cuda' or 'cuda:N'"))
+        })
+    }
+
     /// Reads a DLPack device pair; unknown codes and negative ordinals are refused.
     pub fn from_dlpack(d: DLDevice) -> Result<Self> {
         let id = d.device_id;
@@ -136,5 +154,15 @@ mod tests {
             assert!(e.to_string().contains(&format!("device_type={code}")), "{e}");
         }
         assert!(Device::from_dlpack(DLDevice { device_type: 2, device_id: -3 }).is_err());
+    }
+
+    #[test]
+    fn target_devices_parse_as_users_write_them() {
+        assert_eq!(Device::parse("cpu").unwrap(), Device::Cpu);
+        assert_eq!(Device::parse("cuda").unwrap(), Device::Cuda(0));
+        assert_eq!(Device::parse("cuda:3").unwrap(), Device::Cuda(3));
+        for bad in ["gpu", "cuda:", "cuda:-1", "cuda:x", "CPU", "cuda:70000"] {
+            assert!(Device::parse(bad).unwrap_err().to_string().contains("expected 'cpu'"), "{bad}");
+        }
     }
 }

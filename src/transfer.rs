@@ -21,6 +21,7 @@ use arrow_schema::FieldRef;
 
 use crate::arrow::{Converted, columns_to_tensor, is_list_like, is_ragged, to_tensor};
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::options::{CopyPolicy, ExportOptions, Order};
@@ -122,6 +123,31 @@ fn unsupported(device: Device) -> Error {
         what: device.to_string(),
         remedy: "dlframe moves and copies tensors only on the CPU and on CUDA devices",
     }
+}
+
+/// A mask of `true`s shaped like `values` and, when they are dense (C or F order, a permuted
+/// tensor column), laid out like them (C order otherwise), on their device (allocates; copies
+/// to a device): the mask of a result without nulls, under `nulls="mask"`.
+///
+/// # Errors
+/// A device error.
+pub fn all_valid_like(values: &Tensor) -> Result<Tensor> {
+    let c = Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?;
+    let strides = values.dense_strides().unwrap_or_else(|| c.strides().to_vec());
+    // SAFETY: the same allocation of numel bools, kept by its owner; a dense layout of the same
+    // shape (any order of its dimensions) reaches exactly those numel elements, all true.
+    let host = unsafe {
+        Tensor::from_raw_parts(
+            c.data_ptr() as *mut u8,
+            values.shape().to_vec(),
+            Some(strides),
+            DType::Bool,
+            Device::Cpu,
+            false,
+            c.owner().clone(),
+        )
+    }?;
+    move_to(&host.with_copied(true), values.device())
 }
 
 /// The tensor on `device`: the same tensor when it is already there (no copy; host-readable

@@ -331,17 +331,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for TargetDevice {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
         let name: String = obj.str()?.extract()?;
-        let device = match name.as_str() {
-            "cpu" => Some(Device::Cpu),
-            "cuda" => Some(Device::Cuda(0)),
-            _ => {
-                name.strip_prefix("cuda:").and_then(|n| n.parse::<u16>().ok()).map(|n| Device::Cuda(n.into()))
-            }
-        };
-        device.map(TargetDevice).ok_or_else(|| {
-            dlframe::Error::InvalidArgument(format!("device={name:?}: expected 'cpu', 'cuda' or 'cuda:N'"))
-                .into()
-        })
+        Ok(TargetDevice(Device::parse(&name)?))
     }
 }
 

@@ -12,7 +12,7 @@ use dlframe::arrow::{Converted, to_tensor};
 use dlframe::dlpack::request::consumer_stream;
 use dlframe::options::{ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, split_struct, table_on};
-use dlframe::{DType, Device, Tensor, transfer};
+use dlframe::{Device, Tensor, transfer};
 
 use crate::args::{ColumnsArg, ConsumerStream, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
 use crate::capsule;
@@ -33,7 +33,7 @@ pub(crate) fn wrap(
 ) -> Result<Py<PyAny>> {
     let Converted { values, mask, index } = c;
     let mask = match (nulls, mask) {
-        (NullPolicy::Mask, None) => Some(py.detach(|| all_valid(&values))?),
+        (NullPolicy::Mask, None) => Some(py.detach(|| transfer::all_valid_like(&values))?),
         (_, m) => m,
     };
     if let Some(h) = stream {
@@ -72,27 +72,6 @@ pub(crate) fn wrap_table(
             Ok(out.into_any().unbind())
         }
     }
-}
-
-/// A mask of `true`s shaped like `values` and, when they are dense (C or F order, a permuted
-/// tensor column), laid out like them (C order otherwise), on its device (copies, to a device).
-fn all_valid(values: &Tensor) -> dlframe::Result<Tensor> {
-    let c = Tensor::from_vec(vec![true; values.numel()], values.shape().to_vec())?;
-    let strides = values.dense_strides().unwrap_or_else(|| c.strides().to_vec());
-    // SAFETY: the same allocation of numel bools, kept by its owner; a dense layout of the same
-    // shape (any order of its dimensions) reaches exactly those numel elements, all true.
-    let host = unsafe {
-        Tensor::from_raw_parts(
-            c.data_ptr() as *mut u8,
-            values.shape().to_vec(),
-            Some(strides),
-            DType::Bool,
-            Device::Cpu,
-            false,
-            c.owner().clone(),
-        )
-    }?;
-    transfer::move_to(&host.with_copied(true), values.device())
 }
 
 /// Any Arrow producer (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow: anything with

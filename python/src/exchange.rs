@@ -23,9 +23,9 @@ use dlframe::ffi::dlpack::{
 };
 use dlframe::ffi::exchange::{
     DLPACK_EXCHANGE_API, DLPackCurrentWorkStream, DLPackExchangeAPI, DLPackExchangeAPIHeader,
-    DLPackManagedTensorFromPyObjectNoSync, DLPackSetError,
+    DLPackManagedTensorFromPyObjectNoSync, DLPackSetError, supported_table,
 };
-use dlframe::{DType, Device, ForeignTensor, Tensor, transfer};
+use dlframe::{Device, ForeignTensor, Tensor, transfer};
 
 use crate::error::{Binding, Error, Result, exception_name, panic_exception};
 use crate::per_type::PerType;
@@ -181,7 +181,7 @@ unsafe extern "C" fn allocate(
 ) -> c_int {
     let made = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the caller passes a readable prototype (NULL is refused inside).
-        unsafe { allocation(prototype) }
+        unsafe { dlframe::dlpack::zeros_like(prototype) }
     }));
     let err = match made {
         Ok(Ok(t)) if !out.is_null() => {
@@ -204,37 +204,6 @@ unsafe extern "C" fn allocate(
         unsafe { set_error(error_ctx, kind.as_ptr(), msg.as_ptr()) };
     }
     -1
-}
-
-/// The tensor the allocator hands out for `prototype`.
-///
-/// # Safety
-/// `prototype` is NULL or a readable `DLTensor` whose `shape` holds `ndim` extents.
-unsafe fn allocation(prototype: *const DLTensor) -> dlframe::Result<Tensor> {
-    // SAFETY: the caller's contract.
-    let Some(p) = (unsafe { prototype.as_ref() }) else {
-        return Err(dlframe::Error::InvalidArgument(
-            "the DLPack allocator was handed a NULL prototype".into(),
-        ));
-    };
-    let shape = if p.ndim == 0 {
-        Vec::new()
-    } else if p.ndim < 0 || p.shape.is_null() {
-        return Err(dlframe::Error::InvalidArgument(format!(
-            "the DLPack allocator's prototype has ndim {} and shape {:p}",
-            p.ndim, p.shape
-        )));
-    } else {
-        // SAFETY: the prototype's shape holds ndim extents (the caller's contract).
-        unsafe { std::slice::from_raw_parts(p.shape, p.ndim as usize) }.to_vec()
-    };
-    let dtype = DType::from_dlpack(p.dtype)?;
-    let device = Device::from_dlpack(p.device)?;
-    let host = Tensor::zeros(dtype, shape)?;
-    match device {
-        Device::Cpu => Ok(host),
-        d => transfer::move_to(&host, d),
-    }
 }
 
 /// `current_work_stream`: the stream dlframe works on for a CUDA device (its own stream, which
@@ -318,27 +287,16 @@ fn lookup(ty: &Bound<'_, PyType>) -> Result<Option<Table>> {
     if ptr == 0 {
         return Err(malformed("the table pointer is NULL"));
     }
-    // A newer table links to the older ones it still serves: take the first of our major.
-    let mut header = ptr as *const DLPackExchangeAPIHeader;
-    for _ in 0..16 {
-        if header.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: the type publishes a table (or a chain of tables) that lives for the process,
-        // as the exchange API requires; the header is read before anything else.
-        let h = unsafe { &*header };
-        if h.version.major == DLPACK_MAJOR_VERSION {
-            // SAFETY: a major-1 header starts a major-1 table.
-            let api = unsafe { &*(header as *const DLPackExchangeAPI) };
-            let from_py = api
-                .managed_tensor_from_py_object_no_sync
-                .ok_or_else(|| malformed("managed_tensor_from_py_object_no_sync is NULL"))?;
-            let grad = ty.getattr_opt(intern!(py, "requires_grad"))?.is_some();
-            return Ok(Some(Table { from_py, stream: api.current_work_stream, grad }));
-        }
-        header = h.prev_api;
-    }
-    Ok(None)
+    // SAFETY: the type publishes a table (or a chain of tables, newer ones linking to the
+    // older ones they still serve) that lives for the process, as the exchange API requires.
+    let Some(api) = (unsafe { supported_table(ptr as *const DLPackExchangeAPIHeader) }) else {
+        return Ok(None);
+    };
+    let from_py = api
+        .managed_tensor_from_py_object_no_sync
+        .ok_or_else(|| malformed("managed_tensor_from_py_object_no_sync is NULL"))?;
+    let grad = ty.getattr_opt(intern!(py, "requires_grad"))?.is_some();
+    Ok(Some(Table { from_py, stream: api.current_work_stream, grad }))
 }
 
 /// A tensor from `x` through its type's table, with no Python call (without copying). A CUDA

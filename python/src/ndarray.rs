@@ -4,7 +4,7 @@
 //! the small-call paths need before they hand an array on. `python/tests/test_consumer.py`
 //! holds every fact read here to numpy's own answers.
 
-use std::ffi::{c_char, c_int, c_long};
+use std::ffi::{c_char, c_int};
 use std::sync::Arc;
 
 use pyo3::ffi;
@@ -14,6 +14,7 @@ use pyo3::types::PyType;
 use dlframe::{DType, Device, Tensor};
 
 use dlframe::interface::array_struct::read_dims;
+use dlframe::interface::numpy_type_num;
 
 use crate::interface::PyOwner;
 use crate::per_type::PerType;
@@ -70,31 +71,6 @@ const PLAIN_FLAGS: c_int = 0x0001 | 0x0100 | WRITEABLE;
 /// The byte-order character of a swapped (non-native) dtype.
 const SWAPPED: c_char = if cfg!(target_endian = "little") { b'>' } else { b'<' } as c_char;
 
-/// The dtype of numpy's type number, as numpy's DLPack export gives it; None for the types it
-/// refuses or dlframe has no dtype for (long double, complex, datetime, strings, objects).
-fn dtype_of(type_num: c_int) -> Option<DType> {
-    let long_is_64 = std::mem::size_of::<c_long>() == 8;
-    Some(match type_num {
-        0 => DType::Bool,
-        1 => DType::Int8,
-        2 => DType::UInt8,
-        3 => DType::Int16,
-        4 => DType::UInt16,
-        5 => DType::Int32,
-        6 => DType::UInt32,
-        7 if long_is_64 => DType::Int64,
-        7 => DType::Int32,
-        8 if long_is_64 => DType::UInt64,
-        8 => DType::UInt32,
-        9 => DType::Int64,
-        10 => DType::UInt64,
-        11 => DType::Float32,
-        12 => DType::Float64,
-        23 => DType::Float16,
-        _ => return None,
-    })
-}
-
 /// An object whose type is exactly `numpy.ndarray` ([`as_ndarray`]): the only kind whose
 /// struct this module reads.
 #[derive(Clone, Copy)]
@@ -131,7 +107,7 @@ impl NdArray<'_, '_> {
     /// refuses; the caller then asks `__dlpack__`, which answers as before.
     pub fn import(self) -> Option<Tensor> {
         let (a, d) = (self.head(), self.descr()?);
-        let dtype = dtype_of(d.type_num).filter(|_| d.byteorder != SWAPPED)?;
+        let dtype = numpy_type_num(d.type_num).filter(|_| d.byteorder != SWAPPED)?;
         let nd = usize::try_from(a.nd).ok().filter(|&n| n <= dlframe::tensor::MAX_NDIM)?;
         if nd > 0 && (a.dimensions.is_null() || a.strides.is_null()) {
             return None;
@@ -168,8 +144,9 @@ impl NdArray<'_, '_> {
             return false;
         }
         // Integers and IEEE floats: every dtype numpy exports but bool.
-        self.descr()
-            .is_some_and(|d| dtype_of(d.type_num).is_some_and(|t| t != DType::Bool) && d.byteorder != SWAPPED)
+        self.descr().is_some_and(|d| {
+            numpy_type_num(d.type_num).is_some_and(|t| t != DType::Bool) && d.byteorder != SWAPPED
+        })
     }
 }
 

@@ -16,11 +16,13 @@
 //!
 //! Spec: <https://dmlc.github.io/dlpack/latest/c_api.html> (DLPack 1.3).
 
+mod allocate;
 mod consume;
 mod export;
 mod import;
 pub mod request;
 
+pub use allocate::zeros_like;
 pub use consume::{DlpackCall, Failure, ImportRequest, Keep, Offer, Rung, Then};
 pub use export::{
     Exported, ExportedLegacy, ExportedVersioned, ManagedTensor, borrowed_view, export_legacy,

@@ -10,7 +10,7 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 
-use super::dlpack::{DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use super::dlpack::{DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPackVersion, DLTensor};
 
 /// The capsule name of `type.__dlpack_c_exchange_api__` (DLPack 1.3).
 pub const DLPACK_EXCHANGE_API: &CStr = c"dlpack_exchange_api";
@@ -80,6 +80,28 @@ pub struct DLPackExchangeAPI {
 // static tables, which any thread may read.
 unsafe impl Sync for DLPackExchangeAPI {}
 
+/// The first table of dlframe's DLPack major version in the chain that starts at `header` (a
+/// newer table links to the older ones it still serves); None when the chain has none within 16
+/// links.
+///
+/// # Safety
+/// `header` is NULL or starts a chain of tables (each a header, and for major 1 the whole
+/// [`DLPackExchangeAPI`]) that live for `'a`, as the exchange API makes them live for the
+/// process.
+pub unsafe fn supported_table<'a>(header: *const DLPackExchangeAPIHeader) -> Option<&'a DLPackExchangeAPI> {
+    let mut header = header;
+    for _ in 0..16 {
+        // SAFETY: the caller's promise: NULL or a live header.
+        let h = unsafe { header.as_ref() }?;
+        if h.version.major == DLPACK_MAJOR_VERSION {
+            // SAFETY: a header of this major starts a table of this layout.
+            return Some(unsafe { &*(header as *const DLPackExchangeAPI) });
+        }
+        header = h.prev_api;
+    }
+    None
+}
+
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(size_of::<DLPackExchangeAPIHeader>() == 16);
@@ -91,3 +113,36 @@ const _: () = {
     assert!(offset_of!(DLPackExchangeAPI, dltensor_from_py_object_no_sync) == 40);
     assert!(offset_of!(DLPackExchangeAPI, current_work_stream) == 48);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(major: u32, prev: *mut DLPackExchangeAPIHeader) -> DLPackExchangeAPI {
+        DLPackExchangeAPI {
+            header: DLPackExchangeAPIHeader { version: DLPackVersion { major, minor: 0 }, prev_api: prev },
+            managed_tensor_allocator: None,
+            managed_tensor_from_py_object_no_sync: None,
+            managed_tensor_to_py_object_no_sync: None,
+            dltensor_from_py_object_no_sync: None,
+            current_work_stream: None,
+        }
+    }
+
+    #[test]
+    fn the_chain_is_walked_to_our_major_and_no_further() {
+        let mut ours = table(DLPACK_MAJOR_VERSION, std::ptr::null_mut());
+        let mut newer = table(DLPACK_MAJOR_VERSION + 1, &mut ours.header);
+        // SAFETY: both tables live across the calls.
+        unsafe {
+            let found = supported_table(&newer.header).map(|t| t as *const DLPackExchangeAPI);
+            assert_eq!(found, Some(&ours as *const DLPackExchangeAPI));
+            assert!(supported_table(std::ptr::null()).is_none());
+            newer.header.prev_api = std::ptr::null_mut();
+            assert!(supported_table(&newer.header).is_none());
+            // A chain that loops is given up after 16 links.
+            newer.header.prev_api = &mut newer.header;
+            assert!(supported_table(&newer.header).is_none());
+        }
+    }
+}

@@ -17,6 +17,32 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, check_layout};
 
+/// The dtype of a numpy type number (`PyArray_Descr.type_num`), as numpy's DLPack export gives
+/// it; None for the types it refuses or dlframe has no dtype for (long double, complex,
+/// datetime, strings, objects, and user types such as ml_dtypes').
+pub fn numpy_type_num(type_num: i32) -> Option<DType> {
+    let long_is_64 = std::mem::size_of::<std::ffi::c_long>() == 8;
+    Some(match type_num {
+        0 => DType::Bool,
+        1 => DType::Int8,
+        2 => DType::UInt8,
+        3 => DType::Int16,
+        4 => DType::UInt16,
+        5 => DType::Int32,
+        6 => DType::UInt32,
+        7 if long_is_64 => DType::Int64,
+        7 => DType::Int32,
+        8 if long_is_64 => DType::UInt64,
+        8 => DType::UInt32,
+        9 => DType::Int64,
+        10 => DType::UInt64,
+        11 => DType::Float32,
+        12 => DType::Float64,
+        23 => DType::Float16,
+        _ => return None,
+    })
+}
+
 /// `__array_interface__` / `__cuda_array_interface__` v3, as data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArrayInterface {
