@@ -10,7 +10,7 @@ use pyo3::{ffi, intern};
 
 use dlframe::interface::array_struct::{self, PyArrayInterface, read_dims};
 use dlframe::interface::datetime::with_units;
-use dlframe::interface::{ArrayInterface, TypeStr};
+use dlframe::interface::{ArrayInterface, SyclInterface, TypeStr};
 use dlframe::options::CopyPolicy;
 use dlframe::{Device, Tensor};
 
@@ -91,23 +91,18 @@ fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> 
     let bad = |m: &str| Error::from(Binding::Malformed(format!("invalid __sycl_usm_array_interface__: {m}")));
     let d = suai.cast::<PyDict>().map_err(|_| bad("must be a dict"))?;
     let get = |k: &str| d.get_item(k).ok().flatten().filter(|v| !v.is_none());
-    let version: i64 = get("version").ok_or_else(|| bad("missing version"))?.extract()?;
-    if version != 1 {
-        return Err(bad(&format!("version {version}; only version 1 is defined")));
-    }
-    let shape: Vec<i64> = get("shape").ok_or_else(|| bad("missing shape"))?.extract()?;
-    let typestr: String = get("typestr").ok_or_else(|| bad("missing typestr"))?.extract()?;
-    let typestr: TypeStr = typestr.parse()?;
-    if !"biuf".contains(typestr.kind) {
-        return Err(bad(&format!("typestr {typestr} (the interface allows kinds b, i, u, f, c)")));
-    }
-    let dtype = typestr.to_dtype()?;
-    let (ptr, readonly): (usize, bool) = get("data")
-        .ok_or_else(|| bad("missing data"))?
-        .extract()
-        .map_err(|_| bad("data must be (pointer, read_only)"))?;
-    let strides: Option<Vec<i64>> = get("strides").map(|s| s.extract()).transpose()?;
-    let offset: i64 = get("offset").map(|o| o.extract()).transpose()?.unwrap_or(0);
+    let desc = SyclInterface {
+        version: get("version").ok_or_else(|| bad("missing version"))?.extract()?,
+        shape: get("shape").ok_or_else(|| bad("missing shape"))?.extract()?,
+        typestr: get("typestr").ok_or_else(|| bad("missing typestr"))?.extract::<String>()?.parse()?,
+        data: get("data")
+            .ok_or_else(|| bad("missing data"))?
+            .extract()
+            .map_err(|_| bad("data must be (pointer, read_only)"))?,
+        strides: get("strides").map(|s| s.extract()).transpose()?,
+        offset: get("offset").map(|o| o.extract()).transpose()?.unwrap_or(0),
+    };
+    let (dtype, data) = desc.start()?;
     let syclobj = get("syclobj").ok_or_else(|| bad("missing syclobj"))?;
     let usm = usm_kind(x)?;
     if !usm.host_readable {
@@ -118,20 +113,19 @@ fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> 
         ))
         .into());
     }
-    let item = dtype.itemsize() as i64;
-    let data = offset
-        .checked_mul(item)
-        .and_then(|b| (ptr as i64).checked_add(b))
-        .filter(|&p| p >= 0)
-        .ok_or_else(|| bad("data + offset overflows"))? as usize;
-    if ptr == 0 && shape.iter().product::<i64>() != 0 {
-        return Err(bad("NULL data with elements"));
-    }
     let owner = Arc::new((PyOwner::new(x), PyOwner::new(&syclobj)));
     // SAFETY: host-readable USM (checked through dpctl) that stays valid while the exporter and
     // its queue or context live; the owner keeps both. The layout is checked by from_raw_parts.
     let tensor = unsafe {
-        Tensor::from_raw_parts(data as *mut u8, shape, strides, dtype, Device::Cpu, readonly, owner)
+        Tensor::from_raw_parts(
+            data as *mut u8,
+            desc.shape,
+            desc.strides,
+            dtype,
+            Device::Cpu,
+            desc.data.1,
+            owner,
+        )
     }?;
     Ok(Imported { tensor, syclobj: Some(syclobj.unbind()) })
 }

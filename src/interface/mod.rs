@@ -131,9 +131,77 @@ impl ArrayInterface {
     }
 }
 
+/// `__sycl_usm_array_interface__` v1 (dpctl), as data: unlike numpy's, its strides and offset
+/// count elements.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyclInterface {
+    /// Must be 1.
+    pub version: i64,
+    /// Extents.
+    pub shape: Vec<i64>,
+    /// Element type; the interface allows kinds b, i, u, f (and c, which dlframe lacks).
+    pub typestr: TypeStr,
+    /// `(pointer, read_only)`.
+    pub data: (usize, bool),
+    /// Strides in elements, or `None` for C order.
+    pub strides: Option<Vec<i64>>,
+    /// Elements from `data` to the first element.
+    pub offset: i64,
+}
+
+impl SyclInterface {
+    /// The dtype and the address of the first element, validated (nothing is read; the
+    /// layout itself is checked when the tensor is made).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInterface`] for a version other than 1, a kind the interface does not
+    /// allow, an offset that overflows, a NULL pointer with elements;
+    /// [`Error::UnsupportedDType`] as the typestr codec says.
+    pub fn start(&self) -> Result<(DType, usize)> {
+        let bad = |m: String| Error::InvalidInterface(format!("__sycl_usm_array_interface__: {m}"));
+        if self.version != 1 {
+            return Err(bad(format!("version {}; only version 1 is defined", self.version)));
+        }
+        if !"biuf".contains(self.typestr.kind) {
+            return Err(bad(format!("typestr {} (the interface allows kinds b, i, u, f, c)", self.typestr)));
+        }
+        let dtype = self.typestr.to_dtype()?;
+        let (ptr, _) = self.data;
+        let first = self
+            .offset
+            .checked_mul(dtype.itemsize() as i64)
+            .and_then(|b| (ptr as i64).checked_add(b))
+            .filter(|&p| p >= 0)
+            .ok_or_else(|| bad("data + offset overflows".into()))?;
+        if ptr == 0 && self.shape.iter().product::<i64>() != 0 {
+            return Err(bad("NULL data with elements".into()));
+        }
+        Ok((dtype, first as usize))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sycl_descriptions_are_checked_before_anything_is_read() {
+        let ok = SyclInterface {
+            version: 1,
+            shape: vec![4],
+            typestr: "<f4".parse().unwrap(),
+            data: (4096, false),
+            strides: None,
+            offset: 2,
+        };
+        assert_eq!(ok.start().unwrap(), (DType::Float32, 4096 + 8));
+        let bad = |s: SyclInterface| s.start().unwrap_err().to_string();
+        assert!(bad(SyclInterface { version: 2, ..ok.clone() }).contains("version 2"));
+        assert!(bad(SyclInterface { typestr: "<M8[ns]".parse().unwrap(), ..ok.clone() }).contains("typestr"));
+        assert!(bad(SyclInterface { offset: i64::MAX, ..ok.clone() }).contains("overflows"));
+        assert!(bad(SyclInterface { data: (0, false), offset: 0, ..ok.clone() }).contains("NULL"));
+        assert!(SyclInterface { data: (0, false), shape: vec![0], offset: 0, ..ok }.start().is_ok());
+    }
 
     #[test]
     fn describes_a_tensor_and_reads_it_back() {
