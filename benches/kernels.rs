@@ -181,6 +181,31 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
+    // float8: 10M f32 into e4m3fn (rounded once, each value checked against 448 and for
+    // infinity), and back to f32 (exact), against a memcpy of the output bytes (10 MB, 40 MB).
+    let small: Vec<f32> = floats(n, 8).into_iter().map(|v| (v % 800.0) - 400.0).collect();
+    let small_cols = [Column::new(&small[..])];
+    let mut f8_out = vec![dlframe::dtype::F8E4M3FN::default(); n];
+    let f8_bytes = vec![0u8; n];
+    let mut byte_out = vec![0u8; n];
+    let mut g = group(c, "cast_f32_to_float8_e4m3fn_10M", n);
+    g.bench_function("memcpy", |b| b.iter(|| memcpy(&f8_bytes, &mut byte_out)));
+    g.bench_function("kernel", |b| {
+        pool.install(|| {
+            b.iter(|| interleave(&small_cols, Order::C, None, Inexact::Error, &mut f8_out).expect("cast"))
+        })
+    });
+    g.finish();
+    let f8_cols = [Column::new(&f8_out[..])];
+    let mut g = group(c, "cast_float8_e4m3fn_to_f32_10M", n * 4);
+    g.bench_function("memcpy", |b| b.iter(|| memcpy(&values, &mut out)));
+    g.bench_function("kernel", |b| {
+        pool.install(|| {
+            b.iter(|| interleave(&f8_cols, Order::C, None, Inexact::Error, &mut out).expect("cast"))
+        })
+    });
+    g.finish();
+
     // Ragged lists: 1M rows of 0..=63 f32 (about 31.5M values), padded to (1M, 64) or read
     // jagged (a LargeList, zero-copy). The yardstick is a memcpy of the padded bytes.
     let mut rng = Lcg(11);

@@ -12,79 +12,98 @@ struct Format {
     man: u32,
     /// Exponent bias.
     bias: i32,
-    /// Largest finite value.
-    max: f64,
+    /// The bits of the largest finite value.
+    max_bits: u8,
     /// The bits of +infinity; None where the format has none (e4m3fn).
     inf: Option<u8>,
     /// The bits of a positive quiet NaN.
     nan: u8,
+    /// The value of every pattern, for the way out.
+    values: [f64; 256],
 }
 
-const E4M3FN: Format = Format { man: 3, bias: 7, max: 448.0, inf: None, nan: 0x7f };
-const E5M2: Format = Format { man: 2, bias: 15, max: 57344.0, inf: Some(0x7c), nan: 0x7e };
+const fn format(man: u32, bias: i32, max_bits: u8, inf: Option<u8>, nan: u8) -> Format {
+    let mut values = [0.0; 256];
+    let mut b = 0;
+    while b < 256 {
+        values[b] = value(b as u8, man, bias, inf, nan);
+        b += 1;
+    }
+    Format { man, bias, max_bits, inf, nan, values }
+}
+
+// Statics, not consts: a const would be materialised (its 2 KB table copied) at every use.
+static E4M3FN: Format = format(3, 7, 0x7e, None, 0x7f);
+static E5M2: Format = format(2, 15, 0x7b, Some(0x7c), 0x7e);
 
 /// `2^e` for the exponents float8 reaches (well inside f64's normal range).
-fn pow2(e: i32) -> f64 {
+const fn pow2(e: i32) -> f64 {
     f64::from_bits(((e + 1023) as u64) << 52)
 }
 
+/// The exact value of a pattern, from the format's bit layout.
+const fn value(bits: u8, man: u32, bias: i32, inf: Option<u8>, nan: u8) -> f64 {
+    let sign = if bits & 0x80 != 0 { -1.0 } else { 1.0 };
+    let exp_mask = (1u8 << (7 - man)) - 1;
+    let e = (bits >> man) & exp_mask;
+    let m = (bits & ((1u8 << man) - 1)) as f64;
+    match inf {
+        Some(i) if bits & 0x7f == i => return sign * f64::INFINITY,
+        Some(_) if e == exp_mask => return f64::NAN,
+        None if bits & 0x7f == nan => return f64::NAN,
+        _ => {}
+    }
+    if e == 0 {
+        sign * m * pow2(1 - bias - man as i32)
+    } else {
+        sign * (1.0 + m / (1u32 << man) as f64) * pow2(e as i32 - bias)
+    }
+}
+
 impl Format {
-    /// The exact value of `bits`.
+    /// The exact value of `bits` (a table lookup).
+    #[inline(always)]
     fn decode(&self, bits: u8) -> f64 {
-        let sign = if bits & 0x80 != 0 { -1.0 } else { 1.0 };
-        let exp_mask = (1u8 << (7 - self.man)) - 1;
-        let e = (bits >> self.man) & exp_mask;
-        let m = bits & ((1u8 << self.man) - 1);
-        match self.inf {
-            Some(inf) if bits & 0x7f == inf => return sign * f64::INFINITY,
-            Some(_) if e == exp_mask => return f64::NAN,
-            None if bits & 0x7f == self.nan => return f64::NAN,
-            _ => {}
-        }
-        let emin = 1 - self.bias;
-        if e == 0 {
-            sign * m as f64 * pow2(emin - self.man as i32)
-        } else {
-            sign * (1.0 + m as f64 / (1u32 << self.man) as f64) * pow2(e as i32 - self.bias)
-        }
+        self.values[bits as usize]
     }
 
-    /// `d` rounded once to nearest even. A NaN gives NaN; a value beyond the largest finite one
-    /// (after rounding) gives infinity, or NaN in a format without infinities.
+    /// `d` rounded once to nearest even, on its bits as `f16_from_f64` rounds (the device
+    /// kernel computes the same with doubles). A NaN gives NaN; a value beyond the largest
+    /// finite one (after rounding) gives infinity, or NaN in a format without infinities.
+    #[inline(always)]
     fn encode(&self, d: f64) -> u8 {
-        let sign = if d.is_sign_negative() { 0x80 } else { 0 };
-        let a = d.abs();
-        if a.is_nan() {
-            return sign | self.nan;
-        }
+        let x = d.to_bits();
+        let sign = ((x >> 56) & 0x80) as u8;
+        let e = ((x >> 52) & 0x7ff) as i32;
+        let mut m = x & 0x000f_ffff_ffff_ffff;
         let overflow = sign | self.inf.unwrap_or(self.nan);
-        if a.is_infinite() {
+        if e == 0x7ff {
+            return if m != 0 { sign | self.nan } else { overflow };
+        }
+        // The biased exponent in the target; below 1 the value is subnormal there.
+        let he = e - 1023 + self.bias;
+        if he > (self.max_bits >> self.man) as i32 + 1 {
             return overflow;
         }
-        let emin = 1 - self.bias;
-        // The exponent of `a` (f64 subnormals and zero fall below emin anyway).
-        let e = (((a.to_bits() >> 52) as i32) - 1023).max(emin);
-        let one = 1u64 << self.man;
-        // `a` in units of its quantum, 2^(e - man): exact, the powers of two are in range.
-        let mut n = (a / pow2(e - self.man as i32)).round_ties_even() as u64;
-        let mut e = e;
-        if n == 2 * one {
-            n = one;
-            e += 1;
-        }
-        if n as f64 * pow2(e - self.man as i32) > self.max {
-            return overflow;
-        }
-        if n < one {
-            // Subnormal (or zero): exponent field 0.
-            return sign | n as u8;
-        }
-        sign | (((e + self.bias) as u8) << self.man) | (n - one) as u8
+        let drop = 52 - self.man;
+        let (mut kept, rest, half) = if he <= 0 {
+            if he < -(self.man as i32) - 1 {
+                return sign;
+            }
+            m |= 1 << 52;
+            let shift = drop + (1 - he) as u32;
+            (m >> shift, m & ((1u64 << shift) - 1), 1u64 << (shift - 1))
+        } else {
+            (((he as u64) << self.man) | (m >> drop), m & ((1u64 << drop) - 1), 1u64 << (drop - 1))
+        };
+        // Branch-free: the rounding direction depends on the data.
+        kept += (rest > half || (rest == half && kept & 1 == 1)) as u64;
+        if kept > self.max_bits as u64 { overflow } else { sign | kept as u8 }
     }
 }
 
 macro_rules! float8 {
-    ($($(#[$doc:meta])* $t:ident => $fmt:ident),*) => {$(
+    ($($(#[$doc:meta])* $t:ident => $fmt:ident, $max:expr),*) => {$(
         $(#[$doc])*
         #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
         #[repr(transparent)]
@@ -103,11 +122,13 @@ macro_rules! float8 {
 
             /// The nearest value, ties to even (once, from the exact `d`): infinity, or NaN where
             /// the format has no infinity, beyond the largest finite value.
+            #[inline(always)]
             pub fn from_f64(d: f64) -> Self {
                 $t($fmt.encode(d))
             }
 
             /// The value, exactly.
+            #[inline(always)]
             pub fn to_f64(self) -> f64 {
                 $fmt.decode(self.0)
             }
@@ -122,8 +143,14 @@ macro_rules! float8 {
                 self.to_f64().is_nan()
             }
 
+            /// True for a finite value.
+            #[inline(always)]
+            pub fn is_finite(self) -> bool {
+                self.to_f64().is_finite()
+            }
+
             /// The largest finite value.
-            pub const MAX: f64 = $fmt.max;
+            pub const MAX: f64 = $max;
         }
 
         impl fmt::Display for $t {
@@ -143,11 +170,11 @@ macro_rules! float8 {
 float8!(
     /// float8 e4m3fn: 4 exponent bits (bias 7), 3 mantissa bits, finite only (largest 448), one
     /// NaN per sign. DLPack `kDLFloat8_e4m3fn`, torch `float8_e4m3fn`, ml_dtypes `float8_e4m3fn`.
-    F8E4M3FN => E4M3FN,
+    F8E4M3FN => E4M3FN, value(0x7e, 3, 7, None, 0x7f),
     /// float8 e5m2: 5 exponent bits (bias 15), 2 mantissa bits, infinities and NaNs as IEEE
     /// (largest finite 57344). DLPack `kDLFloat8_e5m2`, torch `float8_e5m2`, ml_dtypes
     /// `float8_e5m2`.
-    F8E5M2 => E5M2
+    F8E5M2 => E5M2, value(0x7b, 2, 15, Some(0x7c), 0x7e)
 );
 
 #[cfg(test)]
@@ -189,6 +216,51 @@ mod tests {
         }
         assert_eq!(F8E4M3FN::MAX, F8E4M3FN::from_bits(0x7e).to_f64());
         assert_eq!(F8E5M2::MAX, F8E5M2::from_bits(0x7b).to_f64());
+    }
+
+    /// The nearest pattern by a scan of every finite value (ties to the even pattern; past the
+    /// largest, the next step up stands for overflow): an independent reference.
+    fn nearest(fmt: &Format, d: f64) -> u8 {
+        let sign = if d.is_sign_negative() { 0x80 } else { 0 };
+        let a = d.abs();
+        let max = fmt.values[fmt.max_bits as usize];
+        let step = max - fmt.values[fmt.max_bits as usize - 1];
+        let v = |p: u8| if p > fmt.max_bits { max + step } else { fmt.values[p as usize] };
+        let lo = (0..=fmt.max_bits).rev().find(|&p| v(p) <= a).unwrap_or(0);
+        let pick = if v(lo) == a {
+            lo
+        } else {
+            match (2.0 * a).partial_cmp(&(v(lo) + v(lo + 1))).unwrap() {
+                std::cmp::Ordering::Less => lo,
+                std::cmp::Ordering::Greater => lo + 1,
+                std::cmp::Ordering::Equal => lo + (lo % 2),
+            }
+        };
+        if pick > fmt.max_bits { sign | fmt.inf.unwrap_or(fmt.nan) } else { sign | pick }
+    }
+
+    #[test]
+    fn rounding_matches_a_scan_of_every_value() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for fmt in [&E4M3FN, &E5M2] {
+            let mut cases: Vec<f64> = Vec::new();
+            for b in 0..fmt.max_bits {
+                let (a, c) = (fmt.values[b as usize], fmt.values[b as usize + 1]);
+                let mid = (a + c) / 2.0;
+                cases.extend([a, mid, f64::from_bits(mid.to_bits() + 1), f64::from_bits(mid.to_bits() - 1)]);
+            }
+            for _ in 0..20_000 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                cases.push(f64::from_bits(rng) % 1e5);
+            }
+            for d in cases.into_iter().filter(|d| d.is_finite()) {
+                for x in [d, -d] {
+                    assert_eq!(fmt.encode(x), nearest(fmt, x), "{x:e}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -216,11 +216,10 @@ impl DType {
 /// # Errors
 /// As [`storage_dtype`].
 pub fn field_dtype(field: &Field) -> Result<DType> {
-    let ext = field.metadata().get(EXTENSION_NAME_KEY);
-    let extension = DType::ALL
-        .iter()
-        .copied()
-        .find(|d| d.arrow_extension().is_some_and(|e| Some(e) == ext.map(String::as_str)));
+    let extension = match field.metadata().get(EXTENSION_NAME_KEY) {
+        None => None,
+        Some(ext) => DType::ALL.into_iter().find(|d| d.arrow_extension() == Some(ext.as_str())),
+    };
     match extension {
         Some(d) if field.data_type() == &d.to_arrow() => Ok(d),
         _ => storage_dtype(field.data_type()),
