@@ -295,12 +295,17 @@ impl PyTensor {
         let py = slf.py();
         let np = py.import(pyo3::intern!(py, "numpy"))?;
         let t = &slf.get().inner;
+        let kwargs = PyDict::new(py);
         if !t.device().is_host_accessible() {
             let (host, _) = py.detach(|| transfer::on_host(t, copy))?;
             // The transfer is already a fresh copy: numpy views it.
-            return Ok(np.call_method1(pyo3::intern!(py, "asarray"), (PyTensor::new(host),))?);
+            kwargs.set_item(pyo3::intern!(py, "copy"), false)?;
+            let host = Bound::new(py, PyTensor::new(host))?;
+            return match host.get().inner.dtype().bits_dtype() {
+                None => Ok(np.call_method(pyo3::intern!(py, "array"), (host,), Some(&kwargs))?),
+                Some(_) => Self::to_numpy(&host, Some(false)),
+            };
         }
-        let kwargs = PyDict::new(py);
         kwargs.set_item(pyo3::intern!(py, "copy"), copy == Some(true))?;
         if let Some(bits) = t.dtype().bits_dtype() {
             // numpy has no bfloat16 or float8: the bits as unsigned integers, viewed as

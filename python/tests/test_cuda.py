@@ -452,3 +452,34 @@ def test_jax_cuda_bfloat16_reaches_arrow_only_by_an_explicit_copy(gpu):
     storage = col.storage if isinstance(col, pa.ExtensionArray) else col
     bits = np.frombuffer(storage.buffers()[1], dtype=np.uint16, count=len(storage), offset=storage.offset * 2)
     np.testing.assert_array_equal(bits, np.asarray(x).view(np.uint16))
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+def test_float8_casts_on_the_device_match_the_cpu_and_refuse_the_same_values(gpu, name):
+    ml_dtypes = optional("ml_dtypes")
+    rng = np.random.default_rng(13)
+    # Every float8 value's neighbourhood: whole numbers, halves and ties, nulls filled.
+    values = rng.integers(-400, 400, 5000) / rng.choice([1, 2, 8, 64], 5000)
+    col = pa.array(values.astype(np.float32), mask=rng.random(5000) < 0.1)
+    want = dlframe.to_dlpack(col, dtype=name, fill_value=2.0).to_numpy()
+    got = dlframe.to_dlpack(col, dtype=name, fill_value=2.0, device="cuda:0")
+    assert got.device == "cuda:0"
+    np.testing.assert_array_equal(got.to_numpy().view(np.uint8), want.view(np.uint8))
+    # And back: a float8 column widened to float32 on the device, exactly.
+    f8 = dlframe.from_dlpack(want)
+    wide = dlframe.to_dlpack(f8, dtype="float32", device="cuda:0")
+    np.testing.assert_array_equal(to_host(wide), want.astype(np.float32))
+    # Out of range: refused by the plan, naming the row, before anything reaches the device.
+    big = pa.array([1.0, 1e6], pa.float32())
+    with pytest.raises(ValueError, match=rf"row 1 .*{name}"):
+        dlframe.to_dlpack(big, dtype=name, device="cuda:0")
+    assert np.dtype(getattr(ml_dtypes, name)) == want.dtype
+
+
+def test_torch_cuda_float8_comes_and_goes_without_a_copy(torch):
+    x = torch.tensor([1.0, -2.5, 448.0], device="cuda").to(torch.float8_e4m3fn)
+    t = dlframe.tensor(x)
+    assert t.device == "cuda:0"
+    back = torch.from_dlpack(t)
+    assert back.dtype == torch.float8_e4m3fn and back.data_ptr() == x.data_ptr()
+    np.testing.assert_array_equal(t.to_numpy().astype(np.float32), [1.0, -2.5, 448.0])
