@@ -14,7 +14,7 @@ use super::read::{
 };
 use super::spec::{ColumnSpec, MatrixSpec};
 use super::to_tensor::from_leaf;
-use crate::dtype::{DType, field_dtype};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef};
 use crate::options::{CopyPolicy, ExportOptions, Inexact, Order, Scalar};
@@ -99,7 +99,7 @@ pub fn columns_to_tensor(
     columns: &[Vec<ArrayRef>],
     opts: &ExportOptions,
 ) -> Result<Converted> {
-    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask: want_mask, inexact } =
+    let MatrixSpec { n, k, dtypes, target, storage, fill, shape, strides, mask: want_mask, inexact } =
         MatrixSpec::new(fields, columns, opts)?;
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
     let segments = segments(columns);
@@ -119,13 +119,13 @@ pub fn columns_to_tensor(
             .iter()
             .zip(&bytes)
             .zip(&names)
-            .zip(fields)
-            .map(|(((a, unpacked), name), field)| {
+            .zip(&dtypes)
+            .map(|(((a, unpacked), name), &declared)| {
                 let col = match unpacked {
                     Some(b) => {
                         Column::new(ColumnRef::UInt8(b)).with_validity(validity_of(a.as_ref())?).named(name)
                     }
-                    None => column_ref(a.as_ref(), field_dtype(field)?, name)?,
+                    None => column_ref(a.as_ref(), declared, name)?,
                 };
                 Ok(col.starting_at(seg.start))
             })

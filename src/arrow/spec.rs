@@ -167,6 +167,9 @@ pub(crate) struct MatrixSpec {
     pub n: usize,
     /// Columns.
     pub k: usize,
+    /// The dtype each column's field gives ([`field_dtype`]), in order: its leaf arrays' dtype,
+    /// which an extension's `FixedSizeBinary` storage does not say by itself.
+    pub dtypes: Vec<DType>,
     /// The dtype of the result.
     pub target: DType,
     /// The dtype written: bools are written as their 0/1 bytes, into u8 storage labelled bool
@@ -259,6 +262,6 @@ impl MatrixSpec {
         };
         let storage = if target == DType::Bool { DType::UInt8 } else { target };
         let mask = opts.nulls == NullPolicy::Mask && null_count > 0;
-        Ok(MatrixSpec { n, k, target, storage, fill, shape, strides, mask, inexact: opts.inexact })
+        Ok(MatrixSpec { n, k, dtypes, target, storage, fill, shape, strides, mask, inexact: opts.inexact })
     }
 }

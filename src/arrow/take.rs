@@ -7,7 +7,7 @@ use arrow_schema::FieldRef;
 use super::copy::Converted;
 use super::read::column_ref;
 use super::spec::MatrixSpec;
-use crate::dtype::{DType, field_dtype};
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::kernels::{self, Column, HostBuffer};
 use crate::options::{ExportOptions, Order};
@@ -33,9 +33,9 @@ pub fn take_matrix(
     let plain = opts.order == Order::C
         && !spec.mask
         && spec.target != DType::Bool
-        && columns.iter().zip(fields).all(|(c, f)| {
+        && columns.iter().zip(&spec.dtypes).all(|(c, &d)| {
             c.len() == chunks
-                && field_dtype(f).is_ok_and(|d| d == spec.storage)
+                && d == spec.storage
                 && c.iter().zip(&columns[0]).all(|(a, first)| a.len() == first.len() && a.null_count() == 0)
         });
     if !plain {
@@ -45,8 +45,8 @@ pub fn take_matrix(
         .map(|c| {
             columns
                 .iter()
-                .zip(fields)
-                .map(|(col, f)| column_ref(col[c].as_ref(), field_dtype(f)?, f.name()))
+                .zip(fields.iter().zip(&spec.dtypes))
+                .map(|(col, (f, &d))| column_ref(col[c].as_ref(), d, f.name()))
                 .collect::<Result<Vec<Column>>>()
         })
         .collect::<Result<Vec<_>>>()?;

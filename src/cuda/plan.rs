@@ -19,7 +19,7 @@ use arrow_schema::{DataType, FieldRef};
 
 use crate::arrow::read::{column_ref, leaf_of, leaf_validity, segments};
 use crate::arrow::spec::{ColumnSpec, MatrixSpec};
-use crate::dtype::{DType, field_dtype};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::options::{ExportOptions, Order, Scalar};
@@ -308,18 +308,18 @@ pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions
 /// # Errors
 /// As [`crate::arrow::columns_to_tensor`].
 pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Plan> {
-    let MatrixSpec { n, k, target, storage, fill, shape, strides, mask, inexact } =
+    let MatrixSpec { n, k, dtypes, target, storage, fill, shape, strides, mask, inexact } =
         MatrixSpec::new(fields, columns, opts)?;
     let fill = fill_bits(storage, fill)?;
     if target != DType::Bool {
         // Row ranges over which every column is one chunk, in the CPU path's order, so that the
         // first value found not to fit is the one the CPU path reports.
         for seg in segments(columns) {
-            for (j, (a, field)) in seg.slices.iter().zip(fields).enumerate() {
+            for (j, ((a, field), &declared)) in seg.slices.iter().zip(fields).zip(&dtypes).enumerate() {
                 if a.data_type() != &DataType::Boolean {
                     kernels::check_cast(
                         storage,
-                        &column_ref(a.as_ref(), field_dtype(field)?, field.name())?.starting_at(seg.start),
+                        &column_ref(a.as_ref(), declared, field.name())?.starting_at(seg.start),
                         j,
                         inexact,
                     )?;
@@ -331,8 +331,7 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
     match opts.order {
         // Each column's chunks go to a contiguous run of the output.
         Order::F => {
-            for (j, (chunks, field)) in columns.iter().zip(fields).enumerate() {
-                let declared = field_dtype(field)?;
+            for (j, (chunks, &declared)) in columns.iter().zip(&dtypes).enumerate() {
                 let mut start = 0;
                 for chunk in chunks {
                     plan.segment(chunk.as_ref(), declared, None, j * n + start, 1)?;
@@ -345,8 +344,8 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
         Order::C => {
             for seg in segments(columns) {
                 let first = plan.segs.len();
-                for (j, (a, field)) in seg.slices.iter().zip(fields).enumerate() {
-                    plan.segment(a.as_ref(), field_dtype(field)?, None, seg.start * k + j, k)?;
+                for (j, (a, &declared)) in seg.slices.iter().zip(&dtypes).enumerate() {
+                    plan.segment(a.as_ref(), declared, None, seg.start * k + j, k)?;
                 }
                 if plan.segs.len() == first + k && k > 1 {
                     plan.segs[first].group = k as u64;
