@@ -32,9 +32,12 @@ const fn format(man: u32, bias: i32, max_bits: u8, inf: Option<u8>, nan: u8) -> 
     Format { man, bias, max_bits, inf, nan, values }
 }
 
-// Statics, not consts: a const would be materialised (its 2 KB table copied) at every use.
-static E4M3FN: Format = format(3, 7, 0x7e, None, 0x7f);
-static E5M2: Format = format(2, 15, 0x7b, Some(0x7c), 0x7e);
+const E4M3FN_LAYOUT: Format = format(3, 7, 0x7e, None, 0x7f);
+const E5M2_LAYOUT: Format = format(2, 15, 0x7b, Some(0x7c), 0x7e);
+// What the codec reads at run time: statics, since a const would be materialised (its 2 KB
+// table copied) at every use. The consts above serve compile-time reads only.
+static E4M3FN: Format = E4M3FN_LAYOUT;
+static E5M2: Format = E5M2_LAYOUT;
 
 /// `2^e` for the exponents float8 reaches (well inside f64's normal range).
 const fn pow2(e: i32) -> f64 {
@@ -103,7 +106,7 @@ impl Format {
 }
 
 macro_rules! float8 {
-    ($($(#[$doc:meta])* $t:ident => $fmt:ident, $max:expr),*) => {$(
+    ($($(#[$doc:meta])* $t:ident => $fmt:ident, $layout:ident),*) => {$(
         $(#[$doc])*
         #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
         #[repr(transparent)]
@@ -143,14 +146,8 @@ macro_rules! float8 {
                 self.to_f64().is_nan()
             }
 
-            /// True for a finite value.
-            #[inline(always)]
-            pub fn is_finite(self) -> bool {
-                self.to_f64().is_finite()
-            }
-
             /// The largest finite value.
-            pub const MAX: f64 = $max;
+            pub const MAX: f64 = $layout.values[$layout.max_bits as usize];
         }
 
         impl fmt::Display for $t {
@@ -170,11 +167,11 @@ macro_rules! float8 {
 float8!(
     /// float8 e4m3fn: 4 exponent bits (bias 7), 3 mantissa bits, finite only (largest 448), one
     /// NaN per sign. DLPack `kDLFloat8_e4m3fn`, torch `float8_e4m3fn`, ml_dtypes `float8_e4m3fn`.
-    F8E4M3FN => E4M3FN, value(0x7e, 3, 7, None, 0x7f),
+    F8E4M3FN => E4M3FN, E4M3FN_LAYOUT,
     /// float8 e5m2: 5 exponent bits (bias 15), 2 mantissa bits, infinities and NaNs as IEEE
     /// (largest finite 57344). DLPack `kDLFloat8_e5m2`, torch `float8_e5m2`, ml_dtypes
     /// `float8_e5m2`.
-    F8E5M2 => E5M2, value(0x7b, 2, 15, Some(0x7c), 0x7e)
+    F8E5M2 => E5M2, E5M2_LAYOUT
 );
 
 #[cfg(test)]
