@@ -64,11 +64,10 @@ fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result
         }
     }
     match refused {
-        Some((Rung::Dlpack, e))
+        Some((Rung::Dlpack, _))
             if array.is_some()
                 && let Some(t) = named_bits(x, copy)? =>
         {
-            let _ = e;
             Ok(t)
         }
         Some((Rung::Dlpack, e)) => match interface::import(x, CopyPolicy::from(copy)) {
