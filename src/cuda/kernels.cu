@@ -97,7 +97,7 @@ __device__ __forceinline__ double bf16_to_f64(unsigned short h) {
     return (double)x.f;
 }
 
-// Double -> bfloat16, rounding to nearest even once, as bf16_from_f64 in kernels/cast.rs does:
+// Double -> bfloat16, rounding to nearest even once, as bf16_from_f64 in kernels/round.rs does:
 // first to a float rounded *to odd* (truncated, last bit set when anything was dropped), then
 // to nearest even. Overflow goes to infinity; NaN stays a quiet NaN.
 __device__ unsigned short f64_to_bf16(double d) {
@@ -115,7 +115,7 @@ __device__ unsigned short f64_to_bf16(double d) {
 }
 
 // An integer's magnitude as a double rounded *to odd* (exact below 2^53), so that a later
-// rounding to bfloat16 rounds once; as odd_f64 in kernels/cast.rs. Rounding to odd truncates
+// rounding to bfloat16 rounds once; as odd_f64 in kernels/round.rs. Rounding to odd truncates
 // toward zero, so a negative integer is the negated rounding of its magnitude.
 __device__ double odd_u64(u64 v) {
     double d = (double)v;

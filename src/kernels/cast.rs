@@ -12,6 +12,8 @@
 
 use half::{bf16, f16};
 
+use super::round::{bf16_from_f64, f16_from_f64, odd_f64};
+
 use crate::dtype::{DType, F8E4M3FN, F8E5M2, Kind};
 use crate::error::{Error, Result};
 use crate::options::{Inexact, Scalar};
@@ -145,70 +147,6 @@ fn as_f64(n: Num) -> f64 {
     }
 }
 
-/// An integer as a double rounded *to odd*: exact below 2^53, else truncated with the last
-/// bit set, so that a later rounding to a narrower type (bfloat16) rounds once.
-#[inline(always)]
-fn odd_f64(v: i128) -> f64 {
-    let d = v as f64;
-    if d as i128 == v {
-        return d;
-    }
-    let toward_zero =
-        if (d as i128).unsigned_abs() > v.unsigned_abs() { f64::from_bits(d.to_bits() - 1) } else { d };
-    f64::from_bits(toward_zero.to_bits() | 1)
-}
-
-/// A double as the nearest bfloat16, ties to even, overflow to infinity, NaN kept quiet: the
-/// double is first rounded to f32 *to odd* (truncated, with the last bit set when anything was
-/// dropped), which keeps 16 more bits than bfloat16 and so cannot create a false tie; then
-/// `half::bf16::from_f32` rounds to nearest even once. (`half::bf16::from_f64` rounds through
-/// f32 to nearest, which rounds twice.) Integers reach here through f64, exact below 2^53.
-pub fn bf16_from_f64(d: f64) -> bf16 {
-    let f = d as f32;
-    if d.is_nan() || f.is_infinite() || f as f64 == d {
-        return bf16::from_f32(f);
-    }
-    // Inexact: the f32 neighbour toward zero, made odd.
-    let toward_zero = if (f as f64).abs() > d.abs() { f32::from_bits(f.to_bits() - 1) } else { f };
-    bf16::from_f32(f32::from_bits(toward_zero.to_bits() | 1))
-}
-
-/// A double as the nearest half, ties to even, overflow to infinity, NaN kept quiet (what numpy's
-/// `astype(float16)` gives). `half::f16::from_f64` drops the low 32 bits of the mantissa first,
-/// which rounds a value just above a tie the wrong way; the device kernel (`f64_to_f16` in
-/// `kernels.cu`) is this function, bit for bit.
-pub fn f16_from_f64(d: f64) -> f16 {
-    let x = d.to_bits();
-    let sign = ((x >> 48) & 0x8000) as u16;
-    let e = ((x >> 52) & 0x7ff) as i32;
-    let mut m = x & 0x000f_ffff_ffff_ffff;
-    if e == 0x7ff {
-        return f16::from_bits(sign | 0x7c00 | if m != 0 { 0x200 | (m >> 42) as u16 } else { 0 });
-    }
-    let he = e - 1023 + 15;
-    if he >= 31 {
-        return f16::from_bits(sign | 0x7c00);
-    }
-    let (mut kept, rest, half) = if he <= 0 {
-        if he < -10 {
-            return f16::from_bits(sign);
-        }
-        m |= 1 << 52;
-        let shift = 43 - he; // 43..=53 bits dropped
-        (m >> shift, m & ((1u64 << shift) - 1), 1u64 << (shift - 1))
-    } else {
-        (((he as u64) << 10) | (m >> 42), m & ((1u64 << 42) - 1), 1u64 << 41)
-    };
-    if rest > half || (rest == half && kept & 1 == 1) {
-        kept += 1;
-    }
-    f16::from_bits(sign | kept as u16)
-}
-
-const fn kind(d: DType) -> Kind {
-    d.kind()
-}
-
 /// float8 holds few values: every float8 is exactly a value of every wider float (e5m2 has
 /// float16's exponent range, e4m3fn a smaller one), and of the integers only bool's are all
 /// exact in it; under rounding, the integers of int8 and uint8 lie in e4m3fn's range
@@ -262,7 +200,7 @@ pub const fn always_fits(from: DType, to: DType, inexact: Inexact) -> bool {
         return fits;
     }
     let (a, b) = (from.itemsize(), to.itemsize());
-    match (kind(from), kind(to)) {
+    match (from.kind(), to.kind()) {
         (Kind::Float, Kind::Float) => b >= a,
         (Kind::Signed | Kind::Unsigned, Kind::Float) => b > 2 || a == 1 || matches!(from, DType::Int16),
         (Kind::Bool, Kind::Float) => true,
@@ -275,7 +213,7 @@ pub const fn always_fits(from: DType, to: DType, inexact: Inexact) -> bool {
 
 /// True for an integer -> float cast.
 const fn int_to_float(from: DType, to: DType) -> bool {
-    matches!(kind(from), Kind::Signed | Kind::Unsigned) && matches!(kind(to), Kind::Float)
+    matches!(from.kind(), Kind::Signed | Kind::Unsigned) && matches!(to.kind(), Kind::Float)
 }
 
 /// True when every integer of `from` is exactly a float of `to`: numpy's safe casting table
@@ -290,7 +228,7 @@ const fn exactly(from: DType, to: DType) -> bool {
 /// and then look for the overflow in the output. Not for float8 e4m3fn, which overflows to NaN:
 /// its casts are checked value by value.
 pub const fn fails_only_by_overflow(from: DType, to: DType, inexact: Inexact) -> bool {
-    let overflows_to_infinity = matches!(kind(to), Kind::Float) && !matches!(to, DType::Float8E4M3FN);
+    let overflows_to_infinity = matches!(to.kind(), Kind::Float) && !matches!(to, DType::Float8E4M3FN);
     overflows_to_infinity
         && !always_fits(from, to, inexact)
         && !(matches!(inexact, Inexact::Error) && int_to_float(from, to))
@@ -363,7 +301,7 @@ pub const fn can_cast_safely(from: DType, to: DType) -> bool {
         return exact;
     }
     let (a, b) = (from.itemsize(), to.itemsize());
-    match (kind(from), kind(to)) {
+    match (from.kind(), to.kind()) {
         (Kind::Bool, _) => true,
         (_, Kind::Bool) => false,
         (Kind::Signed, Kind::Signed) | (Kind::Unsigned, Kind::Unsigned) | (Kind::Float, Kind::Float) => {
@@ -607,57 +545,5 @@ mod tests {
         assert_eq!(fill_value::<f16>(0.1.into()).unwrap(), f16::from_f64(0.1));
         assert_eq!(fill_value::<f64>(true.into()).unwrap(), 1.0);
         assert_eq!(fill_value::<u64>(Scalar::Int(i64::MAX)).unwrap(), i64::MAX as u64);
-    }
-
-    #[test]
-    fn doubles_round_to_the_nearest_half_with_ties_to_even() {
-        // The oracle: the halves either side of d (exact in f64) and their midpoint.
-        let check = |d: f64| {
-            let got = f16_from_f64(d);
-            if d.is_nan() {
-                return assert!(got.is_nan());
-            }
-            let a = d.abs();
-            if a >= 65520.0 {
-                return assert_eq!(got.to_f64(), d.signum() * f64::INFINITY, "{d:e}");
-            }
-            // Largest non-negative half <= a, by bisection over the ordered bit patterns.
-            let (mut lo, mut hi) = (0u16, 0x7c00u16);
-            while hi - lo > 1 {
-                let mid = (lo + hi) / 2;
-                if f16::from_bits(mid).to_f64() <= a { lo = mid } else { hi = mid }
-            }
-            let (below, above) = (f16::from_bits(lo).to_f64(), f16::from_bits(lo + 1).to_f64());
-            let midpoint = (below + above) / 2.0;
-            let want = if a < midpoint || (a == midpoint && lo % 2 == 0) { lo } else { lo + 1 };
-            let want = if a == below { lo } else { want };
-            assert_eq!(got.to_bits() & 0x7fff, want, "{d:e}");
-            assert_eq!(got.is_sign_negative(), d.is_sign_negative(), "{d:e}");
-        };
-        for h in 0..0x7bffu16 {
-            let (a, b) = (f16::from_bits(h).to_f64(), f16::from_bits(h + 1).to_f64());
-            let mid = (a + b) / 2.0;
-            for d in [a, mid, f64::from_bits(mid.to_bits() + 1), f64::from_bits(mid.to_bits() - 1)] {
-                check(d);
-                check(-d);
-            }
-        }
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..100_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            check(f64::from_bits(x));
-            check(f64::from_bits(x) * 1e-300 * 1e300 / 2f64.powi((x % 40) as i32 + 1));
-        }
-        for d in
-            [0.0, -0.0, 65504.0, 65519.99, 2f64.powi(-25), 2f64.powi(-26), 2f64.powi(-24), f64::MIN_POSITIVE]
-        {
-            check(d);
-        }
-        // Where half::f16::from_f64 goes wrong: just above the tie between 0 and the least
-        // subnormal, which rounds up.
-        let above_tie = f64::from_bits(2f64.powi(-25).to_bits() + 1);
-        assert_eq!(f16_from_f64(above_tie).to_bits(), 1);
     }
 }

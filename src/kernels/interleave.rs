@@ -192,27 +192,23 @@ fn write_column<D: Typed>(
         return strided(src, validity, fill, dst, stride, pos, Some).map_err(|_| unreachable!());
     }
     let overflow_only = fails_only_by_overflow(col.dtype(), D::DTYPE, inexact);
-    // Decided once here, not per value: a cast that always fits needs no check.
+    // Decided once here, not per value: a cast that always fits needs no check at all.
     let fits = always_fits(col.dtype(), D::DTYPE, inexact);
     each_ref!(col.values, src => {
         let src = &src[r0..r0 + rows];
         let checked = |s| cast(s, inexact);
-        let written = if fits {
-            // A cast that refuses nothing: there is no row to report.
+        let written = if fits || overflow_only {
+            // Unchecked (vectorised); a cast that can overflow then scans the output once.
             let w = if stride == 1 {
                 strided(src, validity, fill, dst, 1, 0, lossy)
             } else {
                 strided(src, validity, fill, dst, stride, pos, lossy)
             };
-            w.map_err(|_| unreachable!())
-        } else if overflow_only {
-            // Unchecked (vectorised), then one scan of the output for an overflow.
-            let w = if stride == 1 {
-                strided(src, validity, fill, dst, 1, 0, lossy)
+            if overflow_only {
+                w.and_then(|()| first_overflow(src, validity, dst, stride, pos).map_or(Ok(()), Err))
             } else {
-                strided(src, validity, fill, dst, stride, pos, lossy)
-            };
-            w.and_then(|()| first_overflow(src, validity, dst, stride, pos).map_or(Ok(()), Err))
+                w
+            }
         } else if stride == 1 {
             strided(src, validity, fill, dst, 1, 0, checked)
         } else {

@@ -40,14 +40,13 @@ mod gather;
 mod interleave;
 mod pad;
 mod pool;
+mod round;
 mod stream;
 mod take;
 
 pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer, RECYCLE_THRESHOLD};
 pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
-pub use cast::{
-    Element, Num, always_fits, bf16_from_f64, can_cast_safely, cast, common_dtype, f16_from_f64, fill_value,
-};
+pub use cast::{Element, Num, always_fits, can_cast_safely, cast, common_dtype, fill_value};
 pub use column::{Column, ColumnRef, Typed};
 pub use concat::{concat_fill_into, concat_into};
 pub use fill::fill_nulls;
@@ -57,6 +56,7 @@ pub use pad::pad_rows;
 pub(crate) use pool::{install, spawn};
 #[cfg(feature = "cuda")]
 pub(crate) use pool::{on_every_thread, on_own_pool};
+pub use round::{bf16_from_f64, f16_from_f64};
 pub use stream::stream_copy;
 pub use take::{chunk_rows, take_rows};
 
