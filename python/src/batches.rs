@@ -1,128 +1,65 @@
 //! `dlframe._native.BatchStream`: one pass of `dlframe.batches` over an Arrow stream, its
 //! batches converted on a background thread (without the GIL) while the consumer works.
 //!
-//! That thread is one of the process's readers (`readers.rs`), which keep a Python thread state
-//! for sources that take the GIL. It runs the core's pass ([`dlframe::batches::pass::produce`]):
-//! it reads the source and cuts exact-size windows, converts up to `prefetch` of them at once on
-//! dlframe's pool while it reads on, and a channel of one place carries the tensors in order, so
-//! at most `prefetch + 1` converted batches exist ahead of the consumer. The source is read only
-//! as far as those batches need. This file reads the Python objects (the source, the epoch's
-//! dict) and hands the batches over.
+//! The core runs the pass (`dlframe::batches::stream::Stream`) on one of the process's reader
+//! threads (`readers.rs`, which keep a Python thread state for sources that take the GIL). This
+//! file reads the Python objects (the source, the epoch's dict) and hands the batches over.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, sync_channel};
-use std::sync::{Arc, Mutex};
-
-use arrow_array::ArrayRef;
-use arrow_schema::FieldRef;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyIterator};
+use pyo3::types::PyDict;
 use pyo3_arrow::ffi::ArrayReader;
 
 use dlframe::Device;
-use dlframe::batches::pass::{Epoch, Setup, TableSlices, Units, produce};
+use dlframe::batches::pass::{Epoch, Setup, Units};
+use dlframe::batches::stream::{Arrays, Source, Stream};
 use dlframe::batches::{BatchOptions, EpochSpec, Even};
 use dlframe::options::NullPolicy;
-use dlframe::table::TableTensors;
 
 use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
 use crate::convert::{arrow_input, input_error, wrap_table};
 use crate::error::{Error, Result};
 use crate::readers;
 
-/// Where the thread reads input from.
-enum Source {
-    /// One Arrow stream (or array), read without the GIL.
-    Reader(Box<dyn ArrayReader + Send>),
-    /// A Python iterator of Arrow producers (Polars' streaming batches), each read in turn; the
-    /// GIL is taken only to get the next one.
-    Iter { items: Py<PyIterator>, current: Option<Box<dyn ArrayReader + Send>> },
-    /// A table in memory, read whole once (no copy) from `reader`, of which the core hands out
-    /// the pass's row ranges as slices.
-    Memory { reader: Option<Box<dyn ArrayReader + Send>>, rows: TableSlices },
-}
-
-impl Source {
-    /// The next input array and its field, None at the end.
-    fn next(&mut self) -> Option<Result<(FieldRef, ArrayRef)>> {
-        match self {
-            Source::Reader(r) => read(r),
-            Source::Memory { reader, rows } => {
-                if let Some(r) = reader.take() {
-                    let field = r.field();
-                    if let Err(e) = rows.load(field, r) {
-                        return Some(Err(e.into()));
-                    }
-                }
-                rows.next_slice().map(Ok)
-            }
-            Source::Iter { items, current } => loop {
-                if let Some(r) = current {
-                    match read(r) {
-                        None => *current = None,
-                        some => return some,
-                    }
-                }
-                let next = Python::attach(|py| -> Option<Result<Box<dyn ArrayReader + Send>>> {
-                    let item = items.bind(py).clone().next()?;
-                    Some(item.map_err(Error::from).and_then(|obj| reader_of(&obj)))
-                })?;
-                match next {
-                    Ok(r) => *current = Some(r),
-                    Err(e) => return Some(Err(e)),
-                }
-            },
-        }
-    }
-}
-
-fn read(r: &mut Box<dyn ArrayReader + Send>) -> Option<Result<(FieldRef, ArrayRef)>> {
-    let field = r.field();
-    r.next().map(|a| a.map(|a| (field, a)).map_err(|e| Error::from(dlframe::Error::from(e))))
-}
-
 /// An Arrow producer's data as a stream of arrays (no copy).
-fn reader_of(obj: &Bound<'_, PyAny>) -> Result<Box<dyn ArrayReader + Send>> {
-    arrow_input(obj).and_then(|input| input.into_reader()).map_err(|e| input_error(obj, e.into()))
+fn reader_of(obj: &Bound<'_, PyAny>) -> Result<Arrays> {
+    let reader: Box<dyn ArrayReader + Send> =
+        arrow_input(obj).and_then(|input| input.into_reader()).map_err(|e| input_error(obj, e.into()))?;
+    Ok((reader.field(), reader))
 }
 
-/// The converted batches of one pass, in order; an error ends the pass.
-type Sent = Result<TableTensors>;
+/// `dlframe.batches`' epoch, as `_stream.py` gives it: a dict of the plan's numbers, with the
+/// source's `units` or `table` where its length is known.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct EpochArg {
+    rank: usize,
+    world: usize,
+    even: String,
+    seed: Option<u64>,
+    buffer: usize,
+    epoch: u64,
+    start: u64,
+    #[pyo3(default)]
+    units: Option<Vec<u64>>,
+    #[pyo3(default)]
+    table: Option<(u64, u64)>,
+}
 
-/// `dlframe.batches`' epoch, from the dict of the plan's numbers that `_stream.py` gives.
+/// The core's epoch of an [`EpochArg`], checked.
 fn epoch_of(d: &Bound<'_, PyDict>, batch_size: usize, drop_last: bool) -> Result<Epoch> {
-    macro_rules! get {
-        ($key:expr, $t:ty, $default:expr) => {
-            match d.get_item($key)? {
-                Some(v) if !v.is_none() => v.extract::<$t>().map_err(PyErr::from)?,
-                _ => $default,
-            }
-        };
-    }
-    let units = match (get!("units", Option<Vec<u64>>, None), get!("table", Option<(u64, u64)>, None)) {
-        (Some(u), None) => Units::Listed(u),
-        (None, Some((total, unit))) => Units::Table { total, unit },
-        (None, None) => Units::Stream,
-        (Some(_), Some(_)) => {
-            return Err(
-                dlframe::Error::InvalidArgument("an epoch has units or a table, not both".into()).into()
-            );
-        }
-    };
-    let even: String = get!("even", String, "keep".to_string());
+    let a: EpochArg = d.extract()?;
     let spec = EpochSpec {
         batch_size,
         drop_last,
-        rank: get!("rank", usize, 0),
-        world: get!("world", usize, 1),
-        even: Even::parse(&even)?,
-        seed: get!("seed", Option<u64>, None),
-        buffer: get!("buffer", usize, 0),
-        epoch: get!("epoch", u64, 0),
+        rank: a.rank,
+        world: a.world,
+        even: Even::parse(&a.even)?,
+        seed: a.seed,
+        buffer: a.buffer,
+        epoch: a.epoch,
     };
     spec.check()?;
-    Ok(Epoch { units, spec, start: get!("start", u64, 0) })
+    Ok(Epoch { units: Units::of(a.units, a.table)?, spec, start: a.start })
 }
 
 /// The plan of one rank's epoch over a source of known length, for `_stream.py`: the units it
@@ -151,10 +88,7 @@ pub fn epoch_plan<'py>(
 /// One pass over a source: an iterator of tensors (or `(values, mask)` pairs, or dicts).
 #[pyclass(name = "BatchStream", module = "dlframe._native")]
 pub struct PyBatchStream {
-    /// In a Mutex only to make the class Sync; `__next__` has it exclusively.
-    rx: Option<Mutex<Receiver<Sent>>>,
-    thread: Option<readers::Done>,
-    stop: Arc<AtomicBool>,
+    stream: Stream<Error>,
     nulls: NullPolicy,
 }
 
@@ -202,32 +136,24 @@ impl PyBatchStream {
             None => (Setup::in_order(options), None),
         };
         let source = if iterate {
-            Source::Iter { items: source.try_iter()?.unbind(), current: None }
+            let items = source.try_iter()?.unbind();
+            Source::chain(move || {
+                Python::attach(|py| {
+                    Some(items.bind(py).clone().next()?.map_err(Error::from).and_then(|o| reader_of(&o)))
+                })
+            })
         } else {
-            let reader = reader_of(source)?;
             match table {
-                Some(rows) => Source::Memory { reader: Some(reader), rows },
-                None => Source::Reader(reader),
+                Some(rows) => Source::Memory { reader: Some(reader_of(source)?), rows },
+                None => Source::Reader(reader_of(source)?),
             }
         };
-        // `prefetch` batches ahead: converting (up to `prefetch` at once), or done and waiting in
-        // the channel's one place.
-        let depth = prefetch.max(1);
-        let (tx, rx) = sync_channel(prefetch + 1 - depth);
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = readers::start(py, move || {
-            let on_panic = tx.clone();
-            let mut source = source;
-            let pass =
-                || produce(|| source.next(), setup, depth, |batch: Sent| tx.send(batch).is_ok(), &flag);
-            if catch_unwind(AssertUnwindSafe(pass)).is_err() {
-                // Without this the consumer would see the end of the stream, and lose rows.
-                let _ = on_panic.send(Err(Error::panicked("dlframe.batches' background thread")));
-            }
-        })
-        .map_err(|e| dlframe::Error::InvalidArgument(format!("could not start the batch thread: {e}")))?;
-        Ok(PyBatchStream { rx: Some(Mutex::new(rx)), thread: Some(thread), stop, nulls })
+        readers::prepare(py);
+        let panicked = || Error::panicked("dlframe.batches' background thread");
+        let stream = py
+            .detach(|| Stream::start(&readers::READERS, source, setup, prefetch, panicked))
+            .map_err(|e| dlframe::Error::InvalidArgument(format!("could not start the batch thread: {e}")))?;
+        Ok(PyBatchStream { stream, nulls })
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -237,17 +163,12 @@ impl PyBatchStream {
     /// The next batch (waits, without the GIL, for the thread to make it); StopIteration at
     /// the end. An error ends the stream.
     fn __next__(&mut self, py: Python<'_>) -> Result<Option<Py<PyAny>>> {
-        let Some(rx) = self.rx.as_mut() else { return Ok(None) };
-        let rx = rx.get_mut().unwrap_or_else(|e| e.into_inner());
-        match py.detach(move || rx.recv()) {
-            Ok(Ok(t)) => wrap_table(py, t, self.nulls, None).map(Some),
-            Ok(Err(e)) => {
+        let stream = &mut self.stream;
+        match py.detach(|| stream.next()) {
+            Some(Ok(t)) => wrap_table(py, t, self.nulls, None).map(Some),
+            end => {
                 self.finish(py);
-                Err(e)
-            }
-            Err(_) => {
-                self.finish(py);
-                Ok(None)
+                end.transpose().map(|_| None)
             }
         }
     }
@@ -259,20 +180,17 @@ impl PyBatchStream {
 }
 
 impl PyBatchStream {
-    /// Tells the thread to stop, unblocks it, and waits for it without the GIL (it may need the
-    /// GIL to read a Python iterator); at the interpreter's exit it does not wait.
+    /// Tells the thread to stop, unblocks it, and waits for it (see [`readers::wait`]).
     fn finish(&mut self, py: Python<'_>) {
-        self.stop.store(true, Ordering::Relaxed);
-        drop(self.rx.take());
-        if let Some(t) = self.thread.take() {
-            t.wait(py);
+        if let Some(done) = self.stream.stop() {
+            readers::wait(py, done);
         }
     }
 }
 
 impl Drop for PyBatchStream {
     fn drop(&mut self) {
-        if self.thread.is_some() {
+        if self.stream.running() {
             Python::attach(|py| self.finish(py));
         }
     }

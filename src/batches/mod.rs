@@ -39,7 +39,8 @@
 //! start and the ones of other DataLoader workers. `ahead.rs` is [`Ahead`]. [`pass`] is one pass
 //! of a stream read ahead: the epoch's setup, a table's row ranges held in memory, and the loop
 //! that feeds the batcher and hands the batches on in order (Python's `dlframe.batches` runs it
-//! on a background thread).
+//! on a background thread). [`stream`] runs a pass on one of the process's reader threads
+//! ([`readers`]) and hands its batches to a consumer through a channel.
 //!
 //! Layers: above [`crate::table`] and [`crate::transfer`].
 
@@ -47,8 +48,10 @@ mod ahead;
 mod batcher;
 pub mod pass;
 pub mod plan;
+pub mod readers;
 mod select;
 pub mod shuffle;
+pub mod stream;
 
 pub use ahead::Ahead;
 pub use batcher::{Batcher, InputColumns, Window};

@@ -62,6 +62,24 @@ impl Setup {
     }
 }
 
+impl Units {
+    /// The units of a source described by what it lists: its units' rows, or a table's rows and
+    /// the rows of a unit; neither is a stream.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for both.
+    pub fn of(listed: Option<Vec<u64>>, table: Option<(u64, u64)>) -> Result<Units> {
+        match (listed, table) {
+            (Some(u), None) => Ok(Units::Listed(u)),
+            (None, Some((total, unit))) => Ok(Units::Table { total, unit }),
+            (None, None) => Ok(Units::Stream),
+            (Some(_), Some(_)) => {
+                Err(Error::InvalidArgument("an epoch has units or a table, not both".into()))
+            }
+        }
+    }
+}
+
 impl Epoch {
     /// The plan, for a source of known length; None for a stream.
     ///
@@ -296,6 +314,14 @@ mod tests {
     use arrow_schema::{DataType, Field};
 
     use super::*;
+
+    #[test]
+    fn a_source_lists_units_or_a_table_or_nothing() {
+        assert_eq!(Units::of(Some(vec![3, 4]), None).unwrap(), Units::Listed(vec![3, 4]));
+        assert_eq!(Units::of(None, Some((10, 5))).unwrap(), Units::Table { total: 10, unit: 5 });
+        assert_eq!(Units::of(None, None).unwrap(), Units::Stream);
+        assert!(Units::of(Some(vec![1]), Some((1, 1))).unwrap_err().to_string().contains("not both"));
+    }
 
     fn column(values: std::ops::Range<i32>) -> (FieldRef, ArrayRef) {
         (Arc::new(Field::new("x", DataType::Int32, false)), Arc::new(Int32Array::from_iter_values(values)))
