@@ -23,6 +23,9 @@ pub enum ErrorKind {
     Type,
     /// Something below us failed (Python: `RuntimeError`).
     Runtime,
+    /// The object does not offer what was asked of it (Python: `AttributeError`, so that
+    /// `hasattr` says False and a consumer tries its next protocol).
+    Attribute,
 }
 
 /// Everything that can go wrong in dlframe.
@@ -192,6 +195,19 @@ pub enum Error {
     /// An error from arrow-rs.
     #[error(transparent)]
     Arrow(#[from] arrow_schema::ArrowError),
+    /// Memory offered in a form that cannot be taken as it is (a description that reaches
+    /// outside its buffer, memory the host cannot read). The message names the remedy.
+    #[error("{0}")]
+    Refused(String),
+    /// A tensor that does not offer an exchange protocol: an array interface of a device
+    /// tensor, the CUDA interface of a host tensor.
+    #[error("{protocol}: {why}")]
+    NotOffered {
+        /// The protocol, as Python names it (`__array_interface__`).
+        protocol: &'static str,
+        /// Why, and where the tensor is.
+        why: String,
+    },
     /// An error from Polars (moving chunks across its Arrow C interface, building a Series).
     #[cfg(feature = "polars")]
     #[error("polars: {0}")]
@@ -230,7 +246,8 @@ impl Error {
             | Error::InvalidDlpack(_)
             | Error::DeviceUnavailable { .. }
             | Error::NotOnHost { .. }
-            | Error::ExportRefused { .. } => ErrorKind::Buffer,
+            | Error::ExportRefused { .. }
+            | Error::Refused(_) => ErrorKind::Buffer,
             Error::InvalidLayout(_)
             | Error::InvalidInterface(_)
             | Error::InvalidExtensionMetadata { .. }
@@ -240,6 +257,7 @@ impl Error {
             | Error::InvalidArgument(_)
             | Error::InvalidStream { .. } => ErrorKind::Value,
             Error::Arrow(_) | Error::Cuda(_) => ErrorKind::Runtime,
+            Error::NotOffered { .. } => ErrorKind::Attribute,
             #[cfg(feature = "polars")]
             Error::Polars(_) => ErrorKind::Runtime,
         }

@@ -10,6 +10,7 @@
 //! | [`ErrorKind::Value`] (a bad value) | `ValueError` |
 //! | [`ErrorKind::Type`] | `TypeError` |
 //! | [`ErrorKind::Runtime`] (a failure below dlframe) | `RuntimeError` |
+//! | [`ErrorKind::Attribute`] (a protocol the tensor does not offer) | `AttributeError` |
 //! | [`Binding::WrongType`] | `TypeError` |
 //! | [`Binding::NoProtocol`] | `AttributeError` |
 //! | [`Binding::Malformed`] | `ValueError` |
@@ -86,6 +87,7 @@ fn exception_of(e: &dlframe::Error) -> (&'static str, fn(String) -> PyErr) {
         ErrorKind::Buffer => ("BufferError", PyBufferError::new_err::<String>),
         ErrorKind::Value => ("ValueError", PyValueError::new_err::<String>),
         ErrorKind::Type => ("TypeError", PyTypeError::new_err::<String>),
+        ErrorKind::Attribute => ("AttributeError", PyAttributeError::new_err::<String>),
         _ => ("RuntimeError", PyRuntimeError::new_err::<String>),
     }
 }

@@ -104,15 +104,7 @@ fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> 
     };
     let (dtype, data) = desc.start()?;
     let syclobj = get("syclobj").ok_or_else(|| bad("missing syclobj"))?;
-    let usm = usm_kind(x)?;
-    if !usm.host_readable {
-        return Err(Binding::Refused(format!(
-            "the SYCL memory is {} USM on a non-CPU device, which the host cannot read; copy it to \
-             the host first (e.g. dpctl.tensor.asnumpy)",
-            usm.kind
-        ))
-        .into());
-    }
+    usm_readable(x)?;
     let owner = Arc::new((PyOwner::new(x), PyOwner::new(&syclobj)));
     // SAFETY: host-readable USM (checked through dpctl) that stays valid while the exporter and
     // its queue or context live; the owner keeps both. The layout is checked by from_raw_parts.
@@ -130,20 +122,15 @@ fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> 
     Ok(Imported { tensor, syclobj: Some(syclobj.unbind()) })
 }
 
-struct UsmKind {
-    kind: String,
-    host_readable: bool,
-}
-
-fn usm_kind(x: &Bound<'_, PyAny>) -> Result<UsmKind> {
+/// Whether the host can read `x`'s USM memory, as dpctl tells its kind and device.
+fn usm_readable(x: &Bound<'_, PyAny>) -> Result<()> {
     let memory = x.py().import("dpctl.memory").map_err(|_| {
         Binding::Refused("importing SYCL USM memory needs dpctl to tell its kind; pip install dpctl".into())
     })?;
     let mem = memory.call_method1("as_usm_memory", (x,))?;
     let kind: String = mem.call_method0("get_usm_type")?.extract()?;
     let on_cpu: bool = mem.getattr("sycl_device")?.getattr("is_cpu")?.extract()?;
-    let host_readable = matches!(kind.as_str(), "shared" | "host") || (kind == "device" && on_cpu);
-    Ok(UsmKind { kind, host_readable })
+    Ok(SyclInterface::host_readable(&kind, on_cpu)?)
 }
 
 fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>, copy: CopyPolicy) -> Result<Tensor> {
@@ -197,23 +184,19 @@ fn interface_over_buffer(
 ) -> Result<Tensor> {
     let owner = get_buffer(x, ffi::PyBUF_SIMPLE)?;
     let (buf, len, readonly) = (owner.0.buf as usize, owner.0.len as usize, owner.0.readonly != 0);
-    desc.data = (buf.wrapping_add(offset), readonly);
-    let (dtype, strides) = desc.layout()?;
-    let extent = dlframe::tensor::check_layout(&desc.shape, &strides, dtype.itemsize())?;
-    let (lo, hi) = extent.byte_bounds(offset as i128, dtype.itemsize());
-    if extent.numel > 0 && (lo < 0 || hi > len as i128) {
-        return Err(Binding::Refused(format!(
-            "the __array_interface__ (shape {:?}, typestr {}, offset {offset}) reaches bytes {lo}..{hi} of an \
-             object whose buffer holds {len} bytes",
-            desc.shape, desc.typestr
-        ))
-        .into());
-    }
-    let data = if extent.numel == 0 { buf as *mut u8 } else { desc.data.0 as *mut u8 };
-    // SAFETY: the layout lies inside the buffer (checked above), which stays valid until the
-    // view is released by the owner.
+    let (dtype, strides) = desc.within(buf, len, offset, readonly)?;
+    // SAFETY: the layout lies inside the buffer (checked by `within`), which stays valid until
+    // the view is released by the owner.
     let t = unsafe {
-        Tensor::from_raw_parts(data, desc.shape, Some(strides), dtype, Device::Cpu, readonly, Arc::new(owner))
+        Tensor::from_raw_parts(
+            desc.data.0 as *mut u8,
+            desc.shape,
+            Some(strides),
+            dtype,
+            Device::Cpu,
+            readonly,
+            Arc::new(owner),
+        )
     }?;
     Ok(with_units(t, &desc.typestr, copy)?)
 }
@@ -232,19 +215,45 @@ fn get_buffer(x: &Bound<'_, PyAny>, flags: c_int) -> Result<BufferOwner> {
 /// An array-interface description as the Python dict numpy and CUDA consumers read; `stream`
 /// is written only when the description has one. Never a `mask` key.
 pub(crate) fn interface_dict<'py>(py: Python<'py>, ai: &ArrayInterface) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("shape", pyo3::types::PyTuple::new(py, &ai.shape)?)?;
-    d.set_item("typestr", ai.typestr.to_string())?;
+    let d = common_dict(py, &ai.shape, ai.typestr.to_string(), ai.data, ai.strides.as_deref(), ai.version)?;
     d.set_item("descr", vec![(String::new(), ai.typestr.to_string())])?;
-    d.set_item("data", (ai.data.0, ai.data.1))?;
-    match &ai.strides {
-        Some(s) => d.set_item("strides", pyo3::types::PyTuple::new(py, s)?)?,
-        None => d.set_item("strides", py.None())?,
-    }
-    d.set_item("version", ai.version)?;
     if let Some(stream) = ai.stream {
         d.set_item("stream", stream)?;
     }
+    Ok(d)
+}
+
+/// A SYCL USM description as `__sycl_usm_array_interface__` v1 gives it, with its queue or
+/// context.
+pub(crate) fn sycl_dict<'py>(
+    py: Python<'py>,
+    s: &SyclInterface,
+    syclobj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = common_dict(py, &s.shape, s.typestr.to_string(), s.data, s.strides.as_deref(), s.version)?;
+    d.set_item("offset", s.offset)?;
+    d.set_item("syclobj", syclobj)?;
+    Ok(d)
+}
+
+/// The keys the array interfaces share: `strides` is None for C order.
+fn common_dict<'py>(
+    py: Python<'py>,
+    shape: &[i64],
+    typestr: String,
+    data: (usize, bool),
+    strides: Option<&[i64]>,
+    version: impl IntoPyObject<'py>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("shape", pyo3::types::PyTuple::new(py, shape)?)?;
+    d.set_item("typestr", typestr)?;
+    d.set_item("data", data)?;
+    match strides {
+        Some(s) => d.set_item("strides", pyo3::types::PyTuple::new(py, s)?)?,
+        None => d.set_item("strides", py.None())?,
+    }
+    d.set_item("version", version)?;
     Ok(d)
 }
 

@@ -1,7 +1,6 @@
 //! `dlframe.Tensor`: one tensor that speaks DLPack (both versions), `__array_interface__`,
 //! `__array_struct__` and the Arrow PyCapsule interface.
 
-use arrow_schema::DataType;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
@@ -9,7 +8,7 @@ use pyo3::types::{PyCapsule, PyDict, PyTuple};
 use dlframe::arrow::tensor_to_column_with;
 use dlframe::dlpack::ExportRequest;
 use dlframe::interface::array_struct::ArrayStruct;
-use dlframe::interface::{ArrayInterface, TypeStr};
+use dlframe::interface::{ArrayInterface, SyclInterface};
 use dlframe::options::CopyPolicy;
 use dlframe::{DType, Device, Tensor, transfer};
 
@@ -17,7 +16,7 @@ use crate::args::{CopyArg, DlDevice, DlpackStream, MaxVersion};
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::gil;
-use crate::interface::interface_dict;
+use crate::interface::{interface_dict, sycl_dict};
 use crate::to_python::to_pyarrow;
 
 /// A tensor over Arrow (or foreign) memory. Shared Arrow memory is read-only; copies are
@@ -112,56 +111,19 @@ impl PyTensor {
     /// 0), on which consumers must order their work. No `mask`.
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
-        let t = &self.inner;
-        let (Device::Cuda(_), Some(sync)) = (t.device(), t.sync()) else {
-            return Err(Binding::NoProtocol(format!(
-                "__cuda_array_interface__: the tensor is on {}",
-                t.device()
-            ))
-            .into());
-        };
-        let mut ai = ArrayInterface::from_tensor(t, TypeStr::from_dtype(t.dtype())?);
-        ai.stream = Some(sync.producer_stream().max(1) as i64);
-        Ok(interface_dict(py, &ai)?)
+        Ok(interface_dict(py, &ArrayInterface::for_cuda(&self.inner)?)?)
     }
 
     /// numpy's array interface v3; `data` is `(pointer, read_only)`. No `mask` key, ever.
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
-        if !self.inner.device().is_host_accessible() {
-            return Err(Binding::NoProtocol(format!(
-                "__array_interface__: the tensor is on {}",
-                self.inner.device()
-            ))
-            .into());
-        }
-        let typestr = match self.inner.logical().map(|f| TypeStr::from_arrow(f.data_type())) {
-            Some(Ok(ts)) if self.inner.ndim() <= 1 && ts.to_dtype().ok() == Some(self.inner.dtype()) => ts,
-            _ => TypeStr::from_dtype(self.inner.dtype())?,
-        };
-        Ok(interface_dict(py, &ArrayInterface::from_tensor(&self.inner, typestr))?)
+        Ok(interface_dict(py, &ArrayInterface::for_host(&self.inner)?)?)
     }
 
     /// numpy's legacy `__array_struct__`: an unnamed capsule whose context holds this tensor.
     #[getter]
     fn __array_struct__<'py>(slf: &Bound<'py, Self>) -> Result<Bound<'py, PyAny>> {
-        let t = &slf.get().inner;
-        if !t.device().is_host_accessible() {
-            return Err(
-                Binding::NoProtocol(format!("__array_struct__: the tensor is on {}", t.device())).into()
-            );
-        }
-        // The struct cannot say "datetime64[unit]"; numpy then falls back to
-        // __array_interface__, whose typestr can.
-        if t.logical().is_some_and(|f| {
-            matches!(f.data_type(), DataType::Timestamp(..) | DataType::Date64 | DataType::Duration(_))
-        }) {
-            return Err(Binding::NoProtocol(
-                "__array_struct__: datetimes are described by __array_interface__".into(),
-            )
-            .into());
-        }
-        let holder = ArrayStruct::describe(t, !t.shared_readonly())?;
+        let holder = ArrayStruct::export(&slf.get().inner)?;
         let raw = Box::into_raw(holder);
         let py = slf.py();
         // SAFETY: an unnamed capsule (numpy asks for the NULL name) over the boxed holder.
@@ -203,20 +165,7 @@ impl PyTensor {
             )
             .into());
         };
-        let t = &self.inner;
-        let d = PyDict::new(py);
-        d.set_item("data", (if t.numel() == 0 { 0 } else { t.data_ptr() as usize }, t.shared_readonly()))?;
-        d.set_item("shape", PyTuple::new(py, t.shape())?)?;
-        if t.is_c_contiguous() {
-            d.set_item("strides", py.None())?;
-        } else {
-            d.set_item("strides", PyTuple::new(py, t.strides())?)?;
-        }
-        d.set_item("offset", 0)?;
-        d.set_item("typestr", TypeStr::from_dtype(t.dtype())?.to_string())?;
-        d.set_item("syclobj", syclobj.bind(py))?;
-        d.set_item("version", 1)?;
-        Ok(d)
+        Ok(sycl_dict(py, &SyclInterface::describe(&self.inner)?, syclobj.bind(py))?)
     }
 
     /// The extents.

@@ -61,6 +61,25 @@ pub struct ArrayStruct {
 unsafe impl Send for ArrayStruct {}
 
 impl ArrayStruct {
+    /// numpy's `__array_struct__` of a tensor (copies nothing), writable unless its memory is
+    /// shared read-only.
+    ///
+    /// # Errors
+    /// [`Error::NotOffered`] for a tensor the host cannot read, and for datetimes, whose unit
+    /// the struct cannot say (numpy then reads `__array_interface__`, whose typestr can);
+    /// [`Error::UnsupportedDType`] as [`ArrayStruct::describe`].
+    pub fn export(t: &Tensor) -> Result<Box<Self>> {
+        super::host_only(t, "__array_struct__")?;
+        if t.logical().is_some_and(|f| {
+            use arrow_schema::DataType::{Date64, Duration, Timestamp};
+            matches!(f.data_type(), Timestamp(..) | Date64 | Duration(_))
+        }) {
+            let why = "datetimes are described by __array_interface__".into();
+            return Err(Error::NotOffered { protocol: "__array_struct__", why });
+        }
+        Self::describe(t, !t.shared_readonly())
+    }
+
     /// Describes a host tensor (without copying; the caller keeps the tensor alive as long as
     /// the struct). `writable` is false for memory consumers must not write.
     ///

@@ -7,6 +7,7 @@
 
 pub mod array_struct;
 pub mod datetime;
+pub mod ndarray;
 pub mod typestr;
 
 use serde::{Deserialize, Serialize};
@@ -84,6 +85,68 @@ impl ArrayInterface {
         }
     }
 
+    /// numpy's `__array_interface__` of a host tensor (copies nothing): the typestr of its
+    /// Arrow type where a 1-D tensor has one of the same storage (datetimes keep their unit),
+    /// else of its dtype.
+    ///
+    /// # Errors
+    /// [`Error::NotOffered`] for a tensor the host cannot read; [`Error::UnsupportedDType`] for
+    /// a dtype with no typestr (bfloat16, float8).
+    pub fn for_host(t: &Tensor) -> Result<Self> {
+        host_only(t, "__array_interface__")?;
+        let typestr = match t.logical().map(|f| TypeStr::from_arrow(f.data_type())) {
+            Some(Ok(ts)) if t.ndim() <= 1 && ts.to_dtype().ok() == Some(t.dtype()) => ts,
+            _ => TypeStr::from_dtype(t.dtype())?,
+        };
+        Ok(ArrayInterface::from_tensor(t, typestr))
+    }
+
+    /// `__cuda_array_interface__` v3 of a CUDA tensor (copies nothing): `stream` is the
+    /// producer's stream, never 0, on which consumers must order their work.
+    ///
+    /// # Errors
+    /// [`Error::NotOffered`] for a tensor not on a CUDA device, or without a stream;
+    /// [`Error::UnsupportedDType`] as [`ArrayInterface::for_host`].
+    pub fn for_cuda(t: &Tensor) -> Result<Self> {
+        let (crate::Device::Cuda(_), Some(sync)) = (t.device(), t.sync()) else {
+            let why = format!("the tensor is on {}", t.device());
+            return Err(Error::NotOffered { protocol: "__cuda_array_interface__", why });
+        };
+        let mut ai = ArrayInterface::from_tensor(t, TypeStr::from_dtype(t.dtype())?);
+        ai.stream = Some(sync.producer_stream().max(1) as i64);
+        Ok(ai)
+    }
+
+    /// Checks that `len` bytes from `base` hold the described array, whose first element lies
+    /// `offset` bytes past `base` (an interface without `data` over an object's own buffer), and
+    /// sets `data` there. An empty array points at `base`.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] for a layout that reaches outside the buffer; as
+    /// [`ArrayInterface::layout`].
+    pub fn within(
+        &mut self,
+        base: usize,
+        len: usize,
+        offset: usize,
+        readonly: bool,
+    ) -> Result<(DType, Vec<i64>)> {
+        self.data = (base.wrapping_add(offset), readonly);
+        let (dtype, strides) = self.layout()?;
+        let extent = check_layout(&self.shape, &strides, dtype.itemsize())?;
+        let (lo, hi) = extent.byte_bounds(offset as i128, dtype.itemsize());
+        if extent.numel == 0 {
+            self.data.0 = base;
+        } else if lo < 0 || hi > len as i128 {
+            return Err(Error::Refused(format!(
+                "the __array_interface__ (shape {:?}, typestr {}, offset {offset}) reaches bytes {lo}..{hi} of an \
+                 object whose buffer holds {len} bytes",
+                self.shape, self.typestr
+            )));
+        }
+        Ok((dtype, strides))
+    }
+
     /// The dtype and the strides in elements, validated (nothing is read).
     ///
     /// # Errors
@@ -149,7 +212,46 @@ pub struct SyclInterface {
     pub offset: i64,
 }
 
+/// Refuses an array interface of a tensor the host cannot read.
+pub(crate) fn host_only(t: &Tensor, protocol: &'static str) -> Result<()> {
+    match t.device().is_host_accessible() {
+        true => Ok(()),
+        false => Err(Error::NotOffered { protocol, why: format!("the tensor is on {}", t.device()) }),
+    }
+}
+
 impl SyclInterface {
+    /// Describes a tensor over SYCL USM memory (copies nothing): strides in elements, `None`
+    /// for C order.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] for a dtype with no typestr.
+    pub fn describe(t: &Tensor) -> Result<Self> {
+        Ok(SyclInterface {
+            version: 1,
+            shape: t.shape().to_vec(),
+            typestr: TypeStr::from_dtype(t.dtype())?,
+            data: (if t.numel() == 0 { 0 } else { t.data_ptr() as usize }, t.shared_readonly()),
+            strides: (!t.is_c_contiguous()).then(|| t.strides().to_vec()),
+            offset: 0,
+        })
+    }
+
+    /// Whether the host can read USM memory of `kind` (`"shared"`, `"host"`, `"device"`) whose
+    /// device is (`on_cpu`) or is not a CPU: only then is it imported without a copy.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] for device allocations of another device, naming the remedy.
+    pub fn host_readable(kind: &str, on_cpu: bool) -> Result<()> {
+        if matches!(kind, "shared" | "host") || (kind == "device" && on_cpu) {
+            return Ok(());
+        }
+        Err(Error::Refused(format!(
+            "the SYCL memory is {kind} USM on a non-CPU device, which the host cannot read; copy it to \
+             the host first (e.g. dpctl.tensor.asnumpy)"
+        )))
+    }
+
     /// The dtype and the address of the first element, validated (nothing is read; the
     /// layout itself is checked when the tensor is made).
     ///
@@ -201,6 +303,65 @@ mod tests {
         assert!(bad(SyclInterface { offset: i64::MAX, ..ok.clone() }).contains("overflows"));
         assert!(bad(SyclInterface { data: (0, false), offset: 0, ..ok.clone() }).contains("NULL"));
         assert!(SyclInterface { data: (0, false), shape: vec![0], offset: 0, ..ok }.start().is_ok());
+        // Only USM the host can read is imported.
+        assert!(["shared", "host"].iter().all(|k| SyclInterface::host_readable(k, false).is_ok()));
+        assert!(SyclInterface::host_readable("device", true).is_ok());
+        let e = SyclInterface::host_readable("device", false).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Buffer);
+        assert!(e.to_string().starts_with("the SYCL memory is device USM on a non-CPU device"), "{e}");
+    }
+
+    fn timestamps() -> Tensor {
+        use arrow_schema::{DataType, Field, TimeUnit};
+        let field = Field::new("t", DataType::Timestamp(TimeUnit::Millisecond, None), false);
+        Tensor::from_vec(vec![1i64, 2], vec![2]).unwrap().with_logical(Some(std::sync::Arc::new(field)))
+    }
+
+    #[test]
+    fn each_protocol_is_offered_only_where_its_consumer_can_read() {
+        let t = Tensor::from_vec(vec![1.0f32; 4], vec![2, 2]).unwrap();
+        assert_eq!(ArrayInterface::for_host(&t).unwrap().typestr.to_string(), "<f4");
+        // A datetime keeps its unit in the typestr, and is left to it by the struct.
+        assert_eq!(ArrayInterface::for_host(&timestamps()).unwrap().typestr.to_string(), "<M8[ms]");
+        let e = array_struct::ArrayStruct::export(&timestamps()).map(|_| ()).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Attribute, "{e}");
+        assert!(array_struct::ArrayStruct::export(&t).is_ok());
+        // A host tensor has no CUDA interface; hasattr says False (AttributeError).
+        let e = ArrayInterface::for_cuda(&t).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.to_string()),
+            (crate::ErrorKind::Attribute, "__cuda_array_interface__: the tensor is on cpu".into())
+        );
+        let (dtype, first) = SyclInterface::describe(&t).unwrap().start().unwrap();
+        assert_eq!((dtype, first), (DType::Float32, t.data_ptr() as usize));
+    }
+
+    #[test]
+    fn an_interface_over_a_buffer_stays_inside_it() {
+        let desc = |shape: Vec<i64>, strides: Option<Vec<i64>>| ArrayInterface {
+            shape,
+            typestr: "<f4".parse().unwrap(),
+            data: (0, true),
+            strides,
+            descr: Vec::new(),
+            version: 3,
+            stream: None,
+        };
+        let mut a = desc(vec![2], None);
+        assert_eq!(a.within(4096, 12, 4, true).unwrap(), (DType::Float32, vec![1]));
+        assert_eq!(a.data, (4100, true));
+        let e = desc(vec![5], None).within(4096, 16, 0, false).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Buffer);
+        assert!(
+            e.to_string().contains("reaches bytes 0..20 of an object whose buffer holds 16 bytes"),
+            "{e}"
+        );
+        // Backwards strides reach before the offset: still inside when the offset allows it.
+        assert!(desc(vec![2], Some(vec![-4])).within(4096, 8, 4, false).is_ok());
+        assert!(desc(vec![2], Some(vec![-4])).within(4096, 8, 0, false).is_err());
+        let mut empty = desc(vec![0], None);
+        assert!(empty.within(4096, 0, 64, false).is_ok());
+        assert_eq!(empty.data.0, 4096);
     }
 
     #[test]
