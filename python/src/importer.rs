@@ -26,10 +26,9 @@ use crate::to_python::{array_method, to_pyarrow};
 /// Imports `x` (which has `__dlpack__`) along the core's import ladder
 /// (`dlframe::dlpack::ImportRequest`, docs/conformance.md item 16): its type's exchange table,
 /// numpy's struct, `__dlpack__`, and, where `__dlpack__` refuses with BufferError (numpy has no
-/// DLPack form of `datetime64`), the array interface. The core decides the order, what a
-/// failure leads to and the `__dlpack__` call; this only reads the object and makes the calls.
-/// Where the interface refuses too, the DLPack error is raised, except for a datetime, whose
-/// refusal names its unit.
+/// DLPack form of `datetime64` or of ml_dtypes' types), an ml_dtypes array's bits and the array
+/// interface. The core decides the order, what a failure leads to and the `__dlpack__` call;
+/// this only reads the object and makes the calls.
 fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result<Tensor> {
     let py = x.py();
     let request = ImportRequest { copy, keep };
@@ -43,13 +42,21 @@ fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result
         ndarray: array.is_some(),
         dlpack: true,
     };
+    // The last refusal that handed over to the next rung: `__dlpack__`'s, when the rungs after
+    // it decline.
     let mut refused = None;
     for rung in request.rungs(offer) {
         let tried = match rung {
             Rung::Table => table.map(|t| exchange::import(x, t)).transpose(),
             Rung::NdArray => Ok(array.and_then(ndarray::NdArray::import)),
             Rung::Dlpack => dlpack_rung(x, &request, array.is_some()).map(Some),
-            Rung::Interface => Ok(None),
+            Rung::NamedBits => named_bits(x, copy),
+            Rung::Interface => match interface::import(x, CopyPolicy::from(copy)) {
+                Ok(imported) => Ok(imported.map(|i| i.tensor)),
+                // A datetime's refusal names its unit; any other leaves `__dlpack__`'s.
+                Err(refusal) if interface::is_datetime(x) => Err(refusal),
+                Err(_) => Ok(None),
+            },
         };
         match tried {
             Ok(Some(t)) => {
@@ -58,26 +65,12 @@ fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result
             }
             Ok(None) => {}
             Err(e) => match request.then(rung, failure_of(py, &e)) {
-                Then::Next => refused = Some((rung, e)),
+                Then::Next => refused = Some(e),
                 Then::Raise => return Err(e),
             },
         }
     }
-    match refused {
-        Some((Rung::Dlpack, _))
-            if array.is_some()
-                && let Some(t) = named_bits(x, copy)? =>
-        {
-            Ok(t)
-        }
-        Some((Rung::Dlpack, e)) => match interface::import(x, CopyPolicy::from(copy)) {
-            Ok(Some(imported)) => Ok(imported.tensor),
-            Err(refusal) if interface::is_datetime(x) => Err(refusal),
-            _ => Err(e),
-        },
-        Some((_, e)) => Err(e),
-        None => Err(Binding::NoProtocol("the object has no __dlpack__".into()).into()),
-    }
+    Err(refused.unwrap_or_else(|| Binding::NoProtocol("the object has no __dlpack__".into()).into()))
 }
 
 /// A numpy array of a dtype numpy itself lacks (ml_dtypes' bfloat16 and float8, which numpy's
@@ -124,8 +117,9 @@ fn dlpack_rung(x: &Bound<'_, PyAny>, request: &ImportRequest, ndarray: bool) -> 
             Err(_) => (1, 0),
         }
     };
-    match request.dlpack_call(DLDevice { device_type, device_id })? {
-        DlpackCall::OnDevice(device) => import_on_device(x, device),
+    let call = request.dlpack_call(DLDevice { device_type, device_id })?;
+    let t = match call {
+        DlpackCall::OnDevice(device) => on_device(x, device)?,
         DlpackCall::Host { dl_device, copy, bare_last } => {
             // A copy of the shared keywords: an unknown producer may keep or change the dict.
             let kw = capsule::versioned_request(py)?.copy()?;
@@ -135,16 +129,14 @@ fn dlpack_rung(x: &Bound<'_, PyAny>, request: &ImportRequest, ndarray: bool) -> 
             if let Some(c) = copy {
                 kw.set_item(intern!(py, "copy"), c)?;
             }
-            let t = call_dlpack(x, &kw, bare_last)?;
-            if !t.device().is_host_accessible() {
-                return Err(Binding::Refused(format!(
-                    "the producer returned a {} tensor; Arrow needs host memory",
-                    t.device()
-                ))
-                .into());
-            }
-            Ok(t)
+            call_dlpack(x, &kw, bare_last)?
         }
+    };
+    request.returned(&call, t.device())?;
+    match call {
+        // Re-exported zero-copy with dlframe's stream semantics (torch -> dlframe -> cupy).
+        DlpackCall::OnDevice(_) => Ok(py.detach(|| transfer::adopt(t))?),
+        DlpackCall::Host { .. } => Ok(t),
     }
 }
 
@@ -171,25 +163,16 @@ fn call_dlpack(x: &Bound<'_, PyAny>, kw: &Bound<'_, PyDict>, bare_last: bool) ->
     Ok(capsule::consume(cap)?.into_tensor())
 }
 
-/// A CUDA tensor kept on its device (without copying): the producer is asked for it with
-/// `stream=` our stream on that device, so its pending work is ordered before ours, and the
-/// result re-exports zero-copy with our stream semantics (torch -> dlframe -> cupy).
-fn import_on_device(x: &Bound<'_, PyAny>, device: Device) -> Result<Tensor> {
+/// A CUDA tensor on its device (without copying): the producer is asked for it with `stream=`
+/// our stream on that device, so its pending work is ordered before ours.
+fn on_device(x: &Bound<'_, PyAny>, device: Device) -> Result<Tensor> {
     let py = x.py();
     // Refused here, before the producer is asked, when the device is out of reach.
     let stream = py.detach(|| transfer::stream_handle(device))?;
     let kw = capsule::versioned_request(py)?.copy()?;
     kw.set_item(intern!(py, "stream"), stream)?;
     // No bare call: without `stream` the producer would not order its work before ours.
-    let t = call_dlpack(x, &kw, false)?;
-    if t.device() != device {
-        return Err(Binding::Refused(format!(
-            "__dlpack_device__ said {device} but the producer returned a tensor on {}",
-            t.device()
-        ))
-        .into());
-    }
-    Ok(py.detach(|| transfer::adopt(t))?)
+    call_dlpack(x, &kw, false)
 }
 
 /// A tensor from a raw capsule: a CUDA one is adopted on its device, ordered after the legacy

@@ -40,8 +40,13 @@ pub enum Rung {
     NdArray,
     /// `__dlpack__`, as [`ImportRequest::dlpack_call`] says.
     Dlpack,
+    /// A numpy array of a dtype numpy lacks (ml_dtypes' bfloat16 and float8, which numpy's
+    /// `__dlpack__` refuses), read by its dtype's name as a view of its bits; declines any other
+    /// array.
+    NamedBits,
     /// The array interface (`__array_interface__`, `__array_struct__`, the buffer protocol),
-    /// which also carries a datetime's unit: asked when `__dlpack__` refuses.
+    /// which also carries a datetime's unit; declines (so that `__dlpack__`'s refusal stands)
+    /// unless it can say more (a datetime's unit that Arrow lacks).
     Interface,
 }
 
@@ -97,14 +102,16 @@ pub struct ImportRequest {
 
 impl ImportRequest {
     /// The rungs to try, in order. The two without a Python call come first, unless a copy is
-    /// asked for (which only the producer makes, through `__dlpack__`); the array interface is
-    /// not listed: it follows a refusal of `__dlpack__` ([`ImportRequest::then`]).
+    /// asked for (which only the producer makes, through `__dlpack__`). The two after
+    /// `__dlpack__` are reached only when it refuses ([`ImportRequest::then`]).
     pub fn rungs(&self, offer: Offer) -> impl Iterator<Item = Rung> {
         let shared = self.copy != Some(true);
         [
             (shared && offer.table).then_some(Rung::Table),
             (shared && offer.ndarray).then_some(Rung::NdArray),
             offer.dlpack.then_some(Rung::Dlpack),
+            (offer.dlpack && offer.ndarray).then_some(Rung::NamedBits),
+            offer.dlpack.then_some(Rung::Interface),
         ]
         .into_iter()
         .flatten()
@@ -112,7 +119,8 @@ impl ImportRequest {
 
     /// What follows a failure on `rung`. A table that cannot export the tensor hands over to
     /// `__dlpack__`, which says why in the producer's words; a table that is given the wrong
-    /// object says so. A `__dlpack__` that refuses hands over to the array interface.
+    /// object says so. A `__dlpack__` that refuses hands over to the rungs after it, and when
+    /// they decline, its refusal is the answer. A failure after it is the answer.
     pub fn then(&self, rung: Rung, failure: Failure) -> Then {
         match (rung, failure) {
             (Rung::Table, Failure::Refused | Failure::Other) => Then::Next,
@@ -151,6 +159,23 @@ impl ImportRequest {
         }
     }
 
+    /// Whether the tensor a producer returned for `call` is on the device asked for: host memory
+    /// for a host call, the device itself for a call that keeps it there.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] naming both devices.
+    pub fn returned(&self, call: &DlpackCall, device: Device) -> Result<()> {
+        match *call {
+            DlpackCall::Host { .. } if !device.is_host_accessible() => Err(Error::Refused(format!(
+                "the producer returned a {device} tensor; Arrow needs host memory"
+            ))),
+            DlpackCall::OnDevice(asked) if asked != device => Err(Error::Refused(format!(
+                "__dlpack_device__ said {asked} but the producer returned a tensor on {device}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether a tensor that a rung produced on `device` is the answer.
     ///
     /// # Errors
@@ -179,12 +204,14 @@ mod tests {
     fn the_calls_without_python_come_first_unless_a_copy_is_asked_for() {
         let torch = Offer { table: true, ndarray: false, dlpack: true };
         let numpy = Offer { table: false, ndarray: true, dlpack: true };
-        assert_eq!(rungs(None, torch), [Rung::Table, Rung::Dlpack]);
-        assert_eq!(rungs(Some(false), numpy), [Rung::NdArray, Rung::Dlpack]);
-        assert_eq!(rungs(Some(true), torch), [Rung::Dlpack]);
-        assert_eq!(rungs(Some(true), numpy), [Rung::Dlpack]);
+        use Rung::{Dlpack, Interface, NamedBits, NdArray, Table};
+        assert_eq!(rungs(None, torch), [Table, Dlpack, Interface]);
+        assert_eq!(rungs(Some(false), numpy), [NdArray, Dlpack, NamedBits, Interface]);
+        assert_eq!(rungs(Some(true), torch), [Dlpack, Interface]);
+        // A copy of an ml_dtypes array is made of its bits, after numpy's refusal.
+        assert_eq!(rungs(Some(true), numpy), [Dlpack, NamedBits, Interface]);
         // A table that must not answer (a tensor that requires grad) is no rung.
-        assert_eq!(rungs(None, Offer { table: false, ..torch }), [Rung::Dlpack]);
+        assert_eq!(rungs(None, Offer { table: false, ..torch }), [Dlpack, Interface]);
         assert!(rungs(None, Offer::default()).is_empty());
     }
 
@@ -197,6 +224,7 @@ mod tests {
         assert_eq!(r.then(Rung::Dlpack, Failure::Refused), Then::Next);
         assert_eq!(r.then(Rung::Dlpack, Failure::WrongObject), Then::Raise);
         assert_eq!(r.then(Rung::Dlpack, Failure::Other), Then::Raise);
+        assert_eq!(r.then(Rung::NamedBits, Failure::Refused), Then::Raise);
         assert_eq!(r.then(Rung::Interface, Failure::Refused), Then::Raise);
     }
 
@@ -226,6 +254,15 @@ mod tests {
         );
         let e = keep.dlpack_call(ROCM).unwrap_err();
         assert!(e.to_string().contains("copy=True"), "{e}");
+        // The producer's tensor must be where the call asked for it.
+        let host_call = host(None).dlpack_call(CPU).unwrap();
+        assert!(host(None).returned(&host_call, Device::Cpu).is_ok());
+        let e = host(None).returned(&host_call, Device::Cuda(0)).unwrap_err().to_string();
+        assert_eq!(e, "the producer returned a cuda:0 tensor; Arrow needs host memory");
+        let on = keep.dlpack_call(CUDA1).unwrap();
+        assert!(keep.returned(&on, Device::Cuda(1)).is_ok());
+        let e = keep.returned(&on, Device::Cuda(0)).unwrap_err().to_string();
+        assert_eq!(e, "__dlpack_device__ said cuda:1 but the producer returned a tensor on cuda:0");
         // A CUDA tensor from a rung is the answer only where it may stay on its device.
         assert!(keep.accept(Device::Cuda(0)).is_ok() && host(None).accept(Device::Cpu).is_ok());
         assert!(matches!(
