@@ -19,12 +19,12 @@ use std::sync::OnceLock;
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
 
-use crate::arrow::{Converted, columns_to_tensor, is_list_like, is_ragged, to_tensor};
+use crate::arrow::{Converted, columns_to_tensor, copy_allowed, is_list_like, is_ragged, to_tensor};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::options::{CopyPolicy, ExportOptions, Order};
+use crate::options::{ExportOptions, NullPolicy, Order};
 use crate::tensor::Tensor;
 
 #[cfg(feature = "cuda")]
@@ -150,6 +150,29 @@ pub fn all_valid_like(values: &Tensor) -> Result<Tensor> {
     move_to(&host.with_copied(true), values.device())
 }
 
+/// The tensors a conversion hands its caller, in order: the values; under
+/// [`NullPolicy::Mask`] the mask ([`all_valid_like`] when there were no nulls, which
+/// allocates); a ragged column's lengths or offsets. With a consumer's `stream` (a CUDA
+/// handle), that stream is made to wait for the work that made them.
+///
+/// # Errors
+/// A device error.
+pub fn handed_over(c: Converted, nulls: NullPolicy, stream: Option<usize>) -> Result<Vec<Tensor>> {
+    let Converted { values, mask, index } = c;
+    let mask = match (nulls, mask) {
+        (NullPolicy::Mask, None) => Some(all_valid_like(&values)?),
+        (NullPolicy::Mask, m) => m,
+        _ => None,
+    };
+    let parts: Vec<Tensor> = std::iter::once(values).chain(mask).chain(index).collect();
+    if let Some(h) = stream {
+        for sync in parts.iter().filter_map(Tensor::sync) {
+            sync.wait_on(h)?;
+        }
+    }
+    Ok(parts)
+}
+
 /// The tensor on `device`: the same tensor when it is already there (no copy; host-readable
 /// memory counts as the CPU), otherwise one copy. A host tensor goes to a CUDA device in one
 /// transfer, in its own dense layout (C, F or another order of its dimensions; a layout with
@@ -227,7 +250,7 @@ pub fn column_on(
     opts: &ExportOptions,
     device: Device,
 ) -> Result<Converted> {
-    copy_allowed(opts, device, || format!("column '{}'", field.name()))?;
+    copy_allowed(opts.copy, device, || format!("column '{}'", field.name()))?;
     // A list view's rows are laid end to end first, on the host, for every device.
     if let Some((lists, chunks)) = crate::arrow::list_views_laid_out(field, chunks, opts)? {
         let c = column_on(&lists, &chunks, opts, device)?;
@@ -270,7 +293,7 @@ pub fn matrix_on(
     opts: &ExportOptions,
     device: Device,
 ) -> Result<Converted> {
-    copy_allowed(opts, device, || format!("{} columns", fields.len()))?;
+    copy_allowed(opts.copy, device, || format!("{} columns", fields.len()))?;
     match device {
         Device::Cpu => columns_to_tensor(fields, columns, opts),
         Device::Cuda(_) => {
@@ -279,18 +302,6 @@ pub fn matrix_on(
         }
         d => Err(unsupported(d)),
     }
-}
-
-/// Refuses `copy=False` for a conversion onto any device but the CPU, before the device is
-/// reached: host memory that moves to a device is copied there, whatever the data.
-///
-/// # Errors
-/// [`Error::CopyRequired`] naming `what` and the device.
-fn copy_allowed(opts: &ExportOptions, device: Device, what: impl FnOnce() -> String) -> Result<()> {
-    if opts.copy == CopyPolicy::Never && device != Device::Cpu {
-        return Err(Error::CopyRequired { reason: format!("{} moves from host memory to {device}", what()) });
-    }
-    Ok(())
 }
 
 fn cuda_ordinal(device: Device) -> Result<usize> {
@@ -361,6 +372,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_conversion_hands_over_its_values_then_the_mask_asked_for_then_its_index() {
+        let values = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], vec![3]).unwrap();
+        let index = Tensor::from_vec(vec![0i64, 3], vec![2]).unwrap();
+        let c =
+            |mask: Option<Tensor>, index: Option<Tensor>| Converted { values: values.clone(), mask, index };
+        let dtypes = |parts: Vec<Tensor>| parts.iter().map(|t| t.dtype()).collect::<Vec<_>>();
+        assert_eq!(dtypes(handed_over(c(None, None), NullPolicy::Error, None).unwrap()), [DType::Float32]);
+        // Under nulls="mask" a column without nulls gets an all-true mask of its shape.
+        let parts = handed_over(c(None, Some(index.clone())), NullPolicy::Mask, None).unwrap();
+        assert_eq!(dtypes(parts.clone()), [DType::Float32, DType::Bool, DType::Int64]);
+        // SAFETY: a host bool tensor of 3 elements, alive in `parts`.
+        let mask = unsafe { std::slice::from_raw_parts(parts[1].data_ptr() as *const bool, 3) };
+        assert_eq!((parts[1].shape(), mask), (&[3][..], &[true; 3][..]));
+        let filled = NullPolicy::Fill(crate::options::Scalar::Float(0.0));
+        assert_eq!(
+            dtypes(handed_over(c(None, Some(index)), filled, Some(7)).unwrap()),
+            [DType::Float32, DType::Int64]
+        );
+    }
+
+    #[test]
     fn host_tensors_stay_where_they_are_and_unreachable_devices_say_so() {
         let t = Tensor::from_vec(vec![1.0f32, 2.0], vec![2]).unwrap();
         assert_eq!(move_to(&t, Device::Cpu).unwrap().data_ptr(), t.data_ptr());
@@ -384,7 +416,7 @@ mod tests {
         use arrow_schema::{DataType, Field};
         let field: FieldRef = Arc::new(Field::new("x", DataType::Float32, false));
         let chunks: Vec<ArrayRef> = vec![Arc::new(Float32Array::from(vec![1.0, 2.0]))];
-        let never = ExportOptions { copy: CopyPolicy::Never, ..Default::default() };
+        let never = ExportOptions { copy: crate::options::CopyPolicy::Never, ..Default::default() };
         // Shared on the CPU; a copy onto any CUDA device, present or not.
         assert!(column_on(&field, &chunks, &never, Device::Cpu).is_ok());
         for device in [Device::Cuda(0), Device::Cuda(1_000)] {

@@ -12,12 +12,13 @@ use arrow_schema::{DataType, FieldRef};
 use super::read::{
     bool_bytes, column_ref, leaf_of, leaf_validity, null_row_slots, segments, validity_bytes, validity_of,
 };
-use super::spec::{ColumnSpec, MatrixSpec};
+use super::spec::{ColumnSpec, Execution, MatrixSpec};
 use super::to_tensor::from_leaf;
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef};
-use crate::options::{CopyPolicy, ExportOptions, Inexact, Order, Scalar};
+use crate::options::{ExportOptions, Inexact, Order, Scalar};
 use crate::tensor::{Tensor, is_f_contiguous};
 
 /// A tensor and, under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask), its validity
@@ -51,14 +52,10 @@ pub(crate) fn plain_to_tensor(
     opts: &ExportOptions,
 ) -> Result<Converted> {
     let spec = ColumnSpec::new(field, chunks, opts)?;
-    let values = match &spec.copy_reason {
-        None => shared(&spec)?,
-        Some(reason) if opts.copy == CopyPolicy::Never => {
-            return Err(Error::CopyRequired { reason: reason.clone() });
-        }
-        // The F-order copy below is the one copy.
-        Some(_) if spec.fortran && spec.shareable => shared(&spec)?,
-        Some(_) => copy_column(&spec)?,
+    let values = match spec.execution(opts.copy, Device::Cpu)? {
+        // Under order="F", `in_order` below makes the one copy.
+        Execution::Share | Execution::ShareThenReorder => shared(&spec)?,
+        Execution::Copy | Execution::Upload => copy_column(&spec)?,
     };
     let mask = spec.mask.then(|| validity_mask(&spec)).transpose()?;
     in_order(Converted { values, mask, index: None }, opts.order)

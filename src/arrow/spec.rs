@@ -10,6 +10,7 @@ use arrow_schema::{DataType, FieldRef};
 
 use super::layout::{CellLayout, name_column};
 use super::read::{check_chunk_types, lists_as_fixed_chunks, nested_null_count};
+use crate::device::Device;
 use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -54,7 +55,52 @@ pub(crate) struct ColumnSpec {
     pub fortran: bool,
 }
 
+/// What a conversion does with a column's memory ([`ColumnSpec::execution`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Execution {
+    /// A tensor over the column's own memory (no copy).
+    Share,
+    /// A view of the column's own memory, gathered into F order (`order="F"`: the one copy).
+    ShareThenReorder,
+    /// One fused copy pass on the host.
+    Copy,
+    /// One upload and one kernel on the device.
+    Upload,
+}
+
+/// Refuses `copy=False` for a conversion onto any device but the CPU, before the device is
+/// reached: host memory that moves to a device is copied there, whatever the data.
+///
+/// # Errors
+/// [`Error::CopyRequired`] naming `what` and the device.
+pub fn copy_allowed(copy: CopyPolicy, device: Device, what: impl FnOnce() -> String) -> Result<()> {
+    if copy == CopyPolicy::Never && device != Device::Cpu {
+        return Err(Error::CopyRequired { reason: format!("{} moves from host memory to {device}", what()) });
+    }
+    Ok(())
+}
+
 impl ColumnSpec {
+    /// Share, copy or refuse: the one answer for this column on `device` under `copy`, which
+    /// the CPU's executor and the device plan both take. A column the host shares as it is stays
+    /// shared on the CPU (also under `order="F"`, gathered into F order after); onto a device it
+    /// is always a copy; `copy=False` where a copy is needed is refused, naming why.
+    ///
+    /// # Errors
+    /// [`Error::CopyRequired`] under [`CopyPolicy::Never`] when a copy is needed.
+    pub fn execution(&self, copy: CopyPolicy, device: Device) -> Result<Execution> {
+        copy_allowed(copy, device, || format!("column '{}'", self.field.name()))?;
+        Ok(match &self.copy_reason {
+            _ if device != Device::Cpu => Execution::Upload,
+            None => Execution::Share,
+            Some(reason) if copy == CopyPolicy::Never => {
+                return Err(Error::CopyRequired { reason: reason.clone() });
+            }
+            Some(_) if self.fortran && self.shareable => Execution::ShareThenReorder,
+            Some(_) => Execution::Copy,
+        })
+    }
+
     /// Checks one column against `opts` and says what its tensor will be.
     ///
     /// # Errors
@@ -263,5 +309,54 @@ impl MatrixSpec {
         let storage = if target == DType::Bool { DType::UInt8 } else { target };
         let mask = opts.nulls == NullPolicy::Mask && null_count > 0;
         Ok(MatrixSpec { n, k, dtypes, target, storage, fill, shape, strides, mask, inexact: opts.inexact })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{BooleanArray, Int32Array};
+    use arrow_schema::Field;
+
+    use super::*;
+
+    fn spec(a: ArrayRef, opts: &ExportOptions) -> ColumnSpec {
+        let field = Arc::new(Field::new("a", a.data_type().clone(), true));
+        ColumnSpec::new(&field, &[a], opts).unwrap()
+    }
+
+    #[test]
+    fn one_answer_shares_copies_or_refuses_a_column_on_each_device() {
+        use CopyPolicy::{Always, IfNeeded, Never};
+        use Execution::{Copy, Share, ShareThenReorder, Upload};
+        let ints: ArrayRef = Arc::new(Int32Array::from(vec![1, 2]));
+        let bools: ArrayRef = Arc::new(BooleanArray::from(vec![true, false]));
+        let (cpu, gpu) = (Device::Cpu, Device::Cuda(0));
+        let with = |copy| ExportOptions { copy, ..Default::default() };
+        let answer = |a: &ArrayRef, copy, device| {
+            spec(a.clone(), &with(copy)).execution(copy, device).map_err(|e| e.to_string())
+        };
+        assert_eq!(answer(&ints, IfNeeded, cpu), Ok(Share));
+        assert_eq!(answer(&ints, Never, cpu), Ok(Share));
+        assert_eq!(answer(&ints, Always, cpu), Ok(Copy));
+        assert_eq!(answer(&bools, IfNeeded, cpu), Ok(Copy));
+        assert!(answer(&bools, Never, cpu).unwrap_err().contains("boolean, which Arrow bit-packs"));
+        // Onto a device, every column is a copy, and copy=False is refused before anything.
+        assert_eq!(answer(&ints, IfNeeded, gpu), Ok(Upload));
+        assert!(
+            answer(&ints, Never, gpu).unwrap_err().contains("column 'a' moves from host memory to cuda:0")
+        );
+        // A 2-D column shared on the CPU and asked for in F order: shared, then gathered.
+        let cells: ArrayRef = Arc::new(arrow_array::FixedSizeListArray::new(
+            Arc::new(Field::new("item", DataType::Int32, false)),
+            2,
+            Arc::new(Int32Array::from(vec![1, 2, 3, 4])),
+            None,
+        ));
+        let f = ExportOptions { order: Order::F, ..Default::default() };
+        assert_eq!(spec(cells.clone(), &f).execution(IfNeeded, cpu).ok(), Some(ShareThenReorder));
+        let f_never = ExportOptions { copy: Never, ..f };
+        assert!(spec(cells, &f_never).execution(Never, cpu).unwrap_err().to_string().contains("order='F'"));
     }
 }

@@ -100,7 +100,7 @@ pub fn to_device(
     opts: &ExportOptions,
     ordinal: usize,
 ) -> Result<Converted> {
-    transfer::run(gpu(ordinal)?, &plan::column(field, chunks, opts)?)
+    transfer::run(gpu(ordinal)?, &plan::column(field, chunks, opts, ordinal)?)
 }
 
 /// Several columns as one `(n, k)` CUDA tensor in C or F order on `cuda:ordinal` (copies, to
