@@ -8,7 +8,6 @@
 //! (`torch.float32`). The Polars plugin gets the same rules: its Python wrapper normalises
 //! `dtype=` with [`dtype_name`] before the keyword arguments are serialised.
 
-use arrow_schema::DataType;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString, PyTuple, PyType};
 use pyo3_arrow::PyDataType;
@@ -35,12 +34,11 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DTypeArg {
 
 /// What every dtype error lists as accepted: the dtype table's names, and the other spellings.
 fn accepted() -> String {
-    let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
     format!(
         "dlframe's dtypes are {}, given as a name ('float32'), a numpy dtype or code (np.float32, \
          np.dtype('f4'), 'f4', '<f4'), a pyarrow type (pa.float32()), a Polars dtype (pl.Float32), a \
          torch dtype (torch.float32) or an ml_dtypes type",
-        names.join(", ")
+        dlframe::dtype::spelling::names()
     )
 }
 
@@ -65,22 +63,6 @@ fn not_a_dtype(obj: &Bound<'_, PyAny>) -> Error {
         .into()
 }
 
-/// A dtype name as Polars and torch print them (`Float32`, `Boolean`, `torch.float32`), in any
-/// case.
-fn by_printed_name(name: &str) -> Option<DType> {
-    let lower = name.trim().trim_start_matches("torch.").to_ascii_lowercase();
-    DType::from_name(if lower == "boolean" { "bool" } else { &lower }).ok()
-}
-
-/// The DType of an Arrow type, for a `dtype=` argument (no temporal or nested types).
-fn from_arrow(obj: &Bound<'_, PyAny>, dt: &DataType) -> Result<DType> {
-    DType::ALL
-        .into_iter()
-        // FixedSizeBinary(n) is the storage of an extension dtype, not the dtype.
-        .find(|d| d.arrow_extension().is_none() && &d.to_arrow() == dt)
-        .ok_or_else(|| unsupported(obj, &format!("Arrow {dt}")))
-}
-
 /// The module a dtype-like comes from (`"polars.datatypes.classes"`, `"torch"`), for an object
 /// or a class.
 fn module_of(obj: &Bound<'_, PyAny>) -> String {
@@ -96,25 +78,21 @@ fn module_of(obj: &Bound<'_, PyAny>) -> String {
 pub fn parse(obj: &Bound<'_, PyAny>) -> Result<DType> {
     let py = obj.py();
     if let Ok(s) = obj.cast::<PyString>() {
-        let s = s.to_cow()?;
-        if let Ok(d) = DType::from_name(&s) {
+        if let Some(d) = DType::from_spelling(&s.to_cow()?) {
             return Ok(d);
         }
-        if let Some(d) = by_printed_name(&s) {
-            return Ok(d);
-        }
-        // numpy codes and aliases: "f4", "<f4", "?", "double", "float" (float64).
+        // numpy's other codes and aliases: "?", "double", "float" (float64).
         return via_numpy(obj).unwrap_or_else(|| Err(not_a_dtype(obj)));
     }
     let module = module_of(obj);
     if module.starts_with("polars") || module == "torch" {
         // Polars prints "Float32" for the class and an instance; torch "torch.float32".
         let printed = obj.str()?.to_string();
-        return by_printed_name(&printed).ok_or_else(|| unsupported(obj, &printed));
+        return DType::from_spelling(&printed).ok_or_else(|| unsupported(obj, &printed));
     }
     if obj.hasattr(pyo3::intern!(py, "__arrow_c_schema__"))? {
         let dt = obj.extract::<PyDataType>().map_err(|_| not_a_dtype(obj))?.into_inner();
-        return from_arrow(obj, &dt);
+        return DType::from_arrow_type(&dt).ok_or_else(|| unsupported(obj, &format!("Arrow {dt}")));
     }
     via_numpy(obj).unwrap_or_else(|| Err(not_a_dtype(obj)))
 }

@@ -1,15 +1,15 @@
 //! `to_dlpack`: any Arrow producer -> Tensor (the import side, `from_dlpack` and `tensor`, is
 //! `importer.rs`).
 
-use arrow_schema::DataType;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3_arrow::PyArray;
 use pyo3_arrow::input::AnyArray;
 
-use dlframe::arrow::{Converted, to_tensor};
-use dlframe::dlpack::request::consumer_stream;
+use dlframe::arrow::Converted;
+use dlframe::dlpack::request::consumer_stream_on;
+use dlframe::dtype::spelling::polars_refusal;
 use dlframe::options::{ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, split_struct, table_on};
 use dlframe::{Device, Tensor, transfer};
@@ -21,38 +21,24 @@ use crate::gil;
 use crate::per_type::PerType;
 use crate::tensor::PyTensor;
 
-/// The Python result of a conversion: the values, or `(values, mask)` under `nulls="mask"`
-/// (an all-true mask, on the values' device, when there were no nulls); a ragged column adds
-/// its lengths or offsets last: `(values, index)` or `(values, mask, index)`. With a consumer
-/// `stream` (device results only), that stream is made to wait for the work that made them.
+/// The Python result of a conversion (`dlframe::transfer::handed_over`): the values, or
+/// `(values, mask)` under `nulls="mask"`; a ragged column adds its lengths or offsets last:
+/// `(values, index)` or `(values, mask, index)`. With a consumer `stream` (device results
+/// only), that stream is made to wait for the work that made them.
 pub(crate) fn wrap(
     py: Python<'_>,
     c: Converted,
     nulls: NullPolicy,
     stream: Option<usize>,
 ) -> Result<Py<PyAny>> {
-    let Converted { values, mask, index } = c;
-    let mask = match (nulls, mask) {
-        (NullPolicy::Mask, None) => Some(py.detach(|| transfer::all_valid_like(&values))?),
-        (_, m) => m,
-    };
-    if let Some(h) = stream {
-        for t in std::iter::once(&values).chain(&mask).chain(&index) {
-            if let Some(sync) = t.sync() {
-                py.detach(|| sync.wait_on(h))?;
-            }
-        }
+    // Nothing to allocate or wait for without a mask or a stream: the GIL stays held.
+    let plain = nulls != NullPolicy::Mask && stream.is_none();
+    let mut parts = gil::run(py, plain, 0, || transfer::handed_over(c, nulls, stream))?;
+    if parts.len() == 1 {
+        return Ok(Py::new(py, PyTensor::new(parts.remove(0)))?.into_any());
     }
-    let mask = mask.filter(|_| nulls == NullPolicy::Mask);
-    if mask.is_none() && index.is_none() {
-        return Ok(Py::new(py, PyTensor::new(values))?.into_any());
-    }
-    let parts = std::iter::once(values)
-        .chain(mask)
-        .chain(index)
-        .map(|t| Ok(Py::new(py, PyTensor::new(t))?.into_any()))
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok(PyTuple::new(py, parts)?.into_any().unbind())
+    let parts = parts.into_iter().map(|t| Ok(Py::new(py, PyTensor::new(t))?.into_any()));
+    Ok(PyTuple::new(py, parts.collect::<PyResult<Vec<_>>>()?)?.into_any().unbind())
 }
 
 /// A table's tensors for Python: [`wrap`] of the one tensor, or a dict of them by name.
@@ -124,16 +110,7 @@ pub fn to_dlpack<'py>(
     inexact: &str,
 ) -> Result<Py<PyAny>> {
     let target = device.map_or(Device::Cpu, |d| d.0);
-    let stream = match (stream, target) {
-        (None, _) => None,
-        (Some(s), Device::Cuda(_)) => consumer_stream(s.0)?,
-        (Some(_), _) => {
-            return Err(dlframe::Error::InvalidArgument(
-                "stream= orders a device result on a consumer's stream; pass device='cuda:N' too".into(),
-            )
-            .into());
-        }
-    };
+    let stream = consumer_stream_on(stream.map(|s| s.0), target)?;
     let opts = export_options(nulls, fill_value, copy, dtype, order, ragged, pad_value, max_len, inexact)?;
     let defaults = opts == ExportOptions::default()
         && target == Device::Cpu
@@ -273,8 +250,7 @@ pub(crate) fn input_error(obj: &Bound<'_, PyAny>, e: Error) -> Error {
 }
 
 /// For a Polars frame or Series with a column that Polars cannot export through Arrow, the error
-/// naming it: Int128 and the like need a cast; a column of Polars' Null type gets the error that
-/// the same column from pyarrow gets (arrow-rs cannot import Polars' export of it).
+/// naming it (`dlframe::dtype::spelling::polars_refusal`).
 fn unsupported_polars_column(obj: &Bound<'_, PyAny>) -> Option<Error> {
     let ty = obj.get_type();
     if !ty.module().ok()?.to_cow().ok()?.starts_with("polars") {
@@ -286,19 +262,7 @@ fn unsupported_polars_column(obj: &Bound<'_, PyAny>) -> Option<Error> {
         }
         Err(_) => vec![(obj.getattr("name").ok()?.extract().ok()?, obj.getattr("dtype").ok()?)],
     };
-    schema.into_iter().find_map(|(col, dtype)| {
-        let printed = dtype.str().ok()?.to_string();
-        if printed == "Null" {
-            let field = std::sync::Arc::new(arrow_schema::Field::new(col, DataType::Null, true));
-            let nulls = arrow_array::new_null_array(&DataType::Null, 0);
-            return to_tensor(&field, &[nulls], &ExportOptions::default()).err().map(Into::into);
-        }
-        ["Int128", "UInt128", "Object"].iter().any(|t| printed.starts_with(t)).then(|| {
-            Binding::Refused(format!(
-                "column '{col}' is {printed}, which has no tensor dtype (and Polars cannot export it \
-                 through Arrow); cast it first, e.g. pl.col('{col}').cast(pl.Int64) or pl.Float64"
-            ))
-            .into()
-        })
-    })
+    let refusal =
+        |(col, dtype): (String, Bound<'_, PyAny>)| polars_refusal(&col, &dtype.str().ok()?.to_cow().ok()?);
+    schema.into_iter().find_map(refusal).map(Into::into)
 }

@@ -86,6 +86,20 @@ fn guarded(f: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
     })
 }
 
+/// Writes what `value` makes to a consumer's output, which is refused (before `value` runs)
+/// when it is NULL.
+///
+/// # Safety
+/// `out` is NULL or writable.
+unsafe fn put<T>(out: *mut T, value: impl FnOnce() -> Result<T>) -> Result<()> {
+    if out.is_null() {
+        return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
+    }
+    // SAFETY: writable, as the caller promises, and not NULL.
+    unsafe { *out = value()? };
+    Ok(())
+}
+
 /// The dlframe Tensor behind a `PyObject*` a consumer passed in.
 ///
 /// # Safety
@@ -113,14 +127,9 @@ unsafe extern "C" fn from_py_object(obj: *mut c_void, out: *mut *mut DLManagedTe
     guarded(|py| {
         // SAFETY: the caller passes a live object (or NULL, refused there).
         let t = unsafe { tensor_arg(py, obj) }?;
-        if out.is_null() {
-            return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
-        }
-        let exported = export_versioned(t.get().inner.clone());
-        // SAFETY: `out` is a writable pointer (checked non-NULL); the consumer now owns the
-        // tensor and calls its deleter once.
-        unsafe { *out = exported.into_raw() };
-        Ok(())
+        // SAFETY: `out` is NULL or writable; the consumer now owns the tensor and calls its
+        // deleter once.
+        unsafe { put(out, || Ok(export_versioned(t.get().inner.clone()).into_raw())) }
     })
 }
 
@@ -135,13 +144,9 @@ unsafe extern "C" fn view_of_py_object(obj: *mut c_void, out: *mut DLTensor) -> 
     guarded(|py| {
         // SAFETY: the caller passes a live object (or NULL, refused there).
         let t = unsafe { tensor_arg(py, obj) }?;
-        if out.is_null() {
-            return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
-        }
-        // SAFETY: `out` is a writable DLTensor (checked non-NULL); the view borrows the frozen
-        // Tensor, which lives as long as the object the consumer holds.
-        unsafe { *out = dlframe::dlpack::borrowed_view(&t.get().inner) };
-        Ok(())
+        // SAFETY: `out` is NULL or a writable DLTensor; the view borrows the frozen Tensor, which
+        // lives as long as the object the consumer holds.
+        unsafe { put(out, || Ok(dlframe::dlpack::borrowed_view(&t.get().inner))) }
     })
 }
 
@@ -156,13 +161,8 @@ unsafe extern "C" fn to_py_object(tensor: *mut DLManagedTensorVersioned, out: *m
         // SAFETY: the consumer hands over a live managed tensor (NULL is refused inside) and
         // gives up its ownership.
         let t = unsafe { ForeignTensor::from_versioned(tensor) }?.into_tensor();
-        if out.is_null() {
-            return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
-        }
-        let obj = Py::new(py, PyTensor::new(t))?;
-        // SAFETY: `out` is writable (checked non-NULL); the caller receives a new reference.
-        unsafe { *out = obj.into_ptr().cast() };
-        Ok(())
+        // SAFETY: `out` is NULL or writable; the caller receives a new reference.
+        unsafe { put(out, || Ok(Py::new(py, PyTensor::new(t))?.into_ptr().cast())) }
     })
 }
 
@@ -213,15 +213,13 @@ unsafe extern "C" fn allocate(
 /// Called through the exchange table: `out` is NULL or writable; the GIL need not be held.
 unsafe extern "C" fn current_work_stream(device_type: c_int, device_id: i32, out: *mut *mut c_void) -> c_int {
     guarded(|py| {
-        if out.is_null() {
-            return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
-        }
         let device = Device::from_dlpack(dlframe::ffi::dlpack::DLDevice { device_type, device_id })?;
-        let stream =
-            if device.is_host_accessible() { 0 } else { py.detach(|| transfer::stream_handle(device))? };
-        // SAFETY: `out` is writable (checked non-NULL).
-        unsafe { *out = stream as *mut c_void };
-        Ok(())
+        let stream = || match device.is_host_accessible() {
+            true => Ok(std::ptr::null_mut()),
+            false => Ok(py.detach(|| transfer::stream_handle(device))? as *mut c_void),
+        };
+        // SAFETY: `out` is NULL or writable.
+        unsafe { put(out, stream) }
     })
 }
 

@@ -106,6 +106,21 @@ pub fn consumer_stream(s: i64) -> Result<Option<usize>> {
     }
 }
 
+/// A conversion's `stream=` for a result on `target`: the handle to wait on, as
+/// [`consumer_stream`] reads it; a stream orders only a device result.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a stream with a host result; as [`consumer_stream`].
+pub fn consumer_stream_on(stream: Option<i64>, target: Device) -> Result<Option<usize>> {
+    match (stream, target) {
+        (None, _) => Ok(None),
+        (Some(s), Device::Cuda(_)) => consumer_stream(s),
+        (Some(_), _) => Err(Error::InvalidArgument(
+            "stream= orders a device result on a consumer's stream; pass device='cuda:N' too".into(),
+        )),
+    }
+}
+
 impl ExportRequest {
     /// The capsule kind `max_version` asks for: versioned from major 1 on (any minor, any
     /// higher major), legacy otherwise.
@@ -387,6 +402,12 @@ mod tests {
         assert!(e.to_string().contains("stream=0 is ambiguous"), "{e}");
         assert_eq!(e.kind(), ErrorKind::Value);
         assert!(consumer_stream(-7).unwrap_err().to_string().contains("stream=-7 is not a stream"));
+        // A conversion's stream orders a device result only.
+        assert_eq!(consumer_stream_on(None, Device::Cpu).unwrap(), None);
+        assert_eq!(consumer_stream_on(Some(5), Device::Cuda(0)).unwrap(), Some(5));
+        assert_eq!(consumer_stream_on(Some(-1), Device::Cuda(0)).unwrap(), None);
+        let e = consumer_stream_on(Some(5), Device::Cpu).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("device='cuda:N'"), "{e}");
     }
 
     #[test]

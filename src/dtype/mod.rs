@@ -15,6 +15,7 @@ pub const EXTENSION_NAME_KEY: &str = "ARROW:extension:name";
 pub const EXTENSION_METADATA_KEY: &str = "ARROW:extension:metadata";
 
 mod float8;
+pub mod spelling;
 
 pub use float8::{F8E4M3FN, F8E5M2};
 
