@@ -46,7 +46,7 @@ pub enum Error {
         /// The dtype as it arrived, e.g. `(code=5, bits=64, lanes=1)`.
         what: String,
         /// What is supported instead.
-        remedy: &'static str,
+        remedy: std::borrow::Cow<'static, str>,
     },
     /// A DLPack device type we do not know, or one whose memory the CPU cannot read.
     #[error("unsupported device {what}: {remedy}")]

@@ -155,6 +155,16 @@ macro_rules! dtype_enum {
 }
 dtype_table!(dtype_enum);
 
+/// Every dtype's DLPack type as its refusals list them: `bool (code 6, 8 bits), int8 (code 0, 8
+/// bits), ...`.
+fn dlpack_types() -> String {
+    let each = DType::ALL.map(|d| {
+        let t = d.to_dlpack();
+        format!("{} (code {}, {} bits)", d.name(), t.code, t.bits)
+    });
+    each.join(", ")
+}
+
 /// The Arrow extension name of bfloat16 columns (as Lance writes them): storage
 /// `FixedSizeBinary(2)`, the value's bits little-endian, empty metadata.
 pub const BFLOAT16_EXTENSION: &str = "lance.bfloat16";
@@ -165,8 +175,7 @@ impl DType {
     pub fn from_name(name: &str) -> Result<Self> {
         DType::ALL.iter().copied().find(|d| d.name() == name).ok_or_else(|| Error::UnsupportedDType {
             what: format!("{name:?}"),
-            remedy: "use one of bool, int8..int64, uint8..uint64, float16, float32, float64, bfloat16, \
-                     float8_e4m3fn, float8_e5m2",
+            remedy: format!("use one of {}", spelling::names()).into(),
         })
     }
 
@@ -180,8 +189,7 @@ impl DType {
         let found = DType::ALL.iter().copied().find(|d| d.to_dlpack() == dt);
         found.ok_or_else(|| Error::UnsupportedDType {
             what: format!("(code={}, bits={}, lanes={})", dt.code, dt.bits, dt.lanes),
-            remedy: "dlframe reads bool/8, int and uint 8-64, float 16-64, bfloat16, float8_e4m3fn \
-                     and float8_e5m2 with lanes=1; cast the tensor first",
+            remedy: format!("dlframe reads, with lanes=1, {}; cast the tensor first", dlpack_types()).into(),
         })
     }
 
@@ -304,6 +312,21 @@ pub(crate) fn unsupported_arrow(dt: &DataType) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_list_every_dtype_of_the_table() {
+        let by_name = DType::from_name("float128").unwrap_err().to_string();
+        let by_code = DType::from_dlpack(DLDataType { code: 5, bits: 64, lanes: 1 }).unwrap_err().to_string();
+        for d in DType::ALL {
+            assert!(by_name.contains(d.name()), "{by_name}");
+            let t = d.to_dlpack();
+            assert!(
+                by_code.contains(&format!("{} (code {}, {} bits)", d.name(), t.code, t.bits)),
+                "{by_code}"
+            );
+        }
+        assert!(by_code.starts_with("unsupported dtype (code=5, bits=64, lanes=1)"), "{by_code}");
+    }
 
     #[test]
     fn dlpack_triples_round_trip_and_are_unique() {

@@ -140,7 +140,7 @@ pub unsafe fn read(s: *const PyArrayInterface, owner: Arc<dyn Owner>) -> Result<
     if s.flags & NPY_NOTSWAPPED == 0 {
         return Err(Error::UnsupportedDType {
             what: "byte-swapped __array_struct__ data".into(),
-            remedy: "byteswap it first (arr.astype(arr.dtype.newbyteorder('=')))",
+            remedy: "byteswap it first (arr.astype(arr.dtype.newbyteorder('=')))".into(),
         });
     }
     let nd = s.nd as usize;

@@ -62,7 +62,8 @@ pub fn units(typestr: &TypeStr) -> Result<Option<Units>> {
             return Err(Error::UnsupportedDType {
                 what: format!("numpy {}", numpy_name(typestr)),
                 remedy: "Arrow has seconds, milliseconds, microseconds, nanoseconds and days; convert the \
-                         array to one of them first, e.g. x.astype('datetime64[s]')",
+                         array to one of them first, e.g. x.astype('datetime64[s]')"
+                    .into(),
             });
         }
     }))

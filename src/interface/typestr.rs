@@ -65,7 +65,8 @@ impl TypeStr {
         let kind = dtype.typestr_kind().ok_or_else(|| Error::UnsupportedDType {
             what: format!("{dtype} in an array interface"),
             remedy: "the array interfaces have no typestr for it; exchange it through DLPack (torch, jax, \
-                     ml_dtypes) or cast to float32",
+                     ml_dtypes) or cast to float32"
+                .into(),
         })?;
         let order = if dtype.itemsize() == 1 {
             ByteOrder::NotApplicable
@@ -107,7 +108,8 @@ impl TypeStr {
         if !self.order.is_native() {
             return Err(Error::UnsupportedDType {
                 what: self.to_string(),
-                remedy: "non-native byte order; byteswap the array first (e.g. arr.astype(arr.dtype.newbyteorder('=')))",
+                remedy: "non-native byte order; byteswap the array first (e.g. arr.astype(arr.dtype.newbyteorder('=')))"
+                    .into(),
             });
         }
         // Datetimes and durations are stored as int64.
@@ -117,7 +119,7 @@ impl TypeStr {
             .find(|d| d.typestr_kind() == Some(kind) && d.itemsize() == self.itemsize)
             .ok_or_else(|| Error::UnsupportedDType {
                 what: self.to_string(),
-                remedy: "dlframe reads b1, i1-i8, u1-u8, f2-f8 and M8/m8; cast the array first",
+                remedy: format!("dlframe reads {} and M8/m8; cast the array first", typestrs()).into(),
             })?;
         Ok(dt)
     }
@@ -139,6 +141,12 @@ impl TypeStr {
         };
         Some(TypeStr { order: ByteOrder::Little, kind, itemsize, unit: None })
     }
+}
+
+/// The typestrs of the dtype table, as a refusal lists them: `b1, i1, i2, ...`.
+fn typestrs() -> String {
+    let each = DType::ALL.into_iter().filter_map(|d| Some(format!("{}{}", d.typestr_kind()?, d.itemsize())));
+    each.collect::<Vec<_>>().join(", ")
 }
 
 impl fmt::Display for TypeStr {
@@ -206,6 +214,12 @@ impl From<TypeStr> for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typestr_without_a_dtype_is_refused_listing_the_table_s() {
+        let e = "<c8".parse::<TypeStr>().unwrap().to_dtype().unwrap_err().to_string();
+        assert!(e.contains("dlframe reads b1, i1, i2, i4, i8, u1, u2, u4, u8, f2, f4, f8 and M8/m8"), "{e}");
+    }
 
     #[test]
     fn every_dtype_round_trips_through_its_typestr() {

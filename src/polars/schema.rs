@@ -58,7 +58,7 @@ pub(crate) fn check_polars_dtype(dtype: DType) -> Result<()> {
     if dtype.arrow_extension().is_some() {
         return Err(Error::UnsupportedDType {
             what: format!("{dtype} in a Polars column (Polars has no {dtype})"),
-            remedy: "Polars has no such type; cast to float32 first (dtype='float32')",
+            remedy: "Polars has no such type; cast to float32 first (dtype='float32')".into(),
         });
     }
     Ok(())

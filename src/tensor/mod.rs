@@ -411,7 +411,7 @@ impl Tensor {
         if T::DTYPE != self.dtype {
             return Err(Error::UnsupportedDType {
                 what: format!("{} (asked for {})", self.dtype, T::DTYPE),
-                remedy: "read the tensor with its own dtype",
+                remedy: "read the tensor with its own dtype".into(),
             });
         }
         self.check_host_contiguous()?;
