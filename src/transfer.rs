@@ -107,6 +107,24 @@ pub fn require_cuda(ordinal: usize) -> Result<()> {
     if ordinal < cuda_device_count() { Ok(()) } else { Err(unavailable(ordinal)) }
 }
 
+/// `[(case, bytes moved, best ms)]` of the `convert` kernel and of a device-to-device copy on
+/// `cuda:ordinal` (`cuda::kernel_timing`, feature `bench-internals`): a measurement for the
+/// GPU benchmark, not an API.
+///
+/// # Errors
+/// [`Error::DeviceUnavailable`] without that device, or in a build without the feature.
+#[doc(hidden)]
+pub fn kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<Vec<(String, f64, f64)>> {
+    require_cuda(ordinal)?;
+    #[cfg(feature = "bench-internals")]
+    return reached(ordinal, cuda::kernel_timing(ordinal, n, reps));
+    #[cfg(not(feature = "bench-internals"))]
+    {
+        let _ = (n, reps);
+        Err(unavailable(ordinal))
+    }
+}
+
 /// A back end's result for `cuda:ordinal`, with its "no such device" said as
 /// [`Error::DeviceUnavailable`]. Errors found before the device is touched (a column's nulls,
 /// a value that does not fit) come first, as on the CPU.

@@ -23,14 +23,18 @@ fn contiguous(tensor: &Tensor) -> Result<Cow<'_, Tensor>> {
 /// The `.npy` header dict: dtype, order and shape, padded so the data starts 64-byte aligned.
 ///
 /// # Errors
-/// bfloat16, which `.npy` has no dtype for.
+/// bfloat16 and float8, which `.npy` has no dtype for.
 fn npy_header(tensor: &Tensor) -> Result<Vec<u8>> {
     let descr = match tensor.logical().and_then(|f| TypeStr::from_arrow(f.data_type()).ok()) {
         Some(t) if t.unit.is_some() && tensor.ndim() == 1 => t.to_string(),
         _ => TypeStr::from_dtype(tensor.dtype())
             .map_err(|_| Error::UnsupportedDType {
-                what: "bfloat16 in a .npy file".into(),
-                remedy: "numpy has no bfloat16: write .safetensors (which has BF16), or cast with to_tensor_as('float32', ...)",
+                what: format!("{} in a .npy file", tensor.dtype()),
+                remedy: format!(
+                    "numpy has no {}: write .safetensors (which has it), or cast with to_tensor_as('float32', ...)",
+                    tensor.dtype()
+                )
+                .into(),
             })?
             .to_string(),
     };
@@ -112,6 +116,13 @@ mod tests {
         let e = write_npy(&t, &npy).unwrap_err();
         assert!(e.to_string().contains("safetensors"), "{e}");
         assert!(!npy.exists(), "a refused .npy left a file behind");
+        // float8 is refused under its own name.
+        let f8 = Tensor::from_vec(vec![0u8; 4], vec![4]).unwrap().view_as(DType::Float8E4M3FN).unwrap();
+        let e = write_npy(&f8, &npy).unwrap_err().to_string();
+        assert!(
+            e.contains("float8_e4m3fn in a .npy file") && e.contains("numpy has no float8_e4m3fn"),
+            "{e}"
+        );
         let st = dir.join("t.safetensors");
         write_safetensors(&t, "t", &st).unwrap();
         let bytes = std::fs::read(&st).unwrap();

@@ -26,8 +26,8 @@ use dlframe_polars as _;
 use pyo3::prelude::*;
 
 /// `[(case, bytes moved, best ms)]` of the `convert` kernel over `n` elements, 10% null, and of a
-/// device-to-device copy, on `cuda:device` (see `dlframe::cuda::kernel_timing`):
-/// a measurement for `benches/gpu.py`, not an API.
+/// device-to-device copy, on `cuda:device` (`dlframe::transfer::kernel_timing`): a measurement for
+/// `benches/gpu.py`, not an API.
 #[pyfunction]
 #[pyo3(signature = (n, reps=20, device=0))]
 fn _cuda_kernel_timing(
@@ -36,22 +36,7 @@ fn _cuda_kernel_timing(
     reps: usize,
     device: usize,
 ) -> crate::error::Result<Vec<(String, f64, f64)>> {
-    dlframe::transfer::require_cuda(device)?;
-    #[cfg(feature = "cuda")]
-    {
-        Ok(py.detach(|| dlframe::cuda::kernel_timing(device, n, reps))?)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        // require_cuda has refused already: no device is visible without the feature.
-        let _ = (py, n, reps);
-        Err(dlframe::Error::DeviceUnavailable {
-            device: format!("cuda:{device}"),
-            visible: 0,
-            built_with_cuda: false,
-        }
-        .into())
-    }
+    Ok(py.detach(|| dlframe::transfer::kernel_timing(device, n, reps))?)
 }
 
 /// Number of CUDA devices dlframe can use: 0 without a driver, a device, or the `cuda` feature.

@@ -270,7 +270,7 @@ mod tests {
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(inside.join("a.csv"), "x\n1\n").unwrap();
         std::fs::write(outside.join("b.csv"), "x\n2\n").unwrap();
-        let roots = DataRoots::new(&[inside.clone()]).unwrap();
+        let roots = DataRoots::new(std::slice::from_ref(&inside)).unwrap();
         let ctx = SessionContext::new();
         ctx.register_csv("a", inside.join("a.csv").to_str().unwrap(), Default::default()).await.unwrap();
         ctx.register_csv("b", outside.join("b.csv").to_str().unwrap(), Default::default()).await.unwrap();
