@@ -195,6 +195,10 @@ pub enum Error {
     /// An error from arrow-rs.
     #[error(transparent)]
     Arrow(#[from] arrow_schema::ArrowError),
+    /// An Arrow C Device data interface struct that breaks the interface (a NULL or released
+    /// array, a negative length, missing buffers).
+    #[error("invalid Arrow device array: {0}")]
+    InvalidDeviceArray(String),
     /// Memory offered in a form that cannot be taken as it is (a description that reaches
     /// outside its buffer, memory the host cannot read). The message names the remedy.
     #[error("{0}")]
@@ -250,6 +254,7 @@ impl Error {
             | Error::Refused(_) => ErrorKind::Buffer,
             Error::InvalidLayout(_)
             | Error::InvalidInterface(_)
+            | Error::InvalidDeviceArray(_)
             | Error::InvalidExtensionMetadata { .. }
             | Error::LengthMismatch { .. }
             | Error::ValueOutOfRange { .. }

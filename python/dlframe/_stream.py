@@ -455,7 +455,7 @@ def _auto_shard() -> tuple[int, int]:
 
 def _speaks_arrow(obj: Any) -> bool:
     t = type(obj)
-    return hasattr(t, "__arrow_c_stream__") or hasattr(t, "__arrow_c_array__")
+    return any(hasattr(t, m) for m in ("__arrow_c_stream__", "__arrow_c_array__", "__arrow_c_device_array__"))
 
 
 def _is_lazy_frame(obj: Any) -> bool:

@@ -180,32 +180,6 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DlDevice {
     }
 }
 
-/// `__dlpack__(copy=...)`: a bool (numpy's included).
-pub struct CopyArg(pub bool);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for CopyArg {
-    type Error = Error;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
-        obj.extract::<bool>()
-            .map(CopyArg)
-            .map_err(|_| Binding::WrongType("copy must be None or a bool".into()).into())
-    }
-}
-
-/// `__dlpack__(stream=...)`: a DLPack stream number (an int).
-pub struct DlpackStream(pub i64);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for DlpackStream {
-    type Error = Error;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
-        obj.extract::<i64>()
-            .map(DlpackStream)
-            .map_err(|_| Binding::WrongType("stream must be None or an int".into()).into())
-    }
-}
-
 /// `to_dlpack(stream=...)`: a DLPack stream number or handle, or a stream object with
 /// `cuda_stream` (torch) or `ptr` (cupy).
 pub struct ConsumerStream(pub i64);

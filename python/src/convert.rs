@@ -1,18 +1,22 @@
 //! `to_dlpack`: any Arrow producer -> Tensor (the import side, `from_dlpack` and `tensor`, is
 //! `importer.rs`).
 
+use std::ffi::CStr;
+
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
-use pyo3_arrow::PyArray;
+use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyString, PyTuple};
 use pyo3_arrow::input::AnyArray;
+use pyo3_arrow::{PyArray, PyDataType};
 
 use dlframe::arrow::Converted;
+use dlframe::arrow::device::import_on_host;
 use dlframe::dlpack::request::consumer_stream_on;
 use dlframe::dtype::spelling::polars_refusal;
+use dlframe::ffi::arrow_device::{ARROW_ARRAY, ARROW_DEVICE_ARRAY, ARROW_SCHEMA};
 use dlframe::options::{ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, split_struct, table_on};
-use dlframe::{Device, Tensor, transfer};
+use dlframe::{DType, Device, Tensor, transfer};
 
 use crate::args::{ColumnsArg, ConsumerStream, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
 use crate::capsule;
@@ -123,18 +127,18 @@ pub fn to_dlpack<'py>(
     // A LazyFrame has no Arrow interface: it is looked for only when the object has none.
     let collected;
     let (obj, input) = match arrow_input(obj) {
-        Err(_) if is_lazy_frame(obj)? => {
-            collected = collect_lazy(obj)?;
-            (&collected, arrow_input(&collected))
-        }
+        Err(e) => match collected_lazy(obj)? {
+            Some(lf) => {
+                collected = lf;
+                (&collected, arrow_input(&collected))
+            }
+            None => (obj, Err(e)),
+        },
         input => (obj, input),
     };
     let (chunks, field) = match input {
         // One array: no reader to make and drain.
-        Ok(AnyArray::Array(a)) => {
-            let (array, field) = a.into_inner();
-            Ok((vec![array], field))
-        }
+        Ok(AnyArray::Array(a)) => Ok(a.into_inner()).map(|(array, field)| (vec![array], field)),
         Ok(input) => input.into_chunked_array().map(|c| c.into_inner()).map_err(Error::from),
         Err(e) => Err(e.into()),
     }
@@ -149,7 +153,9 @@ pub fn to_dlpack<'py>(
     wrap(py, c, nulls, stream)
 }
 
-/// An Arrow producer's data, through the PyCapsule interface. The protocol methods are looked up
+/// An Arrow producer's data, through the PyCapsule interface (also the C Device data interface,
+/// for an object that offers only that: its CPU memory is read in place, no copy). The protocol
+/// methods are looked up
 /// on the type: an instance lookup of a missing method falls back to `__getattr__`, which costs a
 /// polars Series about 7 us (it searches its expression namespace) before we try the stream.
 pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
@@ -157,42 +163,51 @@ pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
     let ty = obj.get_type();
     if ty.hasattr(intern!(py, "__arrow_c_array__"))? {
         // Called here, once: pyo3-arrow's extraction looks the method up twice more first.
-        let pair = obj.call_method0(intern!(py, "__arrow_c_array__"))?;
-        let Some(pair) = pair.cast::<PyTuple>().ok().filter(|t| t.len() == 2) else {
-            let returned = pair.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-            let ty = ty.name().map(|n| n.to_string()).unwrap_or_default();
-            return Err(Error::from(Binding::Malformed(format!(
-                "{ty}.__arrow_c_array__() returned a {returned}, not a (schema, array) pair of PyCapsules"
-            )))
-            .into());
-        };
-        let (schema, array) = (pair.get_item(0)?, pair.get_item(1)?);
-        Ok(AnyArray::Array(PyArray::from_arrow_pycapsule(schema.cast()?, array.cast()?)?))
+        let (schema, array) = capsule_pair(obj, intern!(py, "__arrow_c_array__"), ARROW_ARRAY)?;
+        Ok(AnyArray::Array(PyArray::from_arrow_pycapsule(&schema, &array)?))
     } else if ty.hasattr(intern!(py, "__arrow_c_stream__"))? {
         Ok(AnyArray::Stream(obj.extract()?))
+    } else if ty.hasattr(intern!(py, "__arrow_c_device_array__"))? {
+        let (schema, array) = capsule_pair(obj, intern!(py, "__arrow_c_device_array__"), ARROW_DEVICE_ARRAY)?;
+        let (schema, array) =
+            (schema.pointer_checked(Some(ARROW_SCHEMA))?, array.pointer_checked(Some(ARROW_DEVICE_ARRAY))?);
+        // SAFETY: the capsules hold the producer's structs, alive while they are; the array is
+        // moved out once (its capsule then releases nothing).
+        let (field, array) =
+            unsafe { import_on_host(array.as_ptr().cast(), schema.as_ptr().cast()) }.map_err(Error::from)?;
+        Ok(AnyArray::Array(PyArray::try_new(array, field).map_err(Error::from)?))
     } else {
         // Buffers and other objects pyo3-arrow accepts without the protocol methods.
         obj.extract()
     }
 }
 
-/// pyarrow's arrays of numbers: the types whose own `__dlpack__` exports what dlframe's Arrow
-/// path makes of them (the values buffer, shared).
-const PYARROW_NUMERIC: [&str; 11] = [
-    "Int8Array",
-    "Int16Array",
-    "Int32Array",
-    "Int64Array",
-    "UInt8Array",
-    "UInt16Array",
-    "UInt32Array",
-    "UInt64Array",
-    "HalfFloatArray",
-    "FloatArray",
-    "DoubleArray",
-];
+/// The `(arrow_schema, <name>)` pair of PyCapsules that `obj.<method>()` returns; ValueError
+/// naming what it returned otherwise.
+fn capsule_pair<'py>(
+    obj: &Bound<'py, PyAny>,
+    method: &Bound<'py, PyString>,
+    name: &CStr,
+) -> Result<Capsules<'py>> {
+    let pair = obj.call_method0(method)?;
+    match pair.extract::<Capsules<'py>>() {
+        Ok((s, a)) if s.is_valid_checked(Some(ARROW_SCHEMA)) && a.is_valid_checked(Some(name)) => Ok((s, a)),
+        _ => Err(Binding::Malformed(format!(
+            "{}.{method}() returned a {}, not a (schema, array) pair of PyCapsules named \"arrow_schema\" and {name:?}",
+            obj.get_type().name()?,
+            pair.get_type().name()?
+        ))
+        .into()),
+    }
+}
 
-/// Whether a type is one of [`PYARROW_NUMERIC`], learnt once per type.
+/// A schema's and an array's PyCapsules.
+type Capsules<'py> = (Bound<'py, PyCapsule>, Bound<'py, PyCapsule>);
+
+/// Whether a pyarrow array type holds numbers (a dtype of the table but bool), learnt once per
+/// type from its first instance: each of pyarrow's array classes holds one Arrow type (but the
+/// extension and chunked arrays), and for those pyarrow's own `__dlpack__` exports what
+/// dlframe's Arrow path makes of them (the values buffer, shared).
 static IS_PYARROW_NUMERIC: PerType<bool> = PerType::new();
 
 /// A pyarrow array of numbers without nulls as a read-only tensor over its values (no copy),
@@ -203,7 +218,14 @@ static IS_PYARROW_NUMERIC: PerType<bool> = PerType::new();
 fn pyarrow_numeric(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
     let numeric = IS_PYARROW_NUMERIC
         .get(&obj.get_type(), |ty| -> PyResult<bool> {
-            Ok(ty.module()?.to_cow()? == "pyarrow.lib" && PYARROW_NUMERIC.contains(&&*ty.name()?.to_cow()?))
+            let name = ty.name()?;
+            let name = name.to_cow()?;
+            let one_type = name.ends_with("Array") && !matches!(&*name, "ExtensionArray" | "ChunkedArray");
+            if ty.module()?.to_cow()? != "pyarrow.lib" || !one_type {
+                return Ok(false);
+            }
+            let dt = obj.getattr(intern!(obj.py(), "type"))?.extract::<PyDataType>()?.into_inner();
+            Ok(DType::from_arrow_type(&dt).is_some_and(|d| d != DType::Bool))
         })
         .ok()?;
     if !numeric {
@@ -214,18 +236,15 @@ fn pyarrow_numeric(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
     t.device().is_host_accessible().then(|| t.with_readonly(true))
 }
 
-/// True for a Polars LazyFrame, which has no Arrow interface of its own until it is collected.
-fn is_lazy_frame(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+/// A Polars LazyFrame (which has no Arrow interface of its own) collected on the streaming
+/// engine (copies, as Polars runs the query); None for any other object.
+fn collected_lazy<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
     let ty = obj.get_type();
-    Ok(ty.name()? == "LazyFrame" && ty.module()?.to_cow()?.starts_with("polars"))
-}
-
-/// Collects a LazyFrame (copies, as Polars runs the query), on the streaming engine.
-fn collect_lazy<'py>(lf: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let py = lf.py();
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("engine", "streaming")?;
-    lf.call_method("collect", (), Some(&kwargs))
+    if ty.name()? != "LazyFrame" || !ty.module()?.to_cow()?.starts_with("polars") {
+        return Ok(None);
+    }
+    let kwargs = [("engine", "streaming")].into_py_dict(obj.py())?;
+    obj.call_method("collect", (), Some(&kwargs)).map(Some)
 }
 
 /// Why an object's Arrow data could not be read: the wrong kind of object, or (for a producer
@@ -234,12 +253,14 @@ pub(crate) fn input_error(obj: &Bound<'_, PyAny>, e: Error) -> Error {
     let py = obj.py();
     let ty = obj.get_type();
     let name = ty.name().map(|n| n.to_string()).unwrap_or_default();
-    let speaks_arrow = ty.hasattr(intern!(py, "__arrow_c_array__")).unwrap_or(false)
-        || ty.hasattr(intern!(py, "__arrow_c_stream__")).unwrap_or(false);
+    let speaks_arrow = ["__arrow_c_array__", "__arrow_c_stream__", "__arrow_c_device_array__"]
+        .iter()
+        .any(|m| ty.hasattr(m).unwrap_or(false));
     if !speaks_arrow {
         return Binding::WrongType(format!(
-            "to_dlpack takes an object with __arrow_c_array__ or __arrow_c_stream__ (pyarrow, polars, \
-             datafusion, duckdb, arro3, nanoarrow) or a Polars LazyFrame, not {name}"
+            "to_dlpack takes an object with __arrow_c_array__, __arrow_c_stream__ or \
+             __arrow_c_device_array__ (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow) or a \
+             Polars LazyFrame, not {name}"
         ))
         .into();
     }

@@ -15,8 +15,11 @@
 //! | [`Binding::NoProtocol`] | `AttributeError` |
 //! | [`Binding::Malformed`] | `ValueError` |
 //! | [`Binding::Refused`] | `BufferError` |
+//! | [`Binding::NotImplemented`] | `NotImplementedError` |
 
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyAttributeError, PyBufferError, PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 
 use dlframe::ErrorKind;
@@ -32,6 +35,8 @@ pub enum Binding {
     Malformed(String),
     /// Memory that the binding cannot take as it is offered.
     Refused(String),
+    /// A keyword a protocol reserves for later versions (the Arrow PyCapsule interface's).
+    NotImplemented(String),
 }
 
 /// A dlframe, binding or Python error on its way to Python.
@@ -121,6 +126,7 @@ impl From<Binding> for Error {
             Binding::NoProtocol(m) => PyAttributeError::new_err(m),
             Binding::Malformed(m) => PyValueError::new_err(m),
             Binding::Refused(m) => PyBufferError::new_err(m),
+            Binding::NotImplemented(m) => PyNotImplementedError::new_err(m),
         })
     }
 }

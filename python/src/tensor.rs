@@ -3,16 +3,18 @@
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyTuple};
 
+use arrow_data::ffi::FFI_ArrowArray;
 use dlframe::arrow::tensor_to_column_with;
 use dlframe::dlpack::ExportRequest;
+use dlframe::ffi::arrow_device::{ARROW_ARRAY, ARROW_DEVICE_ARRAY, ArrowDeviceArray};
 use dlframe::interface::array_struct::ArrayStruct;
 use dlframe::interface::{ArrayInterface, SyclInterface};
 use dlframe::options::CopyPolicy;
 use dlframe::{DType, Device, Tensor, transfer};
 
-use crate::args::{CopyArg, DlDevice, DlpackStream, MaxVersion};
+use crate::args::{DlDevice, MaxVersion};
 use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::gil;
@@ -88,15 +90,15 @@ impl PyTensor {
         &self,
         py: Python<'py>,
         dl_device: Option<DlDevice>,
-        copy: Option<CopyArg>,
+        copy: Option<bool>,
         max_version: Option<MaxVersion>,
-        stream: Option<DlpackStream>,
+        stream: Option<i64>,
     ) -> Result<Bound<'py, PyAny>> {
         let request = ExportRequest {
             dl_device: dl_device.map(|d| d.0),
-            copy: copy.map(|c| c.0),
+            copy,
             max_version: max_version.map(|m| m.0),
-            stream: stream.map(|s| s.0),
+            stream,
         };
         self.export_capsule(py, request)
     }
@@ -155,15 +157,36 @@ impl PyTensor {
         Ok(pyo3_arrow::ffi::to_array_pycapsules(py, field, array.as_ref(), requested_schema)?)
     }
 
+    /// The same Arrow array through the Arrow C Device data interface, on the CPU device (no
+    /// copy where `__arrow_c_array__` shares). A keyword of a later version of the interface,
+    /// given a value, raises NotImplementedError.
+    #[pyo3(signature = (requested_schema=None, **kwargs))]
+    fn __arrow_c_device_array__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyCapsule>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> Result<Bound<'py, PyTuple>> {
+        if let Some((k, _)) = kwargs.and_then(|kw| kw.iter().find(|(_, v)| !v.is_none())) {
+            return Err(Binding::NotImplemented(format!("no keyword {k} in this version")).into());
+        }
+        let pair = self.__arrow_c_array__(py, requested_schema)?;
+        let array = pair.get_item(1)?.cast_into::<PyCapsule>().map_err(PyErr::from)?;
+        // SAFETY: pyo3-arrow's capsule of an ArrowArray, moved out once: the capsule's then
+        // releases nothing, and the device array owns it.
+        let moved =
+            unsafe { FFI_ArrowArray::from_raw(array.pointer_checked(Some(ARROW_ARRAY))?.as_ptr().cast()) };
+        let device = PyCapsule::new_with_value(py, ArrowDeviceArray::on_cpu(moved), ARROW_DEVICE_ARRAY)?;
+        Ok(PyTuple::new(py, [pair.get_item(0)?, device.into_any()])?)
+    }
+
     /// `__sycl_usm_array_interface__` v1, for tensors over SYCL USM memory (strides and offset
     /// in elements); other tensors have no such attribute.
     #[getter]
     fn __sycl_usm_array_interface__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
         let Some(syclobj) = &self.syclobj else {
-            return Err(Binding::NoProtocol(
-                "__sycl_usm_array_interface__: the tensor is not SYCL USM memory".into(),
-            )
-            .into());
+            let why = "the tensor is not SYCL USM memory".into();
+            return Err(dlframe::Error::NotOffered { protocol: "__sycl_usm_array_interface__", why }.into());
         };
         Ok(sycl_dict(py, &SyclInterface::describe(&self.inner)?, syclobj.bind(py))?)
     }
@@ -290,10 +313,8 @@ impl PyTensor {
     /// `Array` columns in logical order, copying only transposed or strided tensors).
     #[pyo3(signature = (*, copy=None))]
     fn to_polars<'py>(slf: &Bound<'py, Self>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let kwargs = pyo3::types::PyDict::new(py);
-        kwargs.set_item("copy", copy)?;
-        Ok(py.import("dlframe.polars")?.call_method("from_dlpack", (slf,), Some(&kwargs))?)
+        let kwargs = [("copy", copy)].into_py_dict(slf.py())?;
+        Ok(slf.py().import("dlframe.polars")?.call_method("from_dlpack", (slf,), Some(&kwargs))?)
     }
 }
 

@@ -26,6 +26,7 @@
 mod back;
 mod column;
 mod copy;
+pub mod device;
 pub mod extension;
 mod from_tensor;
 mod layout;

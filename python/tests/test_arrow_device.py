@@ -1,0 +1,122 @@
+"""The Arrow C Device data interface on the CPU: pyarrow's `__arrow_c_device_array__` as the
+producer dlframe reads, and dlframe's Tensor as the producer pyarrow reads, with no copy; and
+device arrays dlframe cannot read (another device, broken capsules) refused without a leak."""
+
+import ctypes
+import gc
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dlframe
+
+
+class DeviceOnly:
+    """Offers only the device interface of `inner` (pyarrow offers both), so that a consumer
+    must take that route."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        return self.inner.__arrow_c_device_array__(requested_schema, **kwargs)
+
+
+def data_address(t) -> int:
+    return t.__array_interface__["data"][0]
+
+
+def test_a_pyarrow_device_array_on_the_cpu_is_shared_without_a_copy():
+    a = pa.array(np.arange(6, dtype=np.float32))
+    t = dlframe.to_dlpack(DeviceOnly(a))
+    np.testing.assert_array_equal(np.from_dlpack(t), np.arange(6, dtype=np.float32))
+    assert data_address(t) == a.buffers()[1].address
+    assert t.readonly and not t.copied
+
+
+def test_nulls_casts_and_tables_take_the_usual_path():
+    a = pa.array([1, None, 3], pa.int32())
+    with pytest.raises(BufferError, match="null"):
+        dlframe.to_dlpack(DeviceOnly(a))
+    filled = dlframe.to_dlpack(DeviceOnly(a), nulls="fill", fill_value=-1, dtype="float64")
+    np.testing.assert_array_equal(np.from_dlpack(filled), [1.0, -1.0, 3.0])
+    batch = pa.record_batch({"x": pa.array([1.0, 2.0]), "y": pa.array([3.0, 4.0])})
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.to_dlpack(DeviceOnly(batch))), [[1, 3], [2, 4]])
+    got = [np.from_dlpack(b).tolist() for b in dlframe.batches(DeviceOnly(batch), 1)]
+    assert got == [[[1.0, 3.0]], [[2.0, 4.0]]]
+
+
+def test_a_dlframe_tensor_is_a_cpu_device_array_that_pyarrow_reads_in_place():
+    t = dlframe.tensor(np.arange(4, dtype=np.int64))
+    schema, array = t.__arrow_c_device_array__()
+    assert (type(schema).__name__, type(array).__name__) == ("PyCapsule", "PyCapsule")
+    del schema, array
+    a = pa.array(DeviceOnly(t))
+    assert a.to_pylist() == [0, 1, 2, 3]
+    assert a.buffers()[1].address == data_address(t)
+    # And back: dlframe reads its own device array.
+    assert data_address(dlframe.to_dlpack(DeviceOnly(t))) == data_address(t)
+
+
+def test_keywords_of_a_later_version_raise_not_implemented():
+    t = dlframe.tensor(np.arange(3, dtype=np.float32))
+    t.__arrow_c_device_array__(None, future=None)
+    with pytest.raises(NotImplementedError, match="future"):
+        t.__arrow_c_device_array__(None, future=1)
+
+
+def capsule_pointer(capsule, name: bytes) -> int:
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return get(capsule, name)
+
+
+class OnDevice:
+    """pyarrow's CPU device array, relabelled as living on another device (its struct's
+    `device_type` at byte 88, `device_id` at 80)."""
+
+    def __init__(self, inner, device_type, device_id=0):
+        self.inner, self.device_type, self.device_id = inner, device_type, device_id
+
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        schema, array = self.inner.__arrow_c_device_array__(requested_schema, **kwargs)
+        p = capsule_pointer(array, b"arrow_device_array")
+        ctypes.c_int64.from_address(p + 80).value = self.device_id
+        ctypes.c_int32.from_address(p + 88).value = self.device_type
+        return schema, array
+
+
+def test_a_device_dlframe_cannot_read_is_refused_naming_it_and_released():
+    gc.collect()
+    before = pa.total_allocated_bytes()
+    a = pa.array(np.arange(1 << 16, dtype=np.float64))
+    with pytest.raises(BufferError, match=r"an Arrow device array on cuda:0"):
+        dlframe.to_dlpack(OnDevice(a, 2))
+    with pytest.raises(BufferError, match=r"device_type=99"):
+        dlframe.to_dlpack(OnDevice(a, 99))
+    del a
+    gc.collect()
+    # Every refused array was released once (pyarrow's pool is back where it was).
+    assert pa.total_allocated_bytes() == before
+
+
+class Returns:
+    def __init__(self, value):
+        self.value = value
+
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        return self.value
+
+
+def test_broken_device_capsules_are_clear_errors():
+    a = pa.array([1.0, 2.0])
+    schema, array = a.__arrow_c_device_array__()
+    with pytest.raises(ValueError, match=r"Returns.__arrow_c_device_array__\(\) returned a int, not a \(schema, array\) pair"):
+        dlframe.to_dlpack(Returns(42))
+    with pytest.raises(ValueError, match='pair of PyCapsules named "arrow_schema" and "arrow_device_array"'):
+        dlframe.to_dlpack(Returns((schema, a.__arrow_c_array__()[1])))
+    # A device array already moved from is refused, not read twice.
+    pa.array(Returns((schema, array)))
+    with pytest.raises(ValueError, match="already released or moved"):
+        dlframe.to_dlpack(Returns((a.type.__arrow_c_schema__(), array)))

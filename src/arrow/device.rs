@@ -1,0 +1,277 @@
+//! Arrow arrays that arrive through the Arrow C Device data interface (`ArrowDeviceArray`): taken
+//! from their producer with one owner, checked, and read on the host without a copy. Device
+//! memory (CUDA) is refused with an error naming the device; reading it where it lies is the GPU
+//! part of this interface, not built yet.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, make_array};
+use arrow_data::ffi::FFI_ArrowArray;
+use arrow_schema::ffi::FFI_ArrowSchema;
+use arrow_schema::{Field, FieldRef};
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::ffi::arrow_device::{ArrowDeviceArray, RawArrowArray};
+use crate::ffi::dlpack::DLDevice;
+
+/// A device array taken from its producer: the array (released when this drops) and where its
+/// buffers live.
+#[derive(Debug)]
+pub struct DeviceArray {
+    array: FFI_ArrowArray,
+    device: Device,
+    /// Whether the producer gave an event to wait on before reading.
+    has_event: bool,
+}
+
+fn invalid(why: impl Into<String>) -> Error {
+    Error::InvalidDeviceArray(why.into())
+}
+
+impl DeviceArray {
+    /// Takes the array out of the producer's struct: a move, as the interface defines it (the
+    /// struct's `array.release` is NULL after, so the producer's capsule releases nothing), then
+    /// checks where it lives. From the move on, this owns the array: every error below releases
+    /// it, once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDeviceArray`] for a NULL struct or an array already released or moved;
+    /// [`Error::UnsupportedDevice`] for a device type DLPack does not define or a device id out
+    /// of range.
+    ///
+    /// # Safety
+    /// `raw` is NULL or points to a live `ArrowDeviceArray` that the caller may move from.
+    pub unsafe fn take(raw: *mut ArrowDeviceArray) -> Result<Self> {
+        if raw.is_null() {
+            return Err(invalid("the producer handed over a NULL ArrowDeviceArray"));
+        }
+        // SAFETY: a live struct (the caller's promise); `from_raw` moves its array out and leaves
+        // an empty one (release NULL) in its place.
+        let (array, device_type, device_id, event) = unsafe {
+            let r = &mut *raw;
+            (FFI_ArrowArray::from_raw(&mut r.array), r.device_type, r.device_id, r.sync_event)
+        };
+        if array.is_released() {
+            return Err(invalid("the array was already released or moved (its release callback is NULL)"));
+        }
+        let id = match (device_type, device_id) {
+            // The CPU has no ordinal: pyarrow writes -1.
+            (1, _) => 0,
+            (_, id) => i32::try_from(id).map_err(|_| Error::UnsupportedDevice {
+                what: format!("(device_type={device_type}, device_id={device_id})"),
+                remedy: "a device id must fit 32 bits",
+            })?,
+        };
+        let device = Device::from_dlpack(DLDevice { device_type, device_id: id })?;
+        Ok(DeviceArray { array, device, has_event: !event.is_null() })
+    }
+
+    /// Where the array's buffers live.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The array and its field, read in place on the host (no copy), checked as a whole
+    /// (lengths, offsets and buffers against each other) before anything reads its values.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDevice`] for memory the host cannot read (CUDA), or host memory with
+    /// an event to wait on; [`Error::InvalidDeviceArray`] for a schema or array that breaks the
+    /// C data interface.
+    pub fn on_host(self, schema: &FFI_ArrowSchema) -> Result<(FieldRef, ArrayRef)> {
+        let device = self.device;
+        if !device.is_host_accessible() || (self.has_event && device != Device::Cpu) {
+            return Err(Error::UnsupportedDevice {
+                what: format!("an Arrow device array on {device}"),
+                remedy: "dlframe reads Arrow device arrays in CPU memory (device type 1) so far; \
+                         copy the data to the host first",
+            });
+        }
+        let field = Field::try_from(schema).map_err(|e| invalid(format!("its schema: {e}")))?;
+        // SAFETY: the owned array's C struct, read as its C fields (the same layout).
+        check_raw(unsafe { &*(&self.array as *const FFI_ArrowArray as *const RawArrowArray) }, 0)?;
+        // SAFETY: the array is live and owned (moved out of the producer's struct); its layout
+        // is checked against the schema's type below, before any value is read.
+        let data = unsafe { arrow_array::ffi::from_ffi(self.array, schema) }
+            .map_err(|e| invalid(format!("its array: {e}")))?;
+        data.validate_full().map_err(|e| invalid(format!("its array: {e}")))?;
+        Ok((Arc::new(field), make_array(data)))
+    }
+}
+
+/// A producer's device array and its schema as an Arrow array on the host (no copy):
+/// [`DeviceArray::take`], then [`DeviceArray::on_host`].
+///
+/// # Errors
+/// As those two; [`Error::InvalidDeviceArray`] for a NULL schema.
+///
+/// # Safety
+/// `raw` as [`DeviceArray::take`] has it; `schema` is NULL or a live `ArrowSchema`.
+pub unsafe fn import_on_host(
+    raw: *mut ArrowDeviceArray,
+    schema: *const FFI_ArrowSchema,
+) -> Result<(FieldRef, ArrayRef)> {
+    // SAFETY: the caller's promise.
+    let taken = unsafe { DeviceArray::take(raw) }?;
+    // SAFETY: a non-NULL schema is live (the caller's promise).
+    let schema =
+        unsafe { schema.as_ref() }.ok_or_else(|| invalid("the producer handed over a NULL schema"))?;
+    taken.on_host(schema)
+}
+
+/// How deep children may nest before an array is refused (a producer's cycle would be endless).
+const MAX_DEPTH: usize = 64;
+
+/// Checks what arrow-rs would trust before it reads an array: no negative count, length or
+/// offset, and the buffer and child pointers an array of that many buffers and children needs,
+/// for the array, its children and its dictionary (whose values arrow-rs checks after).
+fn check_raw(a: &RawArrowArray, depth: usize) -> Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(invalid(format!("children nested deeper than {MAX_DEPTH}")));
+    }
+    let fields = [
+        ("length", a.length),
+        ("offset", a.offset),
+        ("n_buffers", a.n_buffers),
+        ("n_children", a.n_children),
+    ];
+    if let Some((name, v)) = fields.iter().find(|(_, v)| *v < 0) {
+        return Err(invalid(format!("a negative {name} ({v})")));
+    }
+    if a.length.checked_add(a.offset).is_none() {
+        return Err(invalid(format!("length {} + offset {} overflows", a.length, a.offset)));
+    }
+    if (a.n_buffers > 0 && a.buffers.is_null()) || (a.n_children > 0 && a.children.is_null()) {
+        return Err(invalid("a NULL buffers or children array"));
+    }
+    for i in 0..a.n_children as usize {
+        // SAFETY: `children` holds n_children pointers (non-NULL, checked above).
+        let child = unsafe { *a.children.add(i) };
+        // SAFETY: a non-NULL child is an ArrowArray the parent owns.
+        match unsafe { child.as_ref() } {
+            Some(c) => check_raw(c, depth + 1)?,
+            None => return Err(invalid(format!("child {i} is NULL"))),
+        }
+    }
+    // SAFETY: a non-NULL dictionary is an ArrowArray the parent owns.
+    match unsafe { a.dictionary.as_ref() } {
+        Some(d) => check_raw(d, depth + 1),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use arrow_array::{Array, Int32Array, StringArray};
+    use arrow_data::ArrayData;
+
+    use super::*;
+
+    /// A device array over `data` on `(device_type, device_id)`, as a producer exports it.
+    fn export(data: &ArrayData, device_type: i32, device_id: i64) -> (ArrowDeviceArray, FFI_ArrowSchema) {
+        let (array, schema) = arrow_array::ffi::to_ffi(data).unwrap();
+        let d = ArrowDeviceArray {
+            array,
+            device_id,
+            device_type,
+            sync_event: std::ptr::null_mut(),
+            reserved: [0; 3],
+        };
+        (d, schema)
+    }
+
+    #[test]
+    fn a_cpu_device_array_is_read_in_place_and_released_once() {
+        let values = Int32Array::from(vec![Some(1), None, Some(3)]);
+        let (mut raw, schema) = export(&values.to_data(), 1, -1);
+        // SAFETY: a live struct, moved from once.
+        let taken = unsafe { DeviceArray::take(&mut raw) }.unwrap();
+        assert!(raw.array.is_released(), "the producer's struct is moved from");
+        assert_eq!(taken.device(), Device::Cpu);
+        let (field, array) = taken.on_host(&schema).unwrap();
+        assert_eq!(field.data_type(), values.data_type());
+        assert_eq!(array.to_data().buffers()[0].as_ptr(), values.to_data().buffers()[0].as_ptr());
+        assert_eq!(array.as_ref(), &values as &dyn Array);
+        // Taking it again finds it moved.
+        // SAFETY: as above.
+        let e = unsafe { DeviceArray::take(&mut raw) }.unwrap_err();
+        assert!(e.to_string().contains("already released or moved"), "{e}");
+        // SAFETY: NULL is refused before anything is read.
+        assert!(unsafe { DeviceArray::take(std::ptr::null_mut()) }.is_err());
+    }
+
+    static RELEASED: AtomicUsize = AtomicUsize::new(0);
+
+    /// A release callback that counts its calls (and frees nothing).
+    ///
+    /// # Safety
+    /// Called by the array's owner, once, with the array.
+    unsafe extern "C" fn counting_release(array: *mut FFI_ArrowArray) {
+        RELEASED.fetch_add(1, Ordering::SeqCst);
+        let _ = array;
+    }
+
+    #[test]
+    fn hostile_structs_are_refused_and_released_once() {
+        let ints = Int32Array::from(vec![1, 2, 3]).to_data();
+        let strings = StringArray::from(vec!["a", "bc"]).to_data();
+        let refuse =
+            |data: &ArrayData, device_type: i32, device_id: i64, edit: &dyn Fn(&mut ArrowDeviceArray)| {
+                let (mut raw, schema) = export(data, device_type, device_id);
+                edit(&mut raw);
+                // SAFETY: a live struct, moved from once.
+                let r = unsafe { DeviceArray::take(&mut raw) }.and_then(|t| t.on_host(&schema));
+                assert!(raw.array.is_released());
+                r.map(|_| ()).unwrap_err().to_string()
+            };
+        let none = |_: &mut ArrowDeviceArray| {};
+        assert!(refuse(&ints, 2, 0, &none).contains("an Arrow device array on cuda:0"));
+        assert!(refuse(&ints, 99, 0, &none).contains("device_type=99"));
+        assert!(refuse(&ints, 2, 1 << 40, &none).contains("fit 32 bits"));
+        // A pinned host buffer with an event to wait on is not read before the wait exists.
+        let with_event = |r: &mut ArrowDeviceArray| r.sync_event = 8 as *mut _;
+        assert!(refuse(&ints, 3, 0, &with_event).contains("an Arrow device array on dlpack-device(3, 0)"));
+        // The C struct's fields, written as a hostile producer would.
+        let raw_i64 = |r: &mut ArrowDeviceArray, at: usize, v: i64| {
+            // SAFETY: `at` is the byte offset of an int64 field of the C ArrowArray (length 0,
+            // null_count 8, offset 16), inside the struct.
+            unsafe { *((&mut r.array as *mut FFI_ArrowArray as *mut u8).add(at) as *mut i64) = v };
+        };
+        assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 0, -5)).contains("a negative length (-5)"));
+        assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 16, -1)).contains("a negative offset (-1)"));
+        assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 16, i64::MAX)).contains("overflows"));
+        // Fewer buffers than the type has, and a NULL buffer array.
+        assert!(refuse(&strings, 1, -1, &|r| raw_i64(r, 24, 2)).contains("invalid Arrow device array"));
+        assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 40, 0)).contains("a NULL buffers or children array"));
+        // A NULL values buffer.
+        let null_values = |r: &mut ArrowDeviceArray| {
+            // SAFETY: the C ArrowArray's `buffers` (offset 40) points to 2 buffer pointers,
+            // owned by the export and writable.
+            unsafe {
+                let buffers =
+                    *((&mut r.array as *mut FFI_ArrowArray as *mut u8).add(40) as *mut *mut *const u8);
+                *buffers.add(1) = std::ptr::null();
+            }
+        };
+        assert!(refuse(&ints, 1, -1, &null_values).contains("is null"));
+
+        // A refused array is released exactly once: here through a release that counts.
+        let (mut raw, _schema) = export(&ints, 2, 0);
+        let before = RELEASED.load(Ordering::SeqCst);
+        // SAFETY: the C ArrowArray's `release` (offset 64) is a function pointer; the export's own
+        // private data then leaks, which this test accepts to count the call.
+        unsafe {
+            *((&mut raw.array as *mut FFI_ArrowArray as *mut u8).add(64)
+                as *mut Option<unsafe extern "C" fn(*mut FFI_ArrowArray)>) = Some(counting_release);
+        }
+        // SAFETY: a live struct, moved from once.
+        let taken = unsafe { DeviceArray::take(&mut raw) }.unwrap();
+        assert!(taken.on_host(&FFI_ArrowSchema::empty()).is_err());
+        assert_eq!(RELEASED.load(Ordering::SeqCst) - before, 1);
+        drop(raw);
+        assert_eq!(RELEASED.load(Ordering::SeqCst) - before, 1, "the moved-from struct releases nothing");
+    }
+}
