@@ -205,9 +205,9 @@ fn capsule_pair<'py>(
 type Capsules<'py> = (Bound<'py, PyCapsule>, Bound<'py, PyCapsule>);
 
 /// Whether a pyarrow array type holds numbers (a dtype of the table but bool), learnt once per
-/// type from its first instance: each of pyarrow's array classes holds one Arrow type (but the
-/// extension and chunked arrays), and for those pyarrow's own `__dlpack__` exports what
-/// dlframe's Arrow path makes of them (the values buffer, shared).
+/// type from its first instance: each of pyarrow's array classes but the extension arrays holds
+/// one Arrow type (or several that are no dtype's, as timestamps), and for those pyarrow's own
+/// `__dlpack__` exports what dlframe's Arrow path makes of them (the values buffer, shared).
 static IS_PYARROW_NUMERIC: PerType<bool> = PerType::new();
 
 /// A pyarrow array of numbers without nulls as a read-only tensor over its values (no copy),
@@ -218,10 +218,9 @@ static IS_PYARROW_NUMERIC: PerType<bool> = PerType::new();
 fn pyarrow_numeric(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
     let numeric = IS_PYARROW_NUMERIC
         .get(&obj.get_type(), |ty| -> PyResult<bool> {
-            let name = ty.name()?;
-            let name = name.to_cow()?;
-            let one_type = name.ends_with("Array") && !matches!(&*name, "ExtensionArray" | "ChunkedArray");
-            if ty.module()?.to_cow()? != "pyarrow.lib" || !one_type {
+            let pa = ty.py().import(intern!(ty.py(), "pyarrow"))?;
+            let array = |class: &str| pa.getattr(class).and_then(|c| ty.is_subclass(&c));
+            if ty.module()?.to_cow()? != "pyarrow.lib" || !array("Array")? || array("ExtensionArray")? {
                 return Ok(false);
             }
             let dt = obj.getattr(intern!(obj.py(), "type"))?.extract::<PyDataType>()?.into_inner();

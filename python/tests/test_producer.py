@@ -136,6 +136,17 @@ def test_pyarrow_arrays_pyarrow_cannot_export_keep_their_arrow_path():
     assert ts.to_arrow().type == pa.timestamp("ms")
 
 
+def test_extension_arrays_of_numbers_take_the_arrow_path():
+    # An extension class holds many types (a fixed_shape_tensor's __dlpack__ even succeeds):
+    # dlframe reads each through its Arrow type, whichever came first.
+    cells = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(6, dtype=np.float32)), 3)
+    tensors = pa.ExtensionArray.from_storage(pa.fixed_shape_tensor(pa.float32(), [3]), cells)
+    flags = pa.ExtensionArray.from_storage(pa.bool8(), pa.array([1, 0], pa.int8()))
+    for _ in range(2):
+        assert np.from_dlpack(dlframe.to_dlpack(tensors)).shape == (2, 3)
+        assert np.from_dlpack(dlframe.to_dlpack(flags)).tolist() == [1, 0]
+
+
 def test_dlpack_device_is_cpu():  # item 2
     t = dlframe.to_dlpack(column("float32"))
     assert t.__dlpack_device__() == (1, 0)

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, make_array};
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
-use arrow_schema::{Field, FieldRef};
+use arrow_schema::{DataType, Field, FieldRef};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::ffi::arrow_device::{ArrowDeviceArray, RawArrowArray};
+use crate::ffi::arrow_device::{ArrowDeviceArray, RawArrowArray, RawArrowSchema};
 use crate::ffi::dlpack::DLDevice;
 
 /// A device array taken from its producer: the array (released when this drops) and where its
@@ -73,12 +73,14 @@ impl DeviceArray {
     }
 
     /// The array and its field, read in place on the host (no copy), checked as a whole
-    /// (lengths, offsets and buffers against each other) before anything reads its values.
+    /// (the schema live, the counts, pointers and children the type needs, then lengths,
+    /// offsets and buffers against each other) before anything reads its values. An event on
+    /// CPU memory is ignored: the CPU has nothing to wait for.
     ///
     /// # Errors
-    /// [`Error::UnsupportedDevice`] for memory the host cannot read (CUDA), or host memory with
-    /// an event to wait on; [`Error::InvalidDeviceArray`] for a schema or array that breaks the
-    /// C data interface.
+    /// [`Error::UnsupportedDevice`] for memory the host cannot read (CUDA), or pinned or
+    /// managed memory with an event to wait on; [`Error::InvalidDeviceArray`] for a schema or
+    /// array that breaks the C data interface.
     pub fn on_host(self, schema: &FFI_ArrowSchema) -> Result<(FieldRef, ArrayRef)> {
         let device = self.device;
         if !device.is_host_accessible() || (self.has_event && device != Device::Cpu) {
@@ -88,11 +90,18 @@ impl DeviceArray {
                          copy the data to the host first",
             });
         }
+        // SAFETY: a live FFI_ArrowSchema, read as its C fields (the same layout).
+        let raw = unsafe { &*(schema as *const FFI_ArrowSchema as *const RawArrowSchema) };
+        if raw.release.is_none() {
+            return Err(invalid("the schema was already released or moved (its release callback is NULL)"));
+        }
         let field = Field::try_from(schema).map_err(|e| invalid(format!("its schema: {e}")))?;
         // SAFETY: the owned array's C struct, read as its C fields (the same layout).
-        check_raw(unsafe { &*(&self.array as *const FFI_ArrowArray as *const RawArrowArray) }, 0)?;
-        // SAFETY: the array is live and owned (moved out of the producer's struct); its layout
-        // is checked against the schema's type below, before any value is read.
+        let raw_array = unsafe { &*(&self.array as *const FFI_ArrowArray as *const RawArrowArray) };
+        check_raw(raw_array, field.data_type(), 0)?;
+        // SAFETY: the array is live and owned (moved out of the producer's struct); its counts
+        // and pointers fit its type (checked above), and its lengths, offsets and buffers are
+        // validated below, before any value is read.
         let data = unsafe { arrow_array::ffi::from_ffi(self.array, schema) }
             .map_err(|e| invalid(format!("its array: {e}")))?;
         data.validate_full().map_err(|e| invalid(format!("its array: {e}")))?;
@@ -123,10 +132,11 @@ pub unsafe fn import_on_host(
 /// How deep children may nest before an array is refused (a producer's cycle would be endless).
 const MAX_DEPTH: usize = 64;
 
-/// Checks what arrow-rs would trust before it reads an array: no negative count, length or
-/// offset, and the buffer and child pointers an array of that many buffers and children needs,
-/// for the array, its children and its dictionary (whose values arrow-rs checks after).
-fn check_raw(a: &RawArrowArray, depth: usize) -> Result<()> {
+/// Checks what arrow-rs would trust (and assert, or read) before it reads an array of type `dt`:
+/// no negative count, length or offset; the buffer and child pointers that many buffers and
+/// children need; as many children as the type has (a struct's fields, a list's one), each
+/// checked against its own type; and a dictionary where the type has one.
+fn check_raw(a: &RawArrowArray, dt: &DataType, depth: usize) -> Result<()> {
     if depth > MAX_DEPTH {
         return Err(invalid(format!("children nested deeper than {MAX_DEPTH}")));
     }
@@ -145,19 +155,39 @@ fn check_raw(a: &RawArrowArray, depth: usize) -> Result<()> {
     if (a.n_buffers > 0 && a.buffers.is_null()) || (a.n_children > 0 && a.children.is_null()) {
         return Err(invalid("a NULL buffers or children array"));
     }
-    for i in 0..a.n_children as usize {
+    let children: Vec<&DataType> = match dt {
+        DataType::Struct(f) => f.iter().map(|f| f.data_type()).collect(),
+        DataType::Union(f, _) => f.iter().map(|(_, f)| f.data_type()).collect(),
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => vec![f.data_type()],
+        DataType::RunEndEncoded(r, v) => vec![r.data_type(), v.data_type()],
+        _ => Vec::new(),
+    };
+    if a.n_children as usize != children.len() {
+        return Err(invalid(format!(
+            "{} children for a {dt} column, which has {}",
+            a.n_children,
+            children.len()
+        )));
+    }
+    for (i, child_type) in children.into_iter().enumerate() {
         // SAFETY: `children` holds n_children pointers (non-NULL, checked above).
         let child = unsafe { *a.children.add(i) };
         // SAFETY: a non-NULL child is an ArrowArray the parent owns.
         match unsafe { child.as_ref() } {
-            Some(c) => check_raw(c, depth + 1)?,
+            Some(c) => check_raw(c, child_type, depth + 1)?,
             None => return Err(invalid(format!("child {i} is NULL"))),
         }
     }
     // SAFETY: a non-NULL dictionary is an ArrowArray the parent owns.
-    match unsafe { a.dictionary.as_ref() } {
-        Some(d) => check_raw(d, depth + 1),
-        None => Ok(()),
+    match (dt, unsafe { a.dictionary.as_ref() }) {
+        (DataType::Dictionary(_, values), Some(d)) => check_raw(d, values, depth + 1),
+        (DataType::Dictionary(..), None) => Err(invalid("a dictionary column without its dictionary")),
+        _ => Ok(()),
     }
 }
 
@@ -257,6 +287,31 @@ mod tests {
             }
         };
         assert!(refuse(&ints, 1, -1, &null_values).contains("is null"));
+        // A struct with fewer children than fields, and a list with none: refused, no panic.
+        let pairs = arrow_array::StructArray::from(vec![
+            (
+                Arc::new(Field::new("a", DataType::Int32, false)),
+                Arc::new(Int32Array::from(vec![1])) as ArrayRef,
+            ),
+            (
+                Arc::new(Field::new("b", DataType::Int32, false)),
+                Arc::new(Int32Array::from(vec![2])) as ArrayRef,
+            ),
+        ]);
+        let e = refuse(&pairs.to_data(), 1, -1, &|r| raw_i64(r, 32, 1));
+        assert!(e.contains("1 children for a Struct"), "{e}");
+        let lists = arrow_array::ListArray::from_iter_primitive::<arrow_array::types::Int32Type, _, _>([
+            Some(vec![Some(1)]),
+        ]);
+        assert!(refuse(&lists.to_data(), 1, -1, &|r| raw_i64(r, 32, 0)).contains("0 children for a List"));
+        // A schema already moved from is refused before anything reads it.
+        let (mut raw, mut schema) = export(&ints, 1, -1);
+        // SAFETY: the schema's `release` (offset 56) is read and written as its C field; its
+        // private data then leaks, which this test accepts.
+        unsafe { *((&mut schema as *mut FFI_ArrowSchema as *mut u8).add(56) as *mut usize) = 0 };
+        // SAFETY: a live struct, moved from once.
+        let e = unsafe { DeviceArray::take(&mut raw) }.unwrap().on_host(&schema).unwrap_err().to_string();
+        assert!(e.contains("schema was already released or moved"), "{e}");
 
         // A refused array is released exactly once: here through a release that counts.
         let (mut raw, _schema) = export(&ints, 2, 0);

@@ -32,7 +32,11 @@ fn from_typestr(s: &str) -> Option<DType> {
     let s = s.strip_prefix([native, '|', '=']).unwrap_or(s);
     let mut chars = s.chars();
     let kind = chars.next()?;
-    let size: usize = chars.as_str().parse().ok()?;
+    let digits = chars.as_str();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let size: usize = digits.parse().ok()?;
     DType::ALL.into_iter().find(|d| d.typestr_kind() == Some(kind) && d.itemsize() == size)
 }
 
@@ -88,7 +92,7 @@ mod tests {
 
     #[test]
     fn what_is_no_dtype_of_the_table_is_left_to_the_caller() {
-        for s in ["double", "f3", ">f4", "<M8[ns]", "c8", "", "float128", "<f", "u1x"] {
+        for s in ["double", "f3", ">f4", "<M8[ns]", "c8", "", "float128", "<f", "u1x", "f+4", "<f 4"] {
             assert_eq!(DType::from_spelling(s), None, "{s}");
         }
         // bfloat16's storage is not bfloat16.

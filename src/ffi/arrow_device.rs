@@ -80,6 +80,31 @@ pub struct RawArrowArray {
     pub private_data: *mut c_void,
 }
 
+/// The C data interface's `ArrowSchema` field by field, to check that a producer's schema is
+/// live (arrow-rs's `FFI_ArrowSchema` does not say): the same layout.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawArrowSchema {
+    /// The type's format string.
+    pub format: *const c_char,
+    /// The field's name.
+    pub name: *const c_char,
+    /// The field's metadata.
+    pub metadata: *const c_char,
+    /// Nullable, dictionary-ordered, map-keys-sorted.
+    pub flags: i64,
+    /// Entries of `children`.
+    pub n_children: i64,
+    /// The children.
+    pub children: *mut *mut RawArrowSchema,
+    /// The dictionary's schema, or NULL.
+    pub dictionary: *mut RawArrowSchema,
+    /// Releases the schema; NULL once released (or moved from).
+    pub release: Option<unsafe extern "C" fn(*mut RawArrowSchema)>,
+    /// The producer's data.
+    pub private_data: *mut c_void,
+}
+
 /// `ArrowDeviceArrayStream`: a stream of device arrays of one schema, on one device type.
 #[repr(C)]
 #[derive(Debug)]
@@ -101,6 +126,9 @@ pub struct ArrowDeviceArrayStream {
 const _: () = {
     assert!(size_of::<FFI_ArrowArray>() == 80);
     assert!(size_of::<RawArrowArray>() == 80);
+    assert!(size_of::<RawArrowSchema>() == size_of::<FFI_ArrowSchema>());
+    assert!(size_of::<RawArrowSchema>() == 72);
+    assert!(offset_of!(RawArrowSchema, release) == 56);
     assert!(offset_of!(RawArrowArray, buffers) == 40);
     assert!(offset_of!(RawArrowArray, release) == 64);
     assert!(size_of::<ArrowDeviceArray>() == 128);
