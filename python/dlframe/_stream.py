@@ -455,7 +455,8 @@ def _auto_shard() -> tuple[int, int]:
 
 def _speaks_arrow(obj: Any) -> bool:
     t = type(obj)
-    return any(hasattr(t, m) for m in ("__arrow_c_stream__", "__arrow_c_array__", "__arrow_c_device_array__"))
+    methods = ("__arrow_c_stream__", "__arrow_c_array__", "__arrow_c_device_array__", "__arrow_c_device_stream__")
+    return any(hasattr(t, m) for m in methods)
 
 
 def _is_lazy_frame(obj: Any) -> bool:

@@ -5,14 +5,14 @@
 //! the owner), and keeps any in-flight exception. Import: we check the name, rename the capsule
 //! to `used_*`, and hand the pointer to [`ForeignTensor`], which calls the deleter exactly once.
 
-use std::ffi::{CStr, CString, c_void};
+use std::ffi::{CStr, CString};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict};
 
-use dlframe::dlpack::{Export, ExportedLegacy, ExportedVersioned, ManagedTensor};
+use dlframe::dlpack::{Export, ManagedTensor};
 use dlframe::ffi::dlpack::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLTENSOR,
     DLTENSOR_VERSIONED, USED_DLTENSOR, USED_DLTENSOR_VERSIONED,
@@ -61,46 +61,28 @@ unsafe extern "C" fn legacy_destructor(capsule: *mut ffi::PyObject) {
     unsafe { release_if_unconsumed::<DLManagedTensor>(capsule, DLTENSOR) }
 }
 
-fn new_capsule<'py>(
+fn new_capsule<'py, M: ManagedTensor>(
     py: Python<'py>,
-    ptr: *mut c_void,
+    raw: *mut M,
     name: &'static CStr,
     destructor: unsafe extern "C" fn(*mut ffi::PyObject),
-    release: impl FnOnce(),
 ) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: `name` is static, as capsule names must be; the destructor matches the pointer.
-    let raw = unsafe { ffi::PyCapsule_New(ptr, name.as_ptr(), Some(destructor)) };
-    if raw.is_null() {
-        release(); // no capsule owns the tensor: free it rather than leak
+    let capsule = unsafe { ffi::PyCapsule_New(raw.cast(), name.as_ptr(), Some(destructor)) };
+    if capsule.is_null() {
+        // SAFETY: no capsule owns the export, so we still do: free it rather than leak.
+        unsafe { M::delete(std::ptr::NonNull::new_unchecked(raw)) };
         return Err(PyErr::fetch(py));
     }
     // SAFETY: PyCapsule_New returned a new (owned) reference.
-    Ok(unsafe { Bound::from_owned_ptr(py, raw) })
-}
-
-/// A `"dltensor_versioned"` capsule that owns the export.
-pub fn versioned<'py>(py: Python<'py>, exported: ExportedVersioned) -> PyResult<Bound<'py, PyAny>> {
-    let raw = exported.into_raw();
-    new_capsule(py, raw.cast(), DLTENSOR_VERSIONED, versioned_destructor, || {
-        // SAFETY: capsule creation failed, so we still own the export.
-        unsafe { DLManagedTensorVersioned::delete(std::ptr::NonNull::new_unchecked(raw)) }
-    })
-}
-
-/// A legacy `"dltensor"` capsule that owns the export.
-pub fn legacy<'py>(py: Python<'py>, exported: ExportedLegacy) -> PyResult<Bound<'py, PyAny>> {
-    let raw = exported.into_raw();
-    new_capsule(py, raw.cast(), DLTENSOR, legacy_destructor, || {
-        // SAFETY: capsule creation failed, so we still own the export.
-        unsafe { DLManagedTensor::delete(std::ptr::NonNull::new_unchecked(raw)) }
-    })
+    Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
 }
 
 /// A capsule of the kind the export was resolved for.
 pub fn from_export(py: Python<'_>, export: Export) -> Result<Bound<'_, PyAny>> {
     Ok(match export {
-        Export::Versioned(e) => versioned(py, e)?,
-        Export::Legacy(e) => legacy(py, e)?,
+        Export::Versioned(e) => new_capsule(py, e.into_raw(), DLTENSOR_VERSIONED, versioned_destructor)?,
+        Export::Legacy(e) => new_capsule(py, e.into_raw(), DLTENSOR, legacy_destructor)?,
     })
 }
 

@@ -6,14 +6,16 @@ use std::ffi::CStr;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyString, PyTuple};
+use pyo3_arrow::ffi::ArrayIterator;
 use pyo3_arrow::input::AnyArray;
-use pyo3_arrow::{PyArray, PyDataType};
+use pyo3_arrow::{PyArray, PyArrayReader, PyDataType};
 
 use dlframe::arrow::Converted;
 use dlframe::arrow::device::import_on_host;
+use dlframe::arrow::device_stream::DeviceStream;
 use dlframe::dlpack::request::consumer_stream_on;
 use dlframe::dtype::spelling::polars_refusal;
-use dlframe::ffi::arrow_device::{ARROW_ARRAY, ARROW_DEVICE_ARRAY, ARROW_SCHEMA};
+use dlframe::ffi::arrow_device::{ARROW_ARRAY, ARROW_DEVICE_ARRAY, ARROW_DEVICE_ARRAY_STREAM, ARROW_SCHEMA};
 use dlframe::options::{ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, split_struct, table_on};
 use dlframe::{DType, Device, Tensor, transfer};
@@ -176,6 +178,14 @@ pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
         let (field, array) =
             unsafe { import_on_host(array.as_ptr().cast(), schema.as_ptr().cast()) }.map_err(Error::from)?;
         Ok(AnyArray::Array(PyArray::try_new(array, field).map_err(Error::from)?))
+    } else if ty.hasattr(intern!(py, "__arrow_c_device_stream__"))? {
+        let capsule = obj.call_method0(intern!(py, "__arrow_c_device_stream__"))?;
+        let ptr = capsule.cast::<PyCapsule>()?.pointer_checked(Some(ARROW_DEVICE_ARRAY_STREAM))?;
+        // SAFETY: the capsule holds the producer's stream, alive while it is; it is moved out once
+        // (its capsule then releases nothing).
+        let stream = unsafe { DeviceStream::take(ptr.as_ptr().cast()) }.map_err(Error::from)?;
+        let field = stream.field();
+        Ok(AnyArray::Stream(PyArrayReader::new(Box::new(ArrayIterator::new(stream, field)))))
     } else {
         // Buffers and other objects pyo3-arrow accepts without the protocol methods.
         obj.extract()
@@ -252,14 +262,15 @@ pub(crate) fn input_error(obj: &Bound<'_, PyAny>, e: Error) -> Error {
     let py = obj.py();
     let ty = obj.get_type();
     let name = ty.name().map(|n| n.to_string()).unwrap_or_default();
-    let speaks_arrow = ["__arrow_c_array__", "__arrow_c_stream__", "__arrow_c_device_array__"]
-        .iter()
-        .any(|m| ty.hasattr(m).unwrap_or(false));
+    let speaks_arrow =
+        ["__arrow_c_array__", "__arrow_c_stream__", "__arrow_c_device_array__", "__arrow_c_device_stream__"]
+            .iter()
+            .any(|m| ty.hasattr(m).unwrap_or(false));
     if !speaks_arrow {
         return Binding::WrongType(format!(
-            "to_dlpack takes an object with __arrow_c_array__, __arrow_c_stream__ or \
-             __arrow_c_device_array__ (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow) or a \
-             Polars LazyFrame, not {name}"
+            "to_dlpack takes an object with __arrow_c_array__, __arrow_c_stream__ or their \
+             __arrow_c_device_*__ forms (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow) or \
+             a Polars LazyFrame, not {name}"
         ))
         .into();
     }

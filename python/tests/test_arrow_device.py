@@ -120,3 +120,71 @@ def test_broken_device_capsules_are_clear_errors():
     pa.array(Returns((schema, array)))
     with pytest.raises(ValueError, match="already released or moved"):
         dlframe.to_dlpack(Returns((a.type.__arrow_c_schema__(), array)))
+
+
+GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)
+RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class CStream(ctypes.Structure):
+    """The C stream interface's ArrowArrayStream."""
+
+    _fields_ = [("get_schema", ctypes.c_void_p), ("get_next", ctypes.c_void_p), ("get_last_error", ctypes.c_void_p),
+                ("release", ctypes.c_void_p), ("private_data", ctypes.c_void_p)]
+
+
+class CDeviceStream(ctypes.Structure):
+    """The C Device data interface's ArrowDeviceArrayStream."""
+
+    _fields_ = [("device_type", ctypes.c_int32), ("get_schema", GET), ("get_next", GET), ("get_last_error", LAST_ERROR),
+                ("release", RELEASE), ("private_data", ctypes.c_void_p)]
+
+
+class DeviceStreamOf:
+    """pyarrow's C stream of `source`, offered as a device stream on `device_type`: each array
+    pyarrow writes gets the device fields (id -1, no event). Counts the releases."""
+
+    def __init__(self, source, device_type=1):
+        self.source, self.device_type, self.released = source, device_type, 0
+
+    def __arrow_c_device_stream__(self, requested_schema=None, **kwargs):
+        self.inner_capsule = self.source.__arrow_c_stream__()
+        inner = capsule_pointer(self.inner_capsule, b"arrow_array_stream")
+        c = CStream.from_address(inner)
+        get_schema, get_next, release = GET(c.get_schema), GET(c.get_next), RELEASE(c.release)
+
+        def next_array(_, out):
+            rc = get_next(inner, out)
+            if rc == 0:
+                ctypes.c_int64.from_address(out + 80).value = -1
+                ctypes.c_int32.from_address(out + 88).value = 1
+                ctypes.c_void_p.from_address(out + 96).value = None
+            return rc
+
+        def release_both(_):
+            self.released += 1
+            release(inner)
+
+        self.callbacks = (GET(lambda _, out: get_schema(inner, out)), GET(next_array), LAST_ERROR(lambda _: b"?"),
+                          RELEASE(release_both))
+        self.struct = CDeviceStream(self.device_type, *self.callbacks, None)
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self.struct), b"arrow_device_array_stream", None)
+
+
+def test_a_cpu_device_stream_is_read_batch_by_batch_and_released_once():
+    table = pa.table({"x": pa.array([1.0, 2.0, 3.0]), "y": pa.array([4.0, 5.0, 6.0])}).combine_chunks()
+    source = DeviceStreamOf(table)
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.to_dlpack(source)), [[1, 4], [2, 5], [3, 6]])
+    assert source.released == 1
+    got = [np.from_dlpack(b).tolist() for b in dlframe.batches(DeviceStreamOf(table), 2)]
+    assert got == [[[1.0, 4.0], [2.0, 5.0]], [[3.0, 6.0]]]
+
+
+def test_a_device_stream_on_a_gpu_is_refused_naming_it_and_released():
+    source = DeviceStreamOf(pa.table({"x": [1.0]}), device_type=2)
+    with pytest.raises(BufferError, match="an Arrow device array stream on cuda:0"):
+        dlframe.to_dlpack(source)
+    assert source.released == 1
