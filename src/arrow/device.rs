@@ -25,7 +25,8 @@ pub struct DeviceArray {
     has_event: bool,
 }
 
-fn invalid(why: impl Into<String>) -> Error {
+/// The error for a struct that breaks the C Device data interface.
+pub(super) fn invalid(why: impl Into<String>) -> Error {
     Error::InvalidDeviceArray(why.into())
 }
 

@@ -10,7 +10,7 @@ use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
 use arrow_schema::{ArrowError, Field, FieldRef};
 
-use super::device::DeviceArray;
+use super::device::{DeviceArray, invalid};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi::arrow_device::{ArrowDeviceArray, ArrowDeviceArrayStream};
@@ -27,10 +27,6 @@ pub struct DeviceStream {
 // SAFETY: the stream is owned here alone and its callbacks are called from one thread at a time
 // (`&mut self`), as the C stream interface asks; which thread is the producer's concern.
 unsafe impl Send for DeviceStream {}
-
-fn invalid(why: impl Into<String>) -> Error {
-    Error::InvalidDeviceArray(why.into())
-}
 
 impl DeviceStream {
     /// Takes the stream out of the producer's struct (a move: its `release` is NULL after, so
