@@ -117,6 +117,25 @@ pub fn table_on(
     }
 }
 
+/// Any Arrow input (a column in chunks, or a table as a struct column) as tensors on `device`:
+/// a struct column by [`table_on`], any other column as its one tensor
+/// ([`transfer::column_on`]). What `to_dlpack` makes of what it is given.
+///
+/// # Errors
+/// As [`split_struct`], [`table_on`] and [`transfer::column_on`].
+pub fn input_on(
+    field: &FieldRef,
+    chunks: &[ArrayRef],
+    layout: Columns,
+    opts: &ExportOptions,
+    device: Device,
+) -> Result<TableTensors> {
+    match split_struct(field, chunks)? {
+        Some((fields, columns)) => table_on(&fields, &columns, layout, opts, device),
+        None => transfer::column_on(field, chunks, opts, device).map(TableTensors::One),
+    }
+}
+
 /// The first name that appears twice.
 fn first_duplicate<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let mut seen = std::collections::HashSet::new();
@@ -139,6 +158,27 @@ mod tests {
         let s = StructArray::try_from(vec![("a", a), ("b", b)]).unwrap();
         let field = Arc::new(Field::new("t", s.data_type().clone(), false));
         (field, Arc::new(s))
+    }
+
+    #[test]
+    fn any_input_is_a_table_when_it_is_a_struct_and_one_column_otherwise() {
+        let (field, s) = table();
+        let f32s = ExportOptions { dtype: Some(crate::DType::Float32), ..ExportOptions::default() };
+        let shape = |t: TableTensors| match t {
+            TableTensors::One(c) => c.values.shape().to_vec(),
+            TableTensors::Dict(d) => vec![d.len() as i64],
+        };
+        assert_eq!(
+            shape(input_on(&field, std::slice::from_ref(&s), Columns::Stack, &f32s, Device::Cpu).unwrap()),
+            [3, 2]
+        );
+        assert_eq!(
+            shape(input_on(&field, std::slice::from_ref(&s), Columns::Dict, &f32s, Device::Cpu).unwrap()),
+            [2]
+        );
+        let a = s.as_struct().column(0).clone();
+        let a_field = Arc::new(arrow_schema::Field::new("a", a.data_type().clone(), true));
+        assert_eq!(shape(input_on(&a_field, &[a], Columns::Stack, &f32s, Device::Cpu).unwrap()), [3]);
     }
 
     #[test]

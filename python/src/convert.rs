@@ -17,7 +17,7 @@ use dlframe::dlpack::request::consumer_stream_on;
 use dlframe::dtype::spelling::polars_refusal;
 use dlframe::ffi::arrow_device::{ARROW_ARRAY, ARROW_DEVICE_ARRAY, ARROW_DEVICE_ARRAY_STREAM, ARROW_SCHEMA};
 use dlframe::options::{ExportOptions, NullPolicy};
-use dlframe::table::{TableTensors, split_struct, table_on};
+use dlframe::table::{TableTensors, input_on};
 use dlframe::{DType, Device, Tensor, transfer};
 
 use crate::args::{ColumnsArg, ConsumerStream, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
@@ -147,12 +147,8 @@ pub fn to_dlpack<'py>(
     .map_err(|e| input_error(obj, e))?;
     let cpu = target == Device::Cpu;
     let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
-    if let Some((fields, cols)) = split_struct(&field, &chunks)? {
-        let t = gil::run(py, cpu, bytes, || table_on(&fields, &cols, columns.0, &opts, target))?;
-        return wrap_table(py, t, nulls, stream);
-    }
-    let c = gil::run(py, cpu, bytes, || transfer::column_on(&field, &chunks, &opts, target))?;
-    wrap(py, c, nulls, stream)
+    let t = gil::run(py, cpu, bytes, || input_on(&field, &chunks, columns.0, &opts, target))?;
+    wrap_table(py, t, nulls, stream)
 }
 
 /// An Arrow producer's data, through the PyCapsule interface (also the C Device data interface,
