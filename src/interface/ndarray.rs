@@ -8,7 +8,7 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
-use super::array_struct::read_dims;
+use super::array_struct::{NPY_ALIGNED, NPY_C_CONTIGUOUS, NPY_WRITEABLE, read_dims};
 use super::numpy_type_num;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -50,10 +50,9 @@ struct DescrHead {
     type_num: c_int,
 }
 
-/// `NPY_ARRAY_WRITEABLE`.
-const WRITEABLE: c_int = 0x0400;
-/// `NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE`.
-const PLAIN_FLAGS: c_int = 0x0001 | 0x0100 | WRITEABLE;
+/// The flags of an array whose memory a consumer can share as it is: C-contiguous, aligned
+/// and writable.
+const PLAIN_FLAGS: c_int = NPY_C_CONTIGUOUS | NPY_ALIGNED | NPY_WRITEABLE;
 /// The byte-order character of a swapped (non-native) dtype.
 const SWAPPED: c_char = if cfg!(target_endian = "little") { b'>' } else { b'<' } as c_char;
 
@@ -88,7 +87,7 @@ pub unsafe fn import(array: *const c_void, owner: impl FnOnce() -> Arc<dyn Owner
     }
     // SAFETY: `dimensions` and `strides` have `nd` entries each, alive with the array.
     let (shape, strides) = unsafe { read_dims(nd, a.dimensions, a.strides, dtype.itemsize() as isize) }?;
-    let readonly = a.flags & WRITEABLE == 0;
+    let readonly = a.flags & NPY_WRITEABLE == 0;
     // SAFETY: the array's elements lie where its data pointer, extents and strides say, in host
     // memory the array keeps valid while it lives; the owner keeps it alive.
     unsafe {
@@ -187,7 +186,7 @@ mod tests {
         assert!(unsafe { is_plain_1d(addr(&f)) });
 
         // A read-only array gives a read-only tensor, and is not plain.
-        f.head.flags = PLAIN_FLAGS & !WRITEABLE;
+        f.head.flags = PLAIN_FLAGS & !NPY_WRITEABLE;
         // SAFETY: as above.
         assert!(unsafe { import(addr(&f), || Arc::new(())) }.unwrap().readonly());
         // SAFETY: as above.
@@ -215,7 +214,7 @@ mod tests {
         // Empty, 2-D, or not C-contiguous: no plain 1-D array (but importable).
         let empty = fake(Vec::new(), [0, 1], 1, 11, b'=', PLAIN_FLAGS);
         let two = fake(vec![1.0, 2.0], [2, 1], 2, 11, b'=', PLAIN_FLAGS);
-        let strided = fake(vec![1.0], [1, 1], 1, 11, b'=', PLAIN_FLAGS & !0x0001);
+        let strided = fake(vec![1.0], [1, 1], 1, 11, b'=', PLAIN_FLAGS & !NPY_C_CONTIGUOUS);
         for f in [&empty, &two, &strided] {
             // SAFETY: as above.
             assert!(unsafe { import(addr(f), || Arc::new(())).is_some() && !is_plain_1d(addr(f)) });
