@@ -83,20 +83,37 @@ impl DeviceArray {
     /// managed memory with an event to wait on; [`Error::InvalidDeviceArray`] for a schema or
     /// array that breaks the C data interface.
     pub fn on_host(self, schema: &FFI_ArrowSchema) -> Result<(FieldRef, ArrayRef)> {
+        self.readable()?;
+        let field = schema_field(schema)?;
+        let array = self.read(&field, schema)?;
+        Ok((field, array))
+    }
+
+    /// [`DeviceArray::on_host`] for an array of a stream whose schema was read once, as
+    /// `field`.
+    ///
+    /// # Errors
+    /// As [`DeviceArray::on_host`].
+    pub(super) fn on_host_as(self, field: &FieldRef, schema: &FFI_ArrowSchema) -> Result<ArrayRef> {
+        self.readable()?;
+        self.read(field, schema)
+    }
+
+    /// Refuses memory the host cannot read, or cannot read before an event it cannot wait on.
+    fn readable(&self) -> Result<()> {
         let device = self.device;
-        if !device.is_host_accessible() || (self.has_event && device != Device::Cpu) {
-            return Err(Error::UnsupportedDevice {
-                what: format!("an Arrow device array on {device}"),
-                remedy: "dlframe reads Arrow device arrays in CPU memory (device type 1) so far; \
-                         copy the data to the host first",
-            });
+        if device.is_host_accessible() && (!self.has_event || device == Device::Cpu) {
+            return Ok(());
         }
-        // SAFETY: a live FFI_ArrowSchema, read as its C fields (the same layout).
-        let raw = unsafe { &*(schema as *const FFI_ArrowSchema as *const RawArrowSchema) };
-        if raw.release.is_none() {
-            return Err(invalid("the schema was already released or moved (its release callback is NULL)"));
-        }
-        let field = Field::try_from(schema).map_err(|e| invalid(format!("its schema: {e}")))?;
+        Err(Error::UnsupportedDevice {
+            what: format!("an Arrow device array on {device}"),
+            remedy: "dlframe reads Arrow device arrays in CPU memory (device type 1) so far; \
+                     copy the data to the host first",
+        })
+    }
+
+    /// The array of type `field` (`schema`'s), its C struct checked, then validated.
+    fn read(self, field: &FieldRef, schema: &FFI_ArrowSchema) -> Result<ArrayRef> {
         // SAFETY: the owned array's C struct, read as its C fields (the same layout).
         let raw_array = unsafe { &*(&self.array as *const FFI_ArrowArray as *const RawArrowArray) };
         check_raw(raw_array, field.data_type(), 0)?;
@@ -106,8 +123,22 @@ impl DeviceArray {
         let data = unsafe { arrow_array::ffi::from_ffi(self.array, schema) }
             .map_err(|e| invalid(format!("its array: {e}")))?;
         data.validate_full().map_err(|e| invalid(format!("its array: {e}")))?;
-        Ok((Arc::new(field), make_array(data)))
+        Ok(make_array(data))
     }
+}
+
+/// The field a live schema describes.
+///
+/// # Errors
+/// [`Error::InvalidDeviceArray`] for a schema already released or moved from (whose pointers
+/// may be freed), or one arrow-rs cannot read.
+pub(super) fn schema_field(schema: &FFI_ArrowSchema) -> Result<FieldRef> {
+    // SAFETY: a live FFI_ArrowSchema, read as its C fields (the same layout).
+    let raw = unsafe { &*(schema as *const FFI_ArrowSchema as *const RawArrowSchema) };
+    if raw.release.is_none() {
+        return Err(invalid("the schema was already released or moved (its release callback is NULL)"));
+    }
+    Ok(Arc::new(Field::try_from(schema).map_err(|e| invalid(format!("its schema: {e}")))?))
 }
 
 /// A producer's device array and its schema as an Arrow array on the host (no copy):

@@ -8,9 +8,9 @@ use std::ffi::CStr;
 use arrow_array::ArrayRef;
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
-use arrow_schema::{ArrowError, Field, FieldRef};
+use arrow_schema::{ArrowError, FieldRef};
 
-use super::device::{DeviceArray, invalid};
+use super::device::{DeviceArray, invalid, schema_field};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi::arrow_device::{ArrowDeviceArray, ArrowDeviceArrayStream};
@@ -19,14 +19,40 @@ use crate::ffi::dlpack::DLDevice;
 /// A device array stream taken from its producer (released when this drops), with its schema.
 #[derive(Debug)]
 pub struct DeviceStream {
-    raw: ArrowDeviceArrayStream,
+    raw: Owned,
     schema: FFI_ArrowSchema,
     field: FieldRef,
 }
 
+/// The producer's stream struct, owned: released once, when it drops.
+#[derive(Debug)]
+struct Owned(ArrowDeviceArrayStream);
+
 // SAFETY: the stream is owned here alone and its callbacks are called from one thread at a time
 // (`&mut self`), as the C stream interface asks; which thread is the producer's concern.
-unsafe impl Send for DeviceStream {}
+unsafe impl Send for Owned {}
+
+impl Owned {
+    /// The producer's last error message, or a placeholder.
+    fn last_error(&mut self) -> String {
+        let Some(f) = self.0.get_last_error else { return "no message".into() };
+        // SAFETY: the producer's callback with its stream; a non-NULL result is a NUL-terminated
+        // string valid until the next call, copied here at once.
+        unsafe {
+            let p = f(&mut self.0);
+            if p.is_null() { "no message".into() } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
+        }
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if let Some(release) = self.0.release.take() {
+            // SAFETY: the stream is ours and not released; the producer's release, once.
+            unsafe { release(&mut self.0) };
+        }
+    }
+}
 
 impl DeviceStream {
     /// Takes the stream out of the producer's struct (a move: its `release` is NULL after, so
@@ -45,19 +71,18 @@ impl DeviceStream {
             return Err(invalid("the producer handed over a NULL ArrowDeviceArrayStream"));
         }
         // SAFETY: a live struct (the caller's promise), moved out: the source is marked released.
-        let moved = unsafe {
+        let mut owned = Owned(unsafe {
             let s = std::ptr::read(raw);
             (*raw).release = None;
             s
-        };
-        if moved.release.is_none() {
+        });
+        if owned.0.release.is_none() {
             return Err(invalid("the stream was already released or moved (its release callback is NULL)"));
         }
-        let mut stream = DeviceStream { raw: moved, schema: FFI_ArrowSchema::empty(), field: empty_field() };
-        if stream.raw.get_schema.is_none() || stream.raw.get_next.is_none() {
+        let (Some(get_schema), Some(_)) = (owned.0.get_schema, owned.0.get_next) else {
             return Err(invalid("the stream has no get_schema or get_next callback"));
-        }
-        let device = Device::from_dlpack(DLDevice { device_type: stream.raw.device_type, device_id: 0 })?;
+        };
+        let device = Device::from_dlpack(DLDevice { device_type: owned.0.device_type, device_id: 0 })?;
         if !device.is_host_accessible() {
             return Err(Error::UnsupportedDevice {
                 what: format!("an Arrow device array stream on {device}"),
@@ -65,36 +90,19 @@ impl DeviceStream {
                          copy the data to the host first",
             });
         }
-        let get_schema = stream.raw.get_schema.expect("checked above");
+        let mut schema = FFI_ArrowSchema::empty();
         // SAFETY: the producer's callback, with its stream and a writable empty schema.
-        if unsafe { get_schema(&mut stream.raw, &mut stream.schema) } != 0 {
-            return Err(invalid(format!("get_schema failed: {}", stream.last_error())));
+        if unsafe { get_schema(&mut owned.0, &mut schema) } != 0 {
+            return Err(invalid(format!("get_schema failed: {}", owned.last_error())));
         }
-        stream.field =
-            Field::try_from(&stream.schema).map_err(|e| invalid(format!("its schema: {e}")))?.into();
-        Ok(stream)
+        let field = schema_field(&schema)?;
+        Ok(DeviceStream { raw: owned, schema, field })
     }
 
     /// The stream's field (a struct field for a stream of record batches).
     pub fn field(&self) -> FieldRef {
         self.field.clone()
     }
-
-    /// The producer's last error message, or a placeholder.
-    fn last_error(&mut self) -> String {
-        let Some(f) = self.raw.get_last_error else { return "no message".into() };
-        // SAFETY: the producer's callback with its stream; a non-NULL result is a NUL-terminated
-        // string valid until the next call, copied here at once.
-        unsafe {
-            let p = f(&mut self.raw);
-            if p.is_null() { "no message".into() } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
-        }
-    }
-}
-
-/// A placeholder field until the schema is read.
-fn empty_field() -> FieldRef {
-    Field::new("", arrow_schema::DataType::Null, true).into()
 }
 
 impl Iterator for DeviceStream {
@@ -103,27 +111,20 @@ impl Iterator for DeviceStream {
     /// The next array, read on the host (no copy); None at the end. An error is the producer's
     /// message or the device array's refusal.
     fn next(&mut self) -> Option<Self::Item> {
-        let get_next = self.raw.get_next?;
+        let get_next = self.raw.0.get_next?;
         let mut out = ArrowDeviceArray::on_cpu(FFI_ArrowArray::empty());
         // SAFETY: the producer's callback, with its stream and a writable released device array.
-        if unsafe { get_next(&mut self.raw, &mut out) } != 0 {
-            return Some(Err(ArrowError::CDataInterface(format!("get_next failed: {}", self.last_error()))));
+        if unsafe { get_next(&mut self.raw.0, &mut out) } != 0 {
+            let message = format!("get_next failed: {}", self.raw.last_error());
+            return Some(Err(ArrowError::CDataInterface(message)));
         }
         if out.array.is_released() {
             return None;
         }
         // SAFETY: the device array the producer just wrote, moved from once.
-        let read = unsafe { DeviceArray::take(&mut out) }.and_then(|a| a.on_host(&self.schema));
-        Some(read.map(|(_, array)| array).map_err(|e| ArrowError::ExternalError(Box::new(e))))
-    }
-}
-
-impl Drop for DeviceStream {
-    fn drop(&mut self) {
-        if let Some(release) = self.raw.release.take() {
-            // SAFETY: the stream is ours and not released; the producer's release, once.
-            unsafe { release(&mut self.raw) };
-        }
+        let read =
+            unsafe { DeviceArray::take(&mut out) }.and_then(|a| a.on_host_as(&self.field, &self.schema));
+        Some(read.map_err(|e| ArrowError::ExternalError(Box::new(e))))
     }
 }
 
@@ -134,6 +135,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use arrow_array::{Array, Int32Array};
+    use arrow_schema::Field;
 
     use super::*;
 
