@@ -136,6 +136,20 @@ pub fn input_on(
     }
 }
 
+/// What `dlframe.tensor` makes of Arrow input (an Arrow device array or stream): [`input_on`]
+/// with the defaults of a conversion, on `device`, as one tensor. Zero-copy for one chunk of
+/// numbers without nulls; one fused copy for booleans, several chunks or a table's matrix.
+///
+/// # Errors
+/// As [`input_on`]: nulls among them (the default is to refuse them).
+pub fn tensor_of(field: &FieldRef, chunks: &[ArrayRef], device: Device) -> Result<crate::Tensor> {
+    let TableTensors::One(c) = input_on(field, chunks, Columns::Stack, &ExportOptions::default(), device)?
+    else {
+        unreachable!("Columns::Stack gives one tensor")
+    };
+    Ok(c.values)
+}
+
 /// The first name that appears twice.
 fn first_duplicate<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let mut seen = std::collections::HashSet::new();
@@ -179,6 +193,20 @@ mod tests {
         let a = s.as_struct().column(0).clone();
         let a_field = Arc::new(arrow_schema::Field::new("a", a.data_type().clone(), true));
         assert_eq!(shape(input_on(&a_field, &[a], Columns::Stack, &f32s, Device::Cpu).unwrap()), [3]);
+    }
+
+    #[test]
+    fn tensor_of_is_the_default_conversion_as_one_tensor() {
+        let (field, s) = table();
+        let m = tensor_of(&field, std::slice::from_ref(&s), Device::Cpu).unwrap();
+        assert_eq!((m.shape(), m.dtype()), (&[3i64, 2][..], crate::DType::Float64));
+        let a = s.as_struct().column(0).clone();
+        let a_field = Arc::new(Field::new("a", a.data_type().clone(), true));
+        let shared = tensor_of(&a_field, std::slice::from_ref(&a), Device::Cpu).unwrap();
+        assert_eq!(shared.data_ptr(), a.to_data().buffers()[0].as_ptr(), "one chunk without nulls is shared");
+        let nulls: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), None]));
+        let e = tensor_of(&a_field, &[nulls], Device::Cpu).unwrap_err();
+        assert!(e.to_string().contains("null"), "{e}");
     }
 
     #[test]

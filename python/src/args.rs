@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString, PyTuple, PyType};
 use pyo3_arrow::PyDataType;
 
+use dlframe::dtype::spelling::accepted;
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::options::Order;
 use dlframe::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Ragged, Scalar};
@@ -30,16 +31,6 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DTypeArg {
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
         parse(&obj).map(DTypeArg)
     }
-}
-
-/// What every dtype error lists as accepted: the dtype table's names, and the other spellings.
-fn accepted() -> String {
-    format!(
-        "dlframe's dtypes are {}, given as a name ('float32'), a numpy dtype or code (np.float32, \
-         np.dtype('f4'), 'f4', '<f4'), a pyarrow type (pa.float32()), a Polars dtype (pl.Float32), a \
-         torch dtype (torch.float32) or an ml_dtypes type",
-        dlframe::dtype::spelling::names()
-    )
 }
 
 /// A dtype-like as messages print it: a string as the core prints names (`"float128"`), other

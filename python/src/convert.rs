@@ -3,6 +3,8 @@
 
 use std::ffi::CStr;
 
+use arrow_array::ArrayRef;
+use arrow_schema::FieldRef;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyString, PyTuple};
@@ -17,7 +19,7 @@ use dlframe::dlpack::request::consumer_stream_on;
 use dlframe::dtype::spelling::polars_refusal;
 use dlframe::ffi::arrow_device::{ARROW_ARRAY, ARROW_DEVICE_ARRAY, ARROW_DEVICE_ARRAY_STREAM, ARROW_SCHEMA};
 use dlframe::options::{ExportOptions, NullPolicy};
-use dlframe::table::{TableTensors, input_on};
+use dlframe::table::{TableTensors, input_on, tensor_of};
 use dlframe::{DType, Device, Tensor, transfer};
 
 use crate::args::{ColumnsArg, ConsumerStream, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
@@ -138,17 +140,44 @@ pub fn to_dlpack<'py>(
         },
         input => (obj, input),
     };
-    let (chunks, field) = match input {
-        // One array: no reader to make and drain.
-        Ok(AnyArray::Array(a)) => Ok(a.into_inner()).map(|(array, field)| (vec![array], field)),
-        Ok(input) => input.into_chunked_array().map(|c| c.into_inner()).map_err(Error::from),
-        Err(e) => Err(e.into()),
-    }
-    .map_err(|e| input_error(obj, e))?;
+    let (chunks, field) = chunks_of(obj, input)?;
     let cpu = target == Device::Cpu;
     let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
     let t = gil::run(py, cpu, bytes, || input_on(&field, &chunks, columns.0, &opts, target))?;
     wrap_table(py, t, nulls, stream)
+}
+
+/// The chunks and field of what [`arrow_input`] read of `obj` (one array: no reader to make
+/// and drain); [`input_error`] for what it could not read.
+fn chunks_of(obj: &Bound<'_, PyAny>, input: PyResult<AnyArray>) -> Result<(Vec<ArrayRef>, FieldRef)> {
+    match input {
+        Ok(AnyArray::Array(a)) => Ok(a.into_inner()).map(|(array, field)| (vec![array], field)),
+        Ok(input) => input.into_chunked_array().map(|c| c.into_inner()).map_err(Error::from),
+        Err(e) => Err(e.into()),
+    }
+    .map_err(|e| input_error(obj, e))
+}
+
+/// `dlframe.tensor` of an object with no tensor protocol: `dlframe::table::tensor_of` of its
+/// data when it offers the Arrow C Device data interface, TypeError otherwise.
+pub(crate) fn device_arrow_tensor(obj: &Bound<'_, PyAny>) -> Result<PyTensor> {
+    if !speaks(obj, &ARROW_METHODS[2..]) {
+        let expected = "__dlpack__, a capsule, __array_interface__, __array_struct__, a buffer or";
+        let expected = format!("expected {expected} {}", ARROW_METHODS[2..].join("/"));
+        return Err(Binding::NoProtocol(expected).into());
+    }
+    let (chunks, field) = chunks_of(obj, arrow_input(obj))?;
+    let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
+    Ok(PyTensor::new(gil::run(obj.py(), true, bytes, || tensor_of(&field, &chunks, Device::Cpu))?))
+}
+
+/// The Arrow PyCapsule interface's producers' methods (the C Device data interface's last).
+const ARROW_METHODS: [&str; 4] =
+    ["__arrow_c_array__", "__arrow_c_stream__", "__arrow_c_device_array__", "__arrow_c_device_stream__"];
+
+/// Whether `obj`'s type has one of `methods`.
+fn speaks(obj: &Bound<'_, PyAny>, methods: &[&str]) -> bool {
+    methods.iter().any(|m| obj.get_type().hasattr(m).unwrap_or(false))
 }
 
 /// An Arrow producer's data, through the PyCapsule interface (also the C Device data interface,
@@ -256,13 +285,8 @@ fn collected_lazy<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, Py
 /// that has the interface) what the producer or the import refused.
 pub(crate) fn input_error(obj: &Bound<'_, PyAny>, e: Error) -> Error {
     let py = obj.py();
-    let ty = obj.get_type();
-    let name = ty.name().map(|n| n.to_string()).unwrap_or_default();
-    let speaks_arrow =
-        ["__arrow_c_array__", "__arrow_c_stream__", "__arrow_c_device_array__", "__arrow_c_device_stream__"]
-            .iter()
-            .any(|m| ty.hasattr(m).unwrap_or(false));
-    if !speaks_arrow {
+    let name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+    if !speaks(obj, &ARROW_METHODS) {
         return Binding::WrongType(format!(
             "to_dlpack takes an object with __arrow_c_array__, __arrow_c_stream__ or their \
              __arrow_c_device_*__ forms (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow) or \

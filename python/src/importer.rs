@@ -250,7 +250,8 @@ pub fn from_dlpack<'py>(
 }
 
 /// Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor, without
-/// copying and without converting to Arrow.
+/// copying and without converting to Arrow; an Arrow device array or stream becomes what
+/// `to_dlpack` makes of it by default (shared, or one copy for booleans, chunks or a table).
 ///
 /// A CUDA tensor (torch, cupy, jax) stays on its device and re-exports zero-copy with dlframe's
 /// stream semantics. Other devices raise BufferError; without CUDA support, RuntimeError.
@@ -264,10 +265,7 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
     }
     match interface::import(x, CopyPolicy::IfNeeded)? {
         Some(imported) => Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj)),
-        None => Err(Binding::NoProtocol(
-            "expected __dlpack__, a capsule, __array_interface__, __array_struct__ or a buffer".into(),
-        )
-        .into()),
+        None => crate::convert::device_arrow_tensor(x),
     }
 }
 

@@ -5,10 +5,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyTuple};
 
-use arrow_data::ffi::FFI_ArrowArray;
+use dlframe::arrow::device_export::export_tensor;
 use dlframe::arrow::tensor_to_column_with;
 use dlframe::dlpack::ExportRequest;
-use dlframe::ffi::arrow_device::{ARROW_ARRAY, ARROW_DEVICE_ARRAY, ArrowDeviceArray};
+use dlframe::ffi::arrow_device::{ARROW_DEVICE_ARRAY, ARROW_SCHEMA};
 use dlframe::interface::array_struct::ArrayStruct;
 use dlframe::interface::{ArrayInterface, SyclInterface};
 use dlframe::options::CopyPolicy;
@@ -158,8 +158,9 @@ impl PyTensor {
     }
 
     /// The same Arrow array through the Arrow C Device data interface, on the CPU device (no
-    /// copy where `__arrow_c_array__` shares). A keyword of a later version of the interface,
-    /// given a value, raises NotImplementedError.
+    /// copy where `__arrow_c_array__` shares; `dlframe::arrow::device_export`). The tensor's own
+    /// type is exported, as the interface lets a producer do with `requested_schema`. A keyword
+    /// of a later version of the interface, given a value, raises NotImplementedError.
     #[pyo3(signature = (requested_schema=None, **kwargs))]
     fn __arrow_c_device_array__<'py>(
         &self,
@@ -170,14 +171,10 @@ impl PyTensor {
         if let Some((k, _)) = kwargs.and_then(|kw| kw.iter().find(|(_, v)| !v.is_none())) {
             return Err(Binding::NotImplemented(format!("no keyword {k} in this version")).into());
         }
-        let pair = self.__arrow_c_array__(py, requested_schema)?;
-        let array = pair.get_item(1)?.cast_into::<PyCapsule>().map_err(PyErr::from)?;
-        // SAFETY: pyo3-arrow's capsule of an ArrowArray, moved out once: the capsule's then
-        // releases nothing, and the device array owns it.
-        let moved =
-            unsafe { FFI_ArrowArray::from_raw(array.pointer_checked(Some(ARROW_ARRAY))?.as_ptr().cast()) };
-        let device = PyCapsule::new_with_value(py, ArrowDeviceArray::on_cpu(moved), ARROW_DEVICE_ARRAY)?;
-        Ok(PyTuple::new(py, [pair.get_item(0)?, device.into_any()])?)
+        let _ = requested_schema;
+        let (schema, array) = gil::run_over(py, &self.inner, || export_tensor(&self.inner))?;
+        let schema = PyCapsule::new_with_value(py, schema, ARROW_SCHEMA)?.into_any();
+        Ok(PyTuple::new(py, [schema, PyCapsule::new_with_value(py, array, ARROW_DEVICE_ARRAY)?.into_any()])?)
     }
 
     /// `__sycl_usm_array_interface__` v1, for tensors over SYCL USM memory (strides and offset

@@ -1,10 +1,13 @@
-"""The Arrow C Device data interface on the CPU: pyarrow's `__arrow_c_device_array__` as the
-producer dlframe reads, and dlframe's Tensor as the producer pyarrow reads, with no copy; and
-device arrays dlframe cannot read (another device, broken capsules) refused without a leak."""
+"""The Arrow C Device data interface on the CPU: pyarrow's and nanoarrow's
+`__arrow_c_device_array__` as the producers dlframe reads, and dlframe's Tensor as the producer
+pyarrow and nanoarrow read, with no copy; and device arrays dlframe cannot read (another device,
+hostile structs, broken capsules) refused without a leak."""
 
 import ctypes
 import gc
 
+import nanoarrow as na
+import nanoarrow.device as nd
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -188,3 +191,95 @@ def test_a_device_stream_on_a_gpu_is_refused_naming_it_and_released():
     with pytest.raises(BufferError, match="an Arrow device array stream on cuda:0"):
         dlframe.to_dlpack(source)
     assert source.released == 1
+
+
+def test_dlframe_tensor_takes_a_device_array_as_to_dlpack_does_by_default():
+    a = pa.array(np.arange(5, dtype=np.int16))
+    t = dlframe.tensor(DeviceOnly(a))
+    assert data_address(t) == a.buffers()[1].address and not t.copied
+    flags = dlframe.tensor(DeviceOnly(pa.array([True, False, True])))
+    assert flags.copied and np.from_dlpack(flags).tolist() == [True, False, True]
+    with pytest.raises(BufferError, match="null"):
+        dlframe.tensor(DeviceOnly(pa.array([1.0, None])))
+    with pytest.raises(BufferError, match="an Arrow device array on cuda:0"):
+        dlframe.tensor(OnDevice(a, 2))
+    table = pa.table({"x": [1.0, 2.0], "y": [3.0, 4.0]})
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.tensor(DeviceStreamOf(table))), [[1, 3], [2, 4]])
+    with pytest.raises(AttributeError, match="__arrow_c_device_array__/__arrow_c_device_stream__"):
+        dlframe.tensor(object())
+
+
+def test_nanoarrow_device_arrays_are_read_in_place():
+    values = np.arange(4, dtype=np.float64)
+    device_array = nd.c_device_array(pa.array(values))
+    assert device_array.device_type == nd.DeviceType.CPU
+    for source in (device_array, DeviceOnly(device_array)):
+        t = dlframe.to_dlpack(source)
+        np.testing.assert_array_equal(np.from_dlpack(t), values)
+        assert data_address(t) == device_array.array.buffers[1] and not t.copied
+        assert data_address(dlframe.tensor(source)) == device_array.array.buffers[1]
+    with_nulls = nd.c_device_array(na.c_array([1, None, 3], na.int32()))
+    filled = dlframe.to_dlpack(DeviceOnly(with_nulls), nulls="fill", fill_value=0)
+    assert np.from_dlpack(filled).tolist() == [1, 0, 3]
+    got = [np.from_dlpack(b).tolist() for b in dlframe.batches(DeviceOnly(with_nulls), 2, nulls="fill", fill_value=-1)]
+    assert got == [[1, -1], [3]]
+
+
+def test_nanoarrow_reads_dlframe_tensors_in_place():
+    column = dlframe.tensor(np.arange(3, dtype=np.int64))
+    device_array = nd.c_device_array(column)
+    assert (device_array.device_type, device_array.device_id) == (nd.DeviceType.CPU, -1)
+    assert device_array.array.buffers[1] == data_address(column)
+    assert na.Array(device_array).to_pylist() == [0, 1, 2]
+    matrix = dlframe.tensor(np.arange(6, dtype=np.float32).reshape(3, 2))
+    device_array = nd.c_device_array(matrix)
+    assert device_array.schema.metadata[b"ARROW:extension:name"] == b"arrow.fixed_shape_tensor"
+    assert device_array.array.child(0).buffers[1] == data_address(matrix)
+    with pytest.warns(UserWarning, match="fixed_shape_tensor"):
+        assert na.Array(device_array).to_pylist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+
+
+class Edited:
+    """pyarrow's CPU device array with `edit(address of its ArrowArray)` applied first: the C
+    ArrowArray's int64 `length` is at byte 0, `offset` 16, `n_buffers` 24; `buffers` at 40."""
+
+    def __init__(self, inner, edit):
+        self.inner, self.edit = inner, edit
+
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        schema, array = self.inner.__arrow_c_device_array__(requested_schema, **kwargs)
+        self.edit(capsule_pointer(array, b"arrow_device_array"))
+        return schema, array
+
+
+def poke(at: int, value: int):
+    return lambda p: setattr(ctypes.c_int64.from_address(p + at), "value", value)
+
+
+def null_values_buffer(p: int):
+    buffers = ctypes.c_void_p.from_address(p + 40).value
+    ctypes.c_void_p.from_address(buffers + 8).value = None
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (poke(0, -5), "a negative length"),
+        (poke(16, -1), "a negative offset"),
+        (poke(16, 1 << 62), "overflows its buffers' sizes"),
+        (poke(24, 1), "invalid Arrow device array"),
+        (poke(40, 0), "a NULL buffers or children array"),
+        (null_values_buffer, "null"),
+    ],
+    ids=["negative-length", "negative-offset", "overflowing-offset", "too-few-buffers", "null-buffers", "null-values"],
+)
+def test_hostile_device_structs_are_clear_errors_and_released(edit, message):
+    gc.collect()
+    before = pa.total_allocated_bytes()
+    a = pa.array(np.arange(1 << 10, dtype=np.float64))
+    for convert in (dlframe.to_dlpack, dlframe.tensor):
+        with pytest.raises(ValueError, match=message):
+            convert(Edited(a, edit))
+    del a
+    gc.collect()
+    assert pa.total_allocated_bytes() == before

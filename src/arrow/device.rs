@@ -2,6 +2,10 @@
 //! from their producer with one owner, checked, and read on the host without a copy. Device
 //! memory (CUDA) is refused with an error naming the device; reading it where it lies is the GPU
 //! part of this interface, not built yet.
+//!
+//! The C data interface carries no buffer sizes: a producer whose `length` runs past the end of
+//! its own buffers cannot be told from an honest one (pyarrow and nanoarrow trust it as well).
+//! Everything else a producer writes is checked before arrow-rs reads it ([`check_raw`]).
 
 use std::sync::Arc;
 
@@ -165,8 +169,8 @@ pub unsafe fn import_on_host(
 const MAX_DEPTH: usize = 64;
 
 /// Checks what arrow-rs would trust (and assert, or read) before it reads an array of type `dt`:
-/// no negative count, length or offset; the buffer and child pointers that many buffers and
-/// children need; as many children as the type has (a struct's fields, a list's one), each
+/// no negative count, length or offset, nor a length and offset whose buffers' byte sizes
+/// overflow; the buffer and child pointers that many buffers and children need; as many children as the type has (a struct's fields, a list's one), each
 /// checked against its own type; and a dictionary where the type has one.
 fn check_raw(a: &RawArrowArray, dt: &DataType, depth: usize) -> Result<()> {
     if depth > MAX_DEPTH {
@@ -181,8 +185,19 @@ fn check_raw(a: &RawArrowArray, dt: &DataType, depth: usize) -> Result<()> {
     if let Some((name, v)) = fields.iter().find(|(_, v)| *v < 0) {
         return Err(invalid(format!("a negative {name} ({v})")));
     }
-    if a.length.checked_add(a.offset).is_none() {
-        return Err(invalid(format!("length {} + offset {} overflows", a.length, a.offset)));
+    // arrow-rs sizes each buffer from `offset + length` (one more for offsets) times its width,
+    // unchecked: that product must not overflow (a fixed-size binary's width is its own; 32
+    // bytes bounds every other buffer's).
+    let width = match dt {
+        DataType::FixedSizeBinary(n) => i64::from(*n).max(32),
+        _ => 32,
+    };
+    let rows = a.length.checked_add(a.offset).and_then(|n| n.checked_add(1));
+    if rows.and_then(|n| n.checked_mul(width)).is_none() {
+        return Err(invalid(format!(
+            "length {} + offset {} overflows its buffers' sizes",
+            a.length, a.offset
+        )));
     }
     if (a.n_buffers > 0 && a.buffers.is_null()) || (a.n_children > 0 && a.children.is_null()) {
         return Err(invalid("a NULL buffers or children array"));
@@ -305,6 +320,8 @@ mod tests {
         assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 0, -5)).contains("a negative length (-5)"));
         assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 16, -1)).contains("a negative offset (-1)"));
         assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 16, i64::MAX)).contains("overflows"));
+        // Within i64, but not once arrow-rs multiplies it by the width (a panic before).
+        assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 16, 1 << 62)).contains("overflows its buffers' sizes"));
         // Fewer buffers than the type has, and a NULL buffer array.
         assert!(refuse(&strings, 1, -1, &|r| raw_i64(r, 24, 2)).contains("invalid Arrow device array"));
         assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 40, 0)).contains("a NULL buffers or children array"));

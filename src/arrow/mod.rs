@@ -27,6 +27,7 @@ mod back;
 mod column;
 mod copy;
 pub mod device;
+pub mod device_export;
 pub mod device_stream;
 pub mod extension;
 mod from_tensor;

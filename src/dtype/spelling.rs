@@ -45,6 +45,17 @@ pub fn names() -> String {
     DType::ALL.map(DType::name).join(", ")
 }
 
+/// What a `dtype=` error of the Python package lists as accepted: every name, and the other
+/// spellings its one parser reads.
+pub fn accepted() -> String {
+    format!(
+        "dlframe's dtypes are {}, given as a name ('float32'), a numpy dtype or code (np.float32, \
+         np.dtype('f4'), 'f4', '<f4'), a pyarrow type (pa.float32()), a Polars dtype (pl.Float32), a \
+         torch dtype (torch.float32) or an ml_dtypes type",
+        names()
+    )
+}
+
 /// The error for a column whose dtype, as Polars prints it, has no Arrow export that dlframe
 /// reads: Polars' `Null` (refused as an all-null Arrow column is), and `Int128`, `UInt128` and
 /// `Object`, which Polars cannot export through Arrow (a cast is the remedy). None for any other
