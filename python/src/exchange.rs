@@ -9,7 +9,7 @@
 //! Consumer: [`table_of`] finds a type's table once (cached per type) and checks it;
 //! [`import`] takes a tensor through it, without `__dlpack__`.
 
-use std::ffi::{CString, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use pyo3::ffi;
@@ -23,7 +23,7 @@ use dlframe::ffi::dlpack::{
 };
 use dlframe::ffi::exchange::{
     DLPACK_EXCHANGE_API, DLPackCurrentWorkStream, DLPackExchangeAPI, DLPackExchangeAPIHeader,
-    DLPackManagedTensorFromPyObjectNoSync, DLPackSetError, supported_table,
+    DLPackManagedTensorFromPyObjectNoSync, DLPackSetError, report_error, supported_table,
 };
 use dlframe::{Device, ForeignTensor, Tensor, transfer};
 
@@ -179,30 +179,16 @@ unsafe extern "C" fn allocate(
     error_ctx: *mut c_void,
     set_error: Option<DLPackSetError>,
 ) -> c_int {
-    let made = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the caller passes a readable prototype (NULL is refused inside).
-        unsafe { dlframe::dlpack::zeros_like(prototype) }
-    }));
-    let err = match made {
-        Ok(Ok(t)) if !out.is_null() => {
-            // SAFETY: `out` is writable (checked non-NULL); the caller owns the new tensor.
-            unsafe { *out = export_versioned(t).into_raw() };
-            return 0;
-        }
-        Ok(Ok(_)) => {
-            let e = dlframe::Error::InvalidArgument("the DLPack allocator was handed a NULL output".into());
-            (exception_name(&e), e.to_string())
-        }
+    // SAFETY: the caller passes a readable prototype and a writable output (NULL is refused
+    // inside).
+    let made = catch_unwind(AssertUnwindSafe(|| unsafe { dlframe::dlpack::allocate_into(prototype, out) }));
+    let (kind, message) = match made {
+        Ok(Ok(())) => return 0,
         Ok(Err(e)) => (exception_name(&e), e.to_string()),
         Err(_) => panic_exception("its DLPack allocator"),
     };
-    if let Some(set_error) = set_error {
-        let kind = CString::new(err.0).unwrap_or_default();
-        let msg = CString::new(err.1.replace('\0', " ")).unwrap_or_default();
-        // SAFETY: the caller's callback, with its own context and two NUL-terminated strings
-        // that live across the call.
-        unsafe { set_error(error_ctx, kind.as_ptr(), msg.as_ptr()) };
-    }
+    // SAFETY: the caller's `set_error` takes its `error_ctx`.
+    unsafe { report_error(set_error, error_ctx, kind, &message) };
     -1
 }
 

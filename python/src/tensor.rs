@@ -5,7 +5,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyTuple};
 
-use dlframe::arrow::device_export::export_tensor;
+use arrow_schema::DataType;
+use dlframe::arrow::device_export::{export_tensor, exported_column};
 use dlframe::arrow::tensor_to_column_with;
 use dlframe::dlpack::ExportRequest;
 use dlframe::ffi::arrow_device::{ARROW_DEVICE_ARRAY, ARROW_SCHEMA};
@@ -13,6 +14,7 @@ use dlframe::interface::array_struct::ArrayStruct;
 use dlframe::interface::{ArrayInterface, SyclInterface};
 use dlframe::options::CopyPolicy;
 use dlframe::{DType, Device, Tensor, transfer};
+use pyo3_arrow::PyField;
 
 use crate::args::{DlDevice, MaxVersion};
 use crate::capsule;
@@ -76,6 +78,14 @@ unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
             ffi::Py_DecRef(ctx as *mut ffi::PyObject);
         }
     }
+}
+
+/// The type of a consumer's `requested_schema` capsule.
+fn requested_type(schema: Option<Bound<'_, PyCapsule>>) -> Result<Option<DataType>> {
+    Ok(schema
+        .map(|c| PyField::from_arrow_pycapsule(&c))
+        .transpose()?
+        .map(|f| f.into_inner().data_type().clone()))
 }
 
 #[pymethods]
@@ -146,21 +156,21 @@ impl PyTensor {
     }
 
     /// Exports as an Arrow array (zero-copy where possible) through the Arrow PyCapsule
-    /// interface, so `pyarrow.array(tensor)` works.
+    /// interface, so `pyarrow.array(tensor)` works; a `requested_schema` is a checked cast
+    /// where the column casts to it (`dlframe::arrow::device_export::exported_column`).
     #[pyo3(signature = (requested_schema=None))]
     fn __arrow_c_array__<'py>(
         &self,
         py: Python<'py>,
         requested_schema: Option<Bound<'py, PyCapsule>>,
     ) -> Result<Bound<'py, PyTuple>> {
-        let (field, array) = tensor_to_column_with(&self.inner, "", CopyPolicy::IfNeeded)?;
-        Ok(pyo3_arrow::ffi::to_array_pycapsules(py, field, array.as_ref(), requested_schema)?)
+        let (field, array) = exported_column(&self.inner, requested_type(requested_schema)?.as_ref())?;
+        Ok(pyo3_arrow::ffi::to_array_pycapsules(py, field, array.as_ref(), None)?)
     }
 
-    /// The same Arrow array through the Arrow C Device data interface, on the CPU device (no
-    /// copy where `__arrow_c_array__` shares; `dlframe::arrow::device_export`). The tensor's own
-    /// type is exported, as the interface lets a producer do with `requested_schema`. A keyword
-    /// of a later version of the interface, given a value, raises NotImplementedError.
+    /// The same Arrow array through the Arrow C Device data interface, on the CPU device
+    /// (`dlframe::arrow::device_export::export_tensor`). A keyword of a later version of the
+    /// interface, given a value, raises NotImplementedError.
     #[pyo3(signature = (requested_schema=None, **kwargs))]
     fn __arrow_c_device_array__<'py>(
         &self,
@@ -171,8 +181,9 @@ impl PyTensor {
         if let Some((k, _)) = kwargs.and_then(|kw| kw.iter().find(|(_, v)| !v.is_none())) {
             return Err(Binding::NotImplemented(format!("no keyword {k} in this version")).into());
         }
-        let _ = requested_schema;
-        let (schema, array) = gil::run_over(py, &self.inner, || export_tensor(&self.inner))?;
+        let requested = requested_type(requested_schema)?;
+        let (schema, array) =
+            gil::run_over(py, &self.inner, || export_tensor(&self.inner, requested.as_ref()))?;
         let schema = PyCapsule::new_with_value(py, schema, ARROW_SCHEMA)?.into_any();
         Ok(PyTuple::new(py, [schema, PyCapsule::new_with_value(py, array, ARROW_DEVICE_ARRAY)?.into_any()])?)
     }

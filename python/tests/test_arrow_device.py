@@ -283,3 +283,16 @@ def test_hostile_device_structs_are_clear_errors_and_released(edit, message):
     del a
     gc.collect()
     assert pa.total_allocated_bytes() == before
+
+
+def test_a_requested_type_is_a_checked_cast_through_either_interface():
+    t = dlframe.tensor(np.array([1, 300], dtype=np.int32))
+    # pyarrow asks through __arrow_c_device_array__ first when given a type.
+    assert pa.array(t, type=pa.float64()).to_pylist() == [1.0, 300.0]
+    for method in (t.__arrow_c_array__, t.__arrow_c_device_array__):
+        with pytest.raises(ValueError, match="the requested type Int8.*300"):
+            method(pa.int8().__arrow_c_schema__())
+    # A type the column cannot become is not honoured: the tensor's own comes back, shared.
+    schema, array = t.__arrow_c_array__(pa.struct([("a", pa.int8())]).__arrow_c_schema__())
+    own = pa.Array._import_from_c_capsule(schema, array)
+    assert own.type == pa.int32() and own.buffers()[1].address == data_address(t)

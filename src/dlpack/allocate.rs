@@ -1,12 +1,35 @@
 //! The tensor a DLPack allocator hands out for a prototype: zeroed, C-contiguous, of the
 //! prototype's shape, dtype and device (the exchange API's `managed_tensor_allocator`).
 
+use super::export::export_versioned;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ffi::dlpack::DLTensor;
+use crate::ffi::dlpack::{DLManagedTensorVersioned, DLTensor};
 use crate::tensor::Tensor;
 use crate::transfer;
+
+/// [`zeros_like`] handed over as the exchange API's `managed_tensor_allocator` hands it: a new
+/// versioned managed tensor written to `out`, which the caller owns (allocates).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a NULL `out`; the errors of [`zeros_like`].
+///
+/// # Safety
+/// `prototype` as [`zeros_like`] has it; `out` is NULL or writable.
+pub unsafe fn allocate_into(
+    prototype: *const DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> Result<()> {
+    if out.is_null() {
+        return Err(Error::InvalidArgument("the DLPack allocator was handed a NULL output".into()));
+    }
+    // SAFETY: the caller's contract.
+    let t = unsafe { zeros_like(prototype) }?;
+    // SAFETY: `out` is writable (checked non-NULL); the caller owns the new tensor.
+    unsafe { *out = export_versioned(t).into_raw() };
+    Ok(())
+}
 
 /// A new zeroed, C-contiguous tensor shaped like `prototype` (its shape, dtype and device) on the
 /// CPU or a CUDA device (allocates; reads only the prototype's description, never its data).
@@ -66,5 +89,20 @@ mod tests {
         odd.dtype.lanes = 4;
         // SAFETY: as above; the dtype is refused.
         assert!(matches!(unsafe { zeros_like(&odd) }, Err(Error::UnsupportedDType { .. })));
+    }
+
+    #[test]
+    fn the_allocator_hands_over_one_owned_tensor_or_refuses_a_null_output() {
+        let p = Tensor::from_vec(vec![1i64; 3], vec![3]).unwrap();
+        let view = borrowed_view(&p);
+        let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+        // SAFETY: the view describes `p`; `out` is writable.
+        unsafe { allocate_into(&view, &mut out) }.unwrap();
+        // SAFETY: the allocator's new tensor, owned here and taken once.
+        let z = unsafe { crate::dlpack::ForeignTensor::from_versioned(out) }.unwrap().into_tensor();
+        assert_eq!((z.shape(), z.as_slice::<i64>().unwrap()), (&[3i64][..], &[0i64; 3][..]));
+        // SAFETY: a NULL output is refused before anything is written.
+        let e = unsafe { allocate_into(&view, std::ptr::null_mut()) }.unwrap_err();
+        assert!(e.to_string().contains("NULL output"), "{e}");
     }
 }

@@ -22,7 +22,7 @@ mod export;
 mod import;
 pub mod request;
 
-pub use allocate::zeros_like;
+pub use allocate::{allocate_into, zeros_like};
 pub use consume::{DlpackCall, Failure, ImportRequest, Keep, Offer, Rung, Then};
 pub use export::{
     Exported, ExportedLegacy, ExportedVersioned, ManagedTensor, borrowed_view, export_legacy,

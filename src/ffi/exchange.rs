@@ -30,6 +30,25 @@ pub struct DLPackExchangeAPIHeader {
 pub type DLPackSetError =
     unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char);
 
+/// Reports a failure through a consumer's `set_error`, when it gave one: the error's kind (an
+/// exception name) and message as C strings (a NUL inside the message becomes a space).
+///
+/// # Safety
+/// `set_error`, when given, is a function that takes `error_ctx`.
+pub unsafe fn report_error(
+    set_error: Option<DLPackSetError>,
+    error_ctx: *mut c_void,
+    kind: &str,
+    message: &str,
+) {
+    let Some(set_error) = set_error else { return };
+    let kind = std::ffi::CString::new(kind).unwrap_or_default();
+    let message = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: the caller's callback, with its own context and two NUL-terminated strings that
+    // live across the call.
+    unsafe { set_error(error_ctx, kind.as_ptr(), message.as_ptr()) };
+}
+
 /// `DLPackManagedTensorAllocator`: a new tensor shaped like `prototype` (its shape, dtype and
 /// device; strides and data ignored), owned by the caller.
 pub type DLPackManagedTensorAllocator = unsafe extern "C" fn(
@@ -144,5 +163,27 @@ mod tests {
             newer.header.prev_api = &mut newer.header;
             assert!(supported_table(&newer.header).is_none());
         }
+    }
+
+    /// A consumer's `set_error`: writes "kind|message" into the String its context points to.
+    ///
+    /// # Safety
+    /// `ctx` is a live `String`; `kind` and `message` are NUL-terminated.
+    unsafe extern "C" fn keep(ctx: *mut c_void, kind: *const c_char, message: *const c_char) {
+        // SAFETY: the contract above.
+        unsafe {
+            let (kind, message) = (CStr::from_ptr(kind), CStr::from_ptr(message));
+            *(ctx as *mut String) = format!("{}|{}", kind.to_string_lossy(), message.to_string_lossy());
+        }
+    }
+
+    #[test]
+    fn an_error_reaches_the_consumer_as_c_strings_and_none_is_fine() {
+        let mut got = String::new();
+        // SAFETY: `keep` takes a String context, alive across the call.
+        unsafe { report_error(Some(keep), &mut got as *mut String as *mut c_void, "ValueError", "a\0b") };
+        assert_eq!(got, "ValueError|a b");
+        // SAFETY: no callback: nothing is called.
+        unsafe { report_error(None, std::ptr::null_mut(), "ValueError", "x") };
     }
 }
