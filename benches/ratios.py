@@ -46,6 +46,8 @@ ROWS = [
     ("dlpack_constant_cost", "export/10000000", "export/1000", 1.5, "Arrow -> DLPack export, 10M rows / 1K rows"),
     ("dlpack_constant_cost", "import/10000000", "import/1000", 1.5, "DLPack import -> Arrow, 10M / 1K"),
     ("dlpack_constant_cost", "round_trip/10000000", "round_trip/1000", 1.5, "whole round trip, 10M / 1K"),
+    ("dlpack_constant_cost", "device_export/10000000", "device_export/1000", 1.5, "tensor -> Arrow C Device array (CPU), 10M / 1K"),
+    ("dlpack_constant_cost", "device_import/10000000", "device_import/1000", 1.5, "Arrow C Device array (CPU) taken, checked, validated -> Arrow, 10M / 1K"),
 ]
 
 
