@@ -194,10 +194,12 @@ def cuda_device_count() -> int:
 def tensor(x: Any) -> Tensor:
     """Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor.
 
-    Never copies a tensor-like object. An object that offers only the Arrow C Device data
-    interface (``__arrow_c_device_array__``, ``__arrow_c_device_stream__``) becomes what
-    ``to_dlpack`` makes of it with its defaults: shared for one chunk of numbers without nulls,
-    one copy for booleans, several chunks or a table's matrix; nulls raise BufferError. A CUDA tensor (torch, cupy, jax) stays on its device: it is asked for with
+    Never copies a tensor-like object. An object with none of the tensor protocols but Arrow
+    data (``__arrow_c_array__``, ``__arrow_c_stream__``, ``__arrow_c_device_array__``,
+    ``__arrow_c_device_stream__``: a pyarrow table, a Polars DataFrame, an Arrow device array)
+    becomes what ``to_dlpack`` makes of it with its defaults: shared for one chunk of numbers
+    without nulls, one copy for booleans, several chunks or a table's matrix; nulls raise
+    BufferError. A CUDA tensor (torch, cupy, jax) stays on its device: it is asked for with
     ``stream=`` dlframe's stream, and re-exports zero-copy with dlframe's stream semantics, so
     ``cupy.from_dlpack(dlframe.tensor(torch_cuda_tensor))`` shares the memory. Other devices
     raise BufferError; without CUDA support or a device, RuntimeError.

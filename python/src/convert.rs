@@ -159,11 +159,12 @@ fn chunks_of(obj: &Bound<'_, PyAny>, input: PyResult<AnyArray>) -> Result<(Vec<A
 }
 
 /// `dlframe.tensor` of an object with no tensor protocol: `dlframe::table::tensor_of` of its
-/// data when it offers the Arrow C Device data interface, TypeError otherwise.
-pub(crate) fn device_arrow_tensor(obj: &Bound<'_, PyAny>) -> Result<PyTensor> {
-    if !speaks(obj, &ARROW_METHODS[2..]) {
+/// data when it offers the Arrow PyCapsule interface (the C Device data interface's methods
+/// included), AttributeError otherwise.
+pub(crate) fn arrow_tensor(obj: &Bound<'_, PyAny>) -> Result<PyTensor> {
+    if !speaks(obj, &ARROW_METHODS) {
         let expected = "__dlpack__, a capsule, __array_interface__, __array_struct__, a buffer or";
-        let expected = format!("expected {expected} {}", ARROW_METHODS[2..].join("/"));
+        let expected = format!("expected {expected} {}", ARROW_METHODS.join("/"));
         return Err(Binding::NoProtocol(expected).into());
     }
     let (chunks, field) = chunks_of(obj, arrow_input(obj))?;
@@ -171,7 +172,7 @@ pub(crate) fn device_arrow_tensor(obj: &Bound<'_, PyAny>) -> Result<PyTensor> {
     Ok(PyTensor::new(gil::run(obj.py(), true, bytes, || tensor_of(&field, &chunks, Device::Cpu))?))
 }
 
-/// The Arrow PyCapsule interface's producers' methods (the C Device data interface's last).
+/// The Arrow PyCapsule interface's producers' methods.
 const ARROW_METHODS: [&str; 4] =
     ["__arrow_c_array__", "__arrow_c_stream__", "__arrow_c_device_array__", "__arrow_c_device_stream__"];
 

@@ -250,8 +250,9 @@ pub fn from_dlpack<'py>(
 }
 
 /// Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor, without
-/// copying and without converting to Arrow; an Arrow device array or stream becomes what
-/// `to_dlpack` makes of it by default (shared, or one copy for booleans, chunks or a table).
+/// copying and without converting to Arrow; an object with none of those but Arrow data
+/// (`__arrow_c_array__`, `__arrow_c_stream__` or their device forms) becomes what `to_dlpack`
+/// makes of it by default (shared, or one copy for booleans, chunks or a table).
 ///
 /// A CUDA tensor (torch, cupy, jax) stays on its device and re-exports zero-copy with dlframe's
 /// stream semantics. Other devices raise BufferError; without CUDA support, RuntimeError.
@@ -265,7 +266,7 @@ pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
     }
     match interface::import(x, CopyPolicy::IfNeeded)? {
         Some(imported) => Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj)),
-        None => crate::convert::device_arrow_tensor(x),
+        None => crate::convert::arrow_tensor(x),
     }
 }
 

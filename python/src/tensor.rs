@@ -5,7 +5,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyTuple};
 
-use arrow_schema::DataType;
+use arrow_schema::FieldRef;
 use dlframe::arrow::device_export::{export_tensor, exported_column};
 use dlframe::arrow::tensor_to_column_with;
 use dlframe::dlpack::ExportRequest;
@@ -80,12 +80,9 @@ unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
     }
 }
 
-/// The type of a consumer's `requested_schema` capsule.
-fn requested_type(schema: Option<Bound<'_, PyCapsule>>) -> Result<Option<DataType>> {
-    Ok(schema
-        .map(|c| PyField::from_arrow_pycapsule(&c))
-        .transpose()?
-        .map(|f| f.into_inner().data_type().clone()))
+/// The field of a consumer's `requested_schema` capsule.
+fn requested_field(schema: Option<Bound<'_, PyCapsule>>) -> Result<Option<FieldRef>> {
+    Ok(schema.map(|c| PyField::from_arrow_pycapsule(&c)).transpose()?.map(PyField::into_inner))
 }
 
 #[pymethods]
@@ -156,15 +153,17 @@ impl PyTensor {
     }
 
     /// Exports as an Arrow array (zero-copy where possible) through the Arrow PyCapsule
-    /// interface, so `pyarrow.array(tensor)` works; a `requested_schema` is a checked cast
-    /// where the column casts to it (`dlframe::arrow::device_export::exported_column`).
+    /// interface, so `pyarrow.array(tensor)` works; a `requested_schema` of another number type
+    /// is a checked cast (`dlframe::arrow::device_export::exported_column`).
     #[pyo3(signature = (requested_schema=None))]
     fn __arrow_c_array__<'py>(
         &self,
         py: Python<'py>,
         requested_schema: Option<Bound<'py, PyCapsule>>,
     ) -> Result<Bound<'py, PyTuple>> {
-        let (field, array) = exported_column(&self.inner, requested_type(requested_schema)?.as_ref())?;
+        let requested = requested_field(requested_schema)?;
+        let (field, array) =
+            gil::run_over(py, &self.inner, || exported_column(&self.inner, requested.as_deref()))?;
         Ok(pyo3_arrow::ffi::to_array_pycapsules(py, field, array.as_ref(), None)?)
     }
 
@@ -181,9 +180,9 @@ impl PyTensor {
         if let Some((k, _)) = kwargs.and_then(|kw| kw.iter().find(|(_, v)| !v.is_none())) {
             return Err(Binding::NotImplemented(format!("no keyword {k} in this version")).into());
         }
-        let requested = requested_type(requested_schema)?;
+        let requested = requested_field(requested_schema)?;
         let (schema, array) =
-            gil::run_over(py, &self.inner, || export_tensor(&self.inner, requested.as_ref()))?;
+            gil::run_over(py, &self.inner, || export_tensor(&self.inner, requested.as_deref()))?;
         let schema = PyCapsule::new_with_value(py, schema, ARROW_SCHEMA)?.into_any();
         Ok(PyTuple::new(py, [schema, PyCapsule::new_with_value(py, array, ARROW_DEVICE_ARRAY)?.into_any()])?)
     }

@@ -211,8 +211,12 @@ def test_dlframe_tensor_takes_a_device_array_as_to_dlpack_does_by_default():
         dlframe.tensor(OnDevice(a, 2))
     table = pa.table({"x": [1.0, 2.0], "y": [3.0, 4.0]})
     np.testing.assert_array_equal(np.from_dlpack(dlframe.tensor(DeviceStreamOf(table))), [[1, 3], [2, 4]])
-    with pytest.raises(AttributeError, match="__arrow_c_device_array__/__arrow_c_device_stream__"):
+    with pytest.raises(AttributeError, match="__arrow_c_stream__/__arrow_c_device_array__/__arrow_c_device_stream__"):
         dlframe.tensor(object())
+    # Arrow data without a device method is taken the same way: a table, a chunked column.
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.tensor(table)), [[1, 3], [2, 4]])
+    chunked = dlframe.tensor(pa.chunked_array([[1.0], [2.0, 3.0]]))
+    assert chunked.copied and np.from_dlpack(chunked).tolist() == [1.0, 2.0, 3.0]
 
 
 @needs_nanoarrow
@@ -275,7 +279,7 @@ def null_values_buffer(p: int):
         (poke(0, -5), "a negative length"),
         (poke(16, -1), "a negative offset"),
         (poke(16, 1 << 62), "overflows its buffers' sizes"),
-        (poke(24, 1), "invalid Arrow device array"),
+        (poke(24, 1), "Expected 1 buffers in array of type Float64, got 0"),
         (poke(40, 0), "a NULL buffers or children array"),
         (null_values_buffer, "null"),
     ],
@@ -293,17 +297,51 @@ def test_hostile_device_structs_are_clear_errors_and_released(edit, message):
     assert pa.total_allocated_bytes() == before
 
 
-def test_a_requested_type_is_a_checked_cast_through_either_interface():
+def test_a_length_whose_cells_overflow_is_refused_not_a_panic():
+    # arrow-rs multiplies a fixed-size list's rows by its list size and panics on overflow
+    # (release builds too): 2**57 rows of 256 values.
+    cells = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(512, dtype=np.float32)), 256)
+    for convert in (dlframe.to_dlpack, dlframe.tensor):
+        with pytest.raises(ValueError, match="overflows its buffers' sizes"):
+            convert(Edited(cells, poke(0, 1 << 57)))
+
+
+def test_a_requested_number_type_is_cast_as_to_dlpack_casts_through_either_interface():
     t = dlframe.tensor(np.array([1, 300], dtype=np.int32))
     # pyarrow asks through __arrow_c_device_array__ first when given a type.
     assert pa.array(t, type=pa.float64()).to_pylist() == [1.0, 300.0]
     for method in (t.__arrow_c_array__, t.__arrow_c_device_array__):
-        with pytest.raises(ValueError, match="the requested type Int8.*300"):
+        with pytest.raises(ValueError, match="300 at row 1 .* does not fit int8"):
             method(pa.int8().__arrow_c_schema__())
-    # A type the column cannot become is not honoured: the tensor's own comes back, shared.
-    schema, array = t.__arrow_c_array__(pa.struct([("a", pa.int8())]).__arrow_c_schema__())
-    own = pa.Array._import_from_c_capsule(schema, array)
-    assert own.type == pa.int32() and own.buffers()[1].address == data_address(t)
+    # What an arrow cast would change silently is refused, as to_dlpack(dtype=...) refuses it.
+    for values, to, message in [
+        ([1.5, -2.7], pa.int32(), "1.5 at row 0 .* does not fit int32"),
+        ([1e300], pa.float32(), "does not fit float32"),
+        ([70000.0], pa.float16(), "does not fit float16"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            dlframe.tensor(np.array(values)).__arrow_c_array__(to.__arrow_c_schema__())
+    big = dlframe.tensor(np.array([2**53 + 1]))
+    with pytest.raises(ValueError, match="has no exact float64"):
+        big.__arrow_c_array__(pa.float64().__arrow_c_schema__())
+    # A type that is no number (or another layout) is not honoured: the tensor's own comes
+    # back, shared.
+    for to in (pa.bool_(), pa.decimal128(5, 0), pa.struct([("a", pa.int8())])):
+        schema, array = t.__arrow_c_array__(to.__arrow_c_schema__())
+        own = pa.Array._import_from_c_capsule(schema, array)
+        assert own.type == pa.int32() and own.buffers()[1].address == data_address(t)
+    # A tensor column's cells are cast and its shape kept. Given an extension type, pyarrow asks
+    # for its storage and returns that (it raised AttributeError in pyarrow 26 when the type
+    # that came back was not the one it asked for).
+    cells = dlframe.tensor(np.arange(12, dtype=np.float32).reshape(2, 2, 3))
+    wanted = pa.fixed_shape_tensor(pa.float64(), [2, 3])
+    storage = pa.array(cells, type=wanted)
+    assert storage.type == wanted.storage_type
+    assert storage.to_pylist() == np.arange(12.0).reshape(2, 6).tolist()
+    schema, array = cells.__arrow_c_array__(pa.field("x", wanted).__arrow_c_schema__())
+    labelled = pa.Array._import_from_c_capsule(schema, array)
+    assert labelled.type == wanted
+    np.testing.assert_array_equal(labelled.to_numpy_ndarray(), np.arange(12).reshape(2, 2, 3))
 
 
 def test_a_tensor_column_crosses_both_ways_with_its_extension_and_its_memory():

@@ -185,15 +185,17 @@ fn check_raw(a: &RawArrowArray, dt: &DataType, depth: usize) -> Result<()> {
     if let Some((name, v)) = fields.iter().find(|(_, v)| *v < 0) {
         return Err(invalid(format!("a negative {name} ({v})")));
     }
-    // arrow-rs sizes each buffer from `offset + length` (one more for offsets) times its width,
-    // unchecked: that product must not overflow (a fixed-size binary's width is its own; 32
-    // bytes bounds every other buffer's).
-    let width = match dt {
-        DataType::FixedSizeBinary(n) => i64::from(*n).max(32),
-        _ => 32,
+    // arrow-rs sizes each buffer from `offset + length` (one more for offsets) times its width
+    // in bits, and a fixed-size list's values from the rows times the list size, unchecked:
+    // those products must not overflow (256 bits bounds every fixed width but a fixed-size
+    // binary's, which is its own).
+    let factor = match dt {
+        DataType::FixedSizeBinary(n) => i64::from(*n).saturating_mul(8),
+        DataType::FixedSizeList(_, n) => i64::from(*n),
+        _ => 0,
     };
     let rows = a.length.checked_add(a.offset).and_then(|n| n.checked_add(1));
-    if rows.and_then(|n| n.checked_mul(width)).is_none() {
+    if rows.and_then(|n| n.checked_mul(factor.max(256))).is_none() {
         return Err(invalid(format!(
             "length {} + offset {} overflows its buffers' sizes",
             a.length, a.offset
@@ -320,8 +322,19 @@ mod tests {
         assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 0, -5)).contains("a negative length (-5)"));
         assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 16, -1)).contains("a negative offset (-1)"));
         assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 16, i64::MAX)).contains("overflows"));
-        // Within i64, but not once arrow-rs multiplies it by the width (a panic before).
+        // Within i64, but not once arrow-rs multiplies it by the width in bits (a panic before),
+        // or a fixed-size list's rows by its list size (a panic in release builds too).
         assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 16, 1 << 62)).contains("overflows its buffers' sizes"));
+        assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 0, 1 << 56)).contains("overflows its buffers' sizes"));
+        let cells = arrow_array::FixedSizeListArray::try_new(
+            Arc::new(Field::new("item", DataType::Int32, true)),
+            1 << 9,
+            Arc::new(Int32Array::from(vec![0; 1 << 9])),
+            None,
+        )
+        .unwrap();
+        let e = refuse(&cells.to_data(), 1, -1, &|r| raw_i64(r, 0, 1 << 54));
+        assert!(e.contains("overflows its buffers' sizes"), "{e}");
         // Fewer buffers than the type has, and a NULL buffer array.
         assert!(refuse(&strings, 1, -1, &|r| raw_i64(r, 24, 2)).contains("invalid Arrow device array"));
         assert!(refuse(&ints, 1, -1, &|r| raw_i64(r, 40, 0)).contains("a NULL buffers or children array"));
