@@ -133,6 +133,7 @@ pub(crate) fn incoming(listener: TcpListener, limits: ConnLimits) -> impl Stream
 
 /// Raises the soft limit on open files to the hard limit, so the connection cap, not the
 /// descriptors, is what bounds the connections. Returns the soft limit now in force.
+#[allow(clippy::unnecessary_cast, reason = "rlim_t is u64 on Linux and macOS, i64 on some BSDs")]
 pub(crate) fn raise_open_files() -> Option<u64> {
     #[cfg(unix)]
     {

@@ -63,6 +63,9 @@ pub(crate) fn new_id() -> QueryId {
     id
 }
 
+/// Each running query's runs: a nonce and the signal that cancels it.
+type Running = HashMap<QueryId, Vec<(u64, Arc<Notify>)>>;
+
 /// The queries of one server: the slots, the memory, and the running ones by id.
 pub(crate) struct Runner {
     limits: RunLimits,
@@ -71,7 +74,7 @@ pub(crate) struct Runner {
     memory: Arc<dyn MemoryPool>,
     /// The running queries by id: a nonce for each run (a ticket may be run twice) and the
     /// signal that cancels it.
-    running: Mutex<HashMap<QueryId, Vec<(u64, Arc<Notify>)>>>,
+    running: Mutex<Running>,
     /// The next run's nonce.
     next_run: AtomicU64,
 }

@@ -417,7 +417,7 @@ impl FlightSqlService for Served {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         Self::command_info(query, &schema, request.into_inner())
     }
 
@@ -430,7 +430,7 @@ impl FlightSqlService for Served {
         let mut names = self.state.catalog_list().catalog_names();
         names.sort();
         names.into_iter().for_each(|c| b.append(c));
-        Self::one_batch(b.build().map_err(Into::into))
+        Self::one_batch(b.build())
     }
 
     async fn get_flight_info_schemas(
@@ -457,7 +457,7 @@ impl FlightSqlService for Served {
         }
         pairs.sort();
         pairs.into_iter().for_each(|(c, s)| b.append(c, s));
-        Self::one_batch(b.build().map_err(Into::into))
+        Self::one_batch(b.build())
     }
 
     async fn get_flight_info_tables(
@@ -487,7 +487,7 @@ impl FlightSqlService for Served {
             b.append(&c, &s, &t, kind, table.schema().as_ref())
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
-        Self::one_batch(b.build().map_err(Into::into))
+        Self::one_batch(b.build())
     }
 
     async fn get_flight_info_table_types(
@@ -495,7 +495,7 @@ impl FlightSqlService for Served {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         Self::command_info(query, &schema, request.into_inner())
     }
 
@@ -506,7 +506,7 @@ impl FlightSqlService for Served {
     ) -> Result<Response<DoGetStream>, Status> {
         let mut b = query.into_builder();
         ["LOCAL TEMPORARY", "TABLE", "VIEW"].into_iter().for_each(|t| b.append(t));
-        Self::one_batch(b.build().map_err(Into::into))
+        Self::one_batch(b.build())
     }
 
     async fn get_flight_info_sql_info(
@@ -523,7 +523,7 @@ impl FlightSqlService for Served {
         query: CommandGetSqlInfo,
         _request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        Self::one_batch(query.into_builder(&self.sql_info).build().map_err(Into::into))
+        Self::one_batch(query.into_builder(&self.sql_info).build())
     }
 
     async fn do_put_statement_update(
