@@ -5,6 +5,7 @@ use std::ffi::CStr;
 
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
+use arrow_schema::ffi::FFI_ArrowSchema;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyString, PyTuple};
@@ -13,7 +14,7 @@ use pyo3_arrow::input::AnyArray;
 use pyo3_arrow::{PyArray, PyArrayReader, PyDataType};
 
 use dlframe::arrow::Converted;
-use dlframe::arrow::device::import_on_host;
+use dlframe::arrow::device::{import_array_on_host, import_on_host};
 use dlframe::arrow::device_stream::DeviceStream;
 use dlframe::dlpack::request::consumer_stream_on;
 use dlframe::dtype::spelling::polars_refusal;
@@ -191,19 +192,11 @@ pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
     let ty = obj.get_type();
     if ty.hasattr(intern!(py, "__arrow_c_array__"))? {
         // Called here, once: pyo3-arrow's extraction looks the method up twice more first.
-        let (schema, array) = capsule_pair(obj, intern!(py, "__arrow_c_array__"), ARROW_ARRAY)?;
-        Ok(AnyArray::Array(PyArray::from_arrow_pycapsule(&schema, &array)?))
+        Ok(imported(obj, intern!(py, "__arrow_c_array__"), ARROW_ARRAY, import_array_on_host)?)
     } else if ty.hasattr(intern!(py, "__arrow_c_stream__"))? {
         Ok(AnyArray::Stream(obj.extract()?))
     } else if ty.hasattr(intern!(py, "__arrow_c_device_array__"))? {
-        let (schema, array) = capsule_pair(obj, intern!(py, "__arrow_c_device_array__"), ARROW_DEVICE_ARRAY)?;
-        let (schema, array) =
-            (schema.pointer_checked(Some(ARROW_SCHEMA))?, array.pointer_checked(Some(ARROW_DEVICE_ARRAY))?);
-        // SAFETY: the capsules hold the producer's structs, alive while they are; the array is
-        // moved out once (its capsule then releases nothing).
-        let (field, array) =
-            unsafe { import_on_host(array.as_ptr().cast(), schema.as_ptr().cast()) }.map_err(Error::from)?;
-        Ok(AnyArray::Array(PyArray::try_new(array, field).map_err(Error::from)?))
+        Ok(imported(obj, intern!(py, "__arrow_c_device_array__"), ARROW_DEVICE_ARRAY, import_on_host)?)
     } else if ty.hasattr(intern!(py, "__arrow_c_device_stream__"))? {
         let capsule = obj.call_method0(intern!(py, "__arrow_c_device_stream__"))?;
         let ptr = capsule.cast::<PyCapsule>()?.pointer_checked(Some(ARROW_DEVICE_ARRAY_STREAM))?;
@@ -218,27 +211,33 @@ pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
     }
 }
 
-/// The `(arrow_schema, <name>)` pair of PyCapsules that `obj.<method>()` returns; ValueError
-/// naming what it returned otherwise.
-fn capsule_pair<'py>(
-    obj: &Bound<'py, PyAny>,
-    method: &Bound<'py, PyString>,
+/// The array of the `(arrow_schema, <name>)` pair of PyCapsules that `obj.<method>()` returns,
+/// imported by the core (`import`: the producer's struct checked, moved from once and read in
+/// place); ValueError naming what it returned when it is no such pair.
+fn imported<T>(
+    obj: &Bound<'_, PyAny>,
+    method: &Bound<'_, PyString>,
     name: &CStr,
-) -> Result<Capsules<'py>> {
+    import: Import<T>,
+) -> Result<AnyArray> {
     let pair = obj.call_method0(method)?;
-    match pair.extract::<Capsules<'py>>() {
-        Ok((s, a)) if s.is_valid_checked(Some(ARROW_SCHEMA)) && a.is_valid_checked(Some(name)) => Ok((s, a)),
-        _ => Err(Binding::Malformed(format!(
-            "{}.{method}() returned a {}, not a (schema, array) pair of PyCapsules named \"arrow_schema\" and {name:?}",
-            obj.get_type().name()?,
-            pair.get_type().name()?
-        ))
-        .into()),
-    }
+    let (schema, array) = match pair.extract::<(Bound<'_, PyCapsule>, Bound<'_, PyCapsule>)>() {
+        Ok((s, a)) if s.is_valid_checked(Some(ARROW_SCHEMA)) && a.is_valid_checked(Some(name)) => (s, a),
+        _ => {
+            let (ty, got) = (obj.get_type().name()?, pair.get_type().name()?);
+            let pair = format!("(schema, array) pair of PyCapsules named \"arrow_schema\" and {name:?}");
+            return Err(Binding::Malformed(format!("{ty}.{method}() returned a {got}, not a {pair}")).into());
+        }
+    };
+    let (schema, array) = (schema.pointer_checked(Some(ARROW_SCHEMA))?, array.pointer_checked(Some(name))?);
+    // SAFETY: the capsules hold the producer's structs of these names, alive while they are; the
+    // array is moved out once (its capsule then releases nothing).
+    let (field, array) = unsafe { import(array.as_ptr().cast(), schema.as_ptr().cast()) }?;
+    Ok(AnyArray::Array(PyArray::try_new(array, field).map_err(Error::from)?))
 }
 
-/// A schema's and an array's PyCapsules.
-type Capsules<'py> = (Bound<'py, PyCapsule>, Bound<'py, PyCapsule>);
+/// A core import of a producer's array struct and schema.
+type Import<T> = unsafe fn(*mut T, *const FFI_ArrowSchema) -> dlframe::Result<(FieldRef, ArrayRef)>;
 
 /// Whether a pyarrow array type holds numbers (a dtype of the table but bool), learnt once per
 /// type from its first instance: each of pyarrow's array classes but the extension arrays holds

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyTuple};
 
 use arrow_schema::FieldRef;
+use dlframe::arrow::device::field_of_schema;
 use dlframe::arrow::device_export::{export_tensor, exported_column};
 use dlframe::arrow::tensor_to_column_with;
 use dlframe::dlpack::ExportRequest;
@@ -14,7 +15,6 @@ use dlframe::interface::array_struct::ArrayStruct;
 use dlframe::interface::{ArrayInterface, SyclInterface};
 use dlframe::options::CopyPolicy;
 use dlframe::{DType, Device, Tensor, transfer};
-use pyo3_arrow::PyField;
 
 use crate::args::{DlDevice, MaxVersion};
 use crate::capsule;
@@ -80,9 +80,13 @@ unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
     }
 }
 
-/// The field of a consumer's `requested_schema` capsule.
+/// The field of a consumer's `requested_schema` capsule (checked by the core before it is read).
 fn requested_field(schema: Option<Bound<'_, PyCapsule>>) -> Result<Option<FieldRef>> {
-    Ok(schema.map(|c| PyField::from_arrow_pycapsule(&c)).transpose()?.map(PyField::into_inner))
+    let Some(ptr) = schema.map(|c| c.pointer_checked(Some(ARROW_SCHEMA))).transpose()? else {
+        return Ok(None);
+    };
+    // SAFETY: the consumer's live schema, only read (the capsule keeps it alive and owns it).
+    Ok(Some(unsafe { field_of_schema(ptr.as_ptr().cast()) }?))
 }
 
 #[pymethods]

@@ -279,7 +279,7 @@ def null_values_buffer(p: int):
         (poke(0, -5), "a negative length"),
         (poke(16, -1), "a negative offset"),
         (poke(16, 1 << 62), "overflows its buffers' sizes"),
-        (poke(24, 1), "Expected 1 buffers in array of type Float64, got 0"),
+        (poke(24, 1), "1 buffers for a Float64 column, which has 2"),
         (poke(40, 0), "a NULL buffers or children array"),
         (null_values_buffer, "null"),
     ],
@@ -304,6 +304,95 @@ def test_a_length_whose_cells_overflow_is_refused_not_a_panic():
     for convert in (dlframe.to_dlpack, dlframe.tensor):
         with pytest.raises(ValueError, match="overflows its buffers' sizes"):
             convert(Edited(cells, poke(0, 1 << 57)))
+
+
+class ArrayOnly:
+    """pyarrow's C data interface array (`__arrow_c_array__`), with `edit(address of its
+    ArrowArray)` applied first: the checks are the device route's."""
+
+    def __init__(self, inner, edit):
+        self.inner, self.edit = inner, edit
+
+    def __arrow_c_array__(self, requested_schema=None):
+        schema, array = self.inner.__arrow_c_array__(requested_schema)
+        self.edit(capsule_pointer(array, b"arrow_array"))
+        return schema, array
+
+
+def child(at_child: int, edit):
+    """`edit` applied to child `at_child` of the array (its `children` pointer at byte 48)."""
+    return lambda p: edit(ctypes.c_void_p.from_address(ctypes.c_void_p.from_address(p + 48).value + 8 * at_child).value)
+
+
+class Relabelled:
+    """pyarrow's C data interface array whose schema's format (the ArrowSchema's first field) is
+    replaced by `format_`. A class of the module: dlframe keeps the types it has seen (at most
+    64), so a class made per call would keep its closure alive."""
+
+    def __init__(self, inner, format_: bytes):
+        self.inner, self.format = inner, ctypes.create_string_buffer(format_)
+
+    def __arrow_c_array__(self, requested_schema=None):
+        schema, array = self.inner.__arrow_c_array__(requested_schema)
+        ctypes.c_void_p.from_address(capsule_pointer(schema, b"arrow_schema")).value = ctypes.addressof(self.format)
+        return schema, array
+
+
+def test_the_c_data_interface_route_is_checked_as_the_device_route_is():
+    gc.collect()
+    before = pa.total_allocated_bytes()
+    floats = pa.array(np.arange(1 << 10, dtype=np.float64))
+    cells = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(512, dtype=np.float32)), 256)
+    pairs = pa.StructArray.from_arrays([pa.array([1.0, 2.0]), pa.array([3.0, 4.0])], names=["a", "b"])
+    views = pa.array(["a", "b" * 20], pa.string_view())
+    cases = [
+        (ArrayOnly(floats, poke(0, -5)), ValueError, "a negative length"),
+        (ArrayOnly(floats, poke(16, 1 << 62)), ValueError, "overflows its buffers' sizes"),
+        (ArrayOnly(floats, poke(24, 1)), ValueError, "1 buffers for a Float64 column, which has 2"),
+        (ArrayOnly(cells, poke(0, 1 << 57)), ValueError, "overflows its buffers' sizes"),
+        (ArrayOnly(pairs, poke(16, 1)), ValueError, "child 0 has 2 rows; the Struct.* column reaches 3"),
+        (ArrayOnly(cells, poke(16, 1)), ValueError, "child 0 has 512 rows; the FixedSizeList.* column reaches 768"),
+        (ArrayOnly(views, poke(24, 2)), ValueError, "2 buffers for a Utf8View column, which has more than 2"),
+        (Relabelled(pa.array([b"ab"], pa.binary(2)), b"w:-2"), ValueError, "a negative or overflowing width"),
+    ]
+    for source, kind, message in cases:
+        for convert in (dlframe.to_dlpack, dlframe.tensor):
+            with pytest.raises(kind, match=message):
+                convert(source)
+    del floats, cells, pairs, views, cases, source
+    gc.collect()
+    assert pa.total_allocated_bytes() == before
+
+
+def test_a_schema_nested_past_the_bound_or_a_non_nullable_null_field_is_refused():
+    # A requested schema 200 lists deep: arrow-rs would recurse until the stack overflows.
+    deep = pa.float64()
+    for _ in range(200):
+        deep = pa.list_(deep)
+    t = dlframe.tensor(np.arange(3.0))
+    for method in (t.__arrow_c_array__, t.__arrow_c_device_array__):
+        with pytest.raises(ValueError, match="nests deeper than 64"):
+            method(pa.field("x", deep).__arrow_c_schema__())
+    # A Null child that claims to be non-nullable (pyarrow will not make one: its schema's child
+    # flags, at byte 24 of the child ArrowSchema, are edited): the parent's nulls would be
+    # expanded over rows that no buffer bounds.
+    nulls = pa.FixedSizeListArray.from_arrays(pa.nulls(4), 2)
+    with pytest.raises(ValueError, match="a non-nullable field of the Null type"):
+        dlframe.to_dlpack(NonNullableChild(nulls))
+
+
+class NonNullableChild:
+    """pyarrow's device array whose schema's first child is marked non-nullable."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __arrow_c_device_array__(self, requested_schema=None, **kwargs):
+        schema, array = self.inner.__arrow_c_device_array__(requested_schema, **kwargs)
+        children = ctypes.c_void_p.from_address(capsule_pointer(schema, b"arrow_schema") + 40).value
+        flags = ctypes.c_int64.from_address(ctypes.c_void_p.from_address(children).value + 24)
+        flags.value &= ~2
+        return schema, array
 
 
 def test_a_requested_number_type_is_cast_as_to_dlpack_casts_through_either_interface():

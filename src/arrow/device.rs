@@ -142,8 +142,55 @@ pub(super) fn schema_field(schema: &FFI_ArrowSchema) -> Result<FieldRef> {
     if raw.release.is_none() {
         return Err(invalid("the schema was already released or moved (its release callback is NULL)"));
     }
+    check_schema(raw, 0)?;
     Ok(Arc::new(Field::try_from(schema).map_err(|e| invalid(format!("its schema: {e}")))?))
 }
+
+/// The field of a consumer's or producer's `ArrowSchema` (a `requested_schema` capsule's),
+/// checked as [`schema_field`] checks it (no copy of any data; the schema is only read).
+///
+/// # Errors
+/// As [`schema_field`]; [`Error::InvalidDeviceArray`] for a NULL schema.
+///
+/// # Safety
+/// `schema` is NULL or points to a live `ArrowSchema`.
+pub unsafe fn field_of_schema(schema: *const FFI_ArrowSchema) -> Result<FieldRef> {
+    // SAFETY: a non-NULL schema is live (the caller's promise).
+    schema_field(unsafe { schema.as_ref() }.ok_or_else(|| invalid("a NULL schema"))?)
+}
+
+/// Checks a schema's tree before arrow-rs parses it (recursively, without a bound of its own):
+/// no deeper than [`MAX_DEPTH`] (a cycle would be endless), no NULL child or format, and no
+/// non-nullable field of the Null type (whose rows are all null by definition, and whose length
+/// no buffer bounds).
+fn check_schema(s: &RawArrowSchema, depth: usize) -> Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(invalid(format!("its schema nests deeper than {MAX_DEPTH}")));
+    }
+    if s.format.is_null() || s.n_children < 0 || (s.n_children > 0 && s.children.is_null()) {
+        return Err(invalid("its schema has a NULL format or children array, or a negative count"));
+    }
+    // SAFETY: a live schema's format is a NUL-terminated string.
+    let format = unsafe { std::ffi::CStr::from_ptr(s.format) }.to_bytes();
+    if format == b"n" && s.flags & ARROW_FLAG_NULLABLE == 0 {
+        return Err(invalid("a non-nullable field of the Null type"));
+    }
+    for i in 0..s.n_children as usize {
+        // SAFETY: `children` holds n_children pointers (non-NULL, checked above).
+        match unsafe { (*s.children.add(i)).as_ref() } {
+            Some(child) => check_schema(child, depth + 1)?,
+            None => return Err(invalid(format!("its schema's child {i} is NULL"))),
+        }
+    }
+    // SAFETY: a non-NULL dictionary is a schema the parent owns.
+    match unsafe { s.dictionary.as_ref() } {
+        Some(d) => check_schema(d, depth + 1),
+        None => Ok(()),
+    }
+}
+
+/// The C data interface's flag of a nullable field.
+const ARROW_FLAG_NULLABLE: i64 = 2;
 
 /// A producer's device array and its schema as an Arrow array on the host (no copy):
 /// [`DeviceArray::take`], then [`DeviceArray::on_host`].
@@ -163,6 +210,46 @@ pub unsafe fn import_on_host(
     let schema =
         unsafe { schema.as_ref() }.ok_or_else(|| invalid("the producer handed over a NULL schema"))?;
     taken.on_host(schema)
+}
+
+/// The bits of one row of `dt`'s widest buffer, at least 256 (every fixed width but a fixed-size
+/// binary's or list's): a fixed-size list's values multiplied out, nested too.
+///
+/// # Errors
+/// [`Error::InvalidDeviceArray`] for a negative width or a product that overflows.
+fn row_bits(dt: &DataType) -> Result<i64> {
+    let bits = match dt {
+        DataType::FixedSizeBinary(n) => i64::from(*n).checked_mul(8).filter(|b| *b >= 0),
+        DataType::FixedSizeList(f, n) if *n >= 0 => row_bits(f.data_type())?.checked_mul(i64::from(*n)),
+        DataType::FixedSizeList(..) => None,
+        _ => Some(256),
+    };
+    bits.map(|b| b.max(256)).ok_or_else(|| invalid(format!("a {dt} column: a negative or overflowing width")))
+}
+
+/// A producer's `ArrowArray` of the C data interface (CPU memory, `__arrow_c_array__`'s) and
+/// its schema as an Arrow array on the host (no copy), checked exactly as a device array on
+/// the CPU: the array is moved into an [`ArrowDeviceArray`] of device type 1, then
+/// [`import_on_host`].
+///
+/// # Errors
+/// As [`import_on_host`].
+///
+/// # Safety
+/// `raw` is NULL or points to a live `ArrowArray` that the caller may move from; `schema` as
+/// [`import_on_host`] has it.
+pub unsafe fn import_array_on_host(
+    raw: *mut FFI_ArrowArray,
+    schema: *const FFI_ArrowSchema,
+) -> Result<(FieldRef, ArrayRef)> {
+    if raw.is_null() {
+        return Err(invalid("the producer handed over a NULL ArrowArray"));
+    }
+    // SAFETY: a live array (the caller's promise), moved out once: the producer's struct is
+    // left released.
+    let mut on_cpu = ArrowDeviceArray::on_cpu(unsafe { FFI_ArrowArray::from_raw(raw) });
+    // SAFETY: our own live struct, moved from once; the schema as the caller promises.
+    unsafe { import_on_host(&mut on_cpu, schema) }
 }
 
 /// How deep children may nest before an array is refused (a producer's cycle would be endless).
@@ -187,18 +274,25 @@ fn check_raw(a: &RawArrowArray, dt: &DataType, depth: usize) -> Result<()> {
     }
     // arrow-rs sizes each buffer from `offset + length` (one more for offsets) times its width
     // in bits, and a fixed-size list's values from the rows times the list size, unchecked:
-    // those products must not overflow (256 bits bounds every fixed width but a fixed-size
-    // binary's, which is its own).
-    let factor = match dt {
-        DataType::FixedSizeBinary(n) => i64::from(*n).saturating_mul(8),
-        DataType::FixedSizeList(_, n) => i64::from(*n),
-        _ => 0,
-    };
+    // those products must not overflow.
+    let bits = row_bits(dt)?;
     let rows = a.length.checked_add(a.offset).and_then(|n| n.checked_add(1));
-    if rows.and_then(|n| n.checked_mul(factor.max(256))).is_none() {
+    if rows.and_then(|n| n.checked_mul(bits)).is_none() {
         return Err(invalid(format!(
             "length {} + offset {} overflows its buffers' sizes",
             a.length, a.offset
+        )));
+    }
+    // arrow-rs reads as many buffers as the producer says, and sizes the variadic ones of a
+    // view type by subtracting: the count must be the type's.
+    let layout = arrow_data::layout(dt);
+    let expected = (layout.buffers.len() + usize::from(layout.can_contain_null_mask)) as i64;
+    let fits = if layout.variadic { a.n_buffers > expected } else { a.n_buffers == expected };
+    if !fits {
+        let what = if layout.variadic { "more than " } else { "" };
+        return Err(invalid(format!(
+            "{} buffers for a {dt} column, which has {what}{expected}",
+            a.n_buffers
         )));
     }
     if (a.n_buffers > 0 && a.buffers.is_null()) || (a.n_children > 0 && a.children.is_null()) {
@@ -223,13 +317,24 @@ fn check_raw(a: &RawArrowArray, dt: &DataType, depth: usize) -> Result<()> {
             children.len()
         )));
     }
+    // The rows of each child that the parent's rows reach (arrow-rs slices them, and asserts).
+    let reach = match dt {
+        DataType::Struct(_) | DataType::Union(_, arrow_schema::UnionMode::Sparse) => {
+            Some(a.offset + a.length)
+        }
+        DataType::FixedSizeList(_, n) => Some((a.offset + a.length) * i64::from(*n)),
+        _ => None,
+    };
     for (i, child_type) in children.into_iter().enumerate() {
         // SAFETY: `children` holds n_children pointers (non-NULL, checked above).
         let child = unsafe { *a.children.add(i) };
         // SAFETY: a non-NULL child is an ArrowArray the parent owns.
-        match unsafe { child.as_ref() } {
-            Some(c) => check_raw(c, child_type, depth + 1)?,
-            None => return Err(invalid(format!("child {i} is NULL"))),
+        let Some(c) = (unsafe { child.as_ref() }) else {
+            return Err(invalid(format!("child {i} is NULL")));
+        };
+        check_raw(c, child_type, depth + 1)?;
+        if let Some(reach) = reach.filter(|r| *r > c.length) {
+            return Err(invalid(format!("child {i} has {} rows; the {dt} column reaches {reach}", c.length)));
         }
     }
     // SAFETY: a non-NULL dictionary is an ArrowArray the parent owns.
@@ -362,6 +467,12 @@ mod tests {
         ]);
         let e = refuse(&pairs.to_data(), 1, -1, &|r| raw_i64(r, 32, 1));
         assert!(e.contains("1 children for a Struct"), "{e}");
+        // A struct whose offset reaches past its children's rows (arrow-rs asserts when it
+        // slices them), and a buffer count that is not the type's.
+        let e = refuse(&pairs.to_data(), 1, -1, &|r| raw_i64(r, 16, 1));
+        assert!(e.contains("child 0 has 1 rows; the Struct"), "{e}");
+        let e = refuse(&ints, 1, -1, &|r| raw_i64(r, 24, 3));
+        assert!(e.contains("3 buffers for a Int32 column, which has 2"), "{e}");
         let lists = arrow_array::ListArray::from_iter_primitive::<arrow_array::types::Int32Type, _, _>([
             Some(vec![Some(1)]),
         ]);

@@ -25,13 +25,15 @@ use crate::tensor::Tensor;
 /// - another number type for the values (of a primitive column, or the cells of a list or
 ///   tensor column) gives a copy cast as `to_dlpack(dtype=...)` casts: checked value by value,
 ///   so a value that does not fit (300 into int8, 1.5 into an integer, 1e300 into float32,
-///   2^53 + 1 into float64) is an error naming it, never a null, an infinity or a rounded value;
+///   2^53 + 1 into float64) is an error naming it, never a null or an infinity; a float
+///   narrowed to a smaller float rounds, as with `dtype=`. Only the number type is taken from
+///   the request: the layout (a list's size, the shape) stays the tensor's;
 /// - a request for the plain storage of an extension column (a FixedSizeList for a
 ///   `fixed_shape_tensor`, without the extension's name), which is what pyarrow asks for when
 ///   it is given the extension type, gets that storage, unlabelled (no copy).
 ///
-/// Any other request (booleans, decimals, strings, another layout) is not honoured: the column
-/// keeps its own type, as the PyCapsule interface lets a producer do.
+/// Any other request (booleans, decimals, strings) is not honoured: the column keeps its own
+/// type, as the PyCapsule interface lets a producer do.
 ///
 /// # Errors
 /// The errors of [`tensor_to_column_with`]; [`Error::ValueOutOfRange`] for a value the
