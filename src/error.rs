@@ -194,7 +194,7 @@ pub enum Error {
     },
     /// An error from arrow-rs.
     #[error(transparent)]
-    Arrow(#[from] arrow_schema::ArrowError),
+    Arrow(arrow_schema::ArrowError),
     /// An Arrow C Device data interface struct that breaks the interface (a NULL or released
     /// array, a negative length, missing buffers).
     #[error("invalid Arrow device array: {0}")]
@@ -237,6 +237,20 @@ fn out_of_range_remedy(value: &str, place: &str, target: &str) -> &'static str {
     }
 }
 
+/// arrow-rs's error as ours; one of ours that crossed an arrow-rs iterator (a stream's array
+/// refused by [`crate::arrow::device_stream`]) comes back as itself, with its own kind.
+impl From<arrow_schema::ArrowError> for Error {
+    fn from(e: arrow_schema::ArrowError) -> Self {
+        match e {
+            arrow_schema::ArrowError::ExternalError(inner) => match inner.downcast::<Error>() {
+                Ok(ours) => *ours,
+                Err(other) => Error::Arrow(arrow_schema::ArrowError::ExternalError(other)),
+            },
+            other => Error::Arrow(other),
+        }
+    }
+}
+
 impl Error {
     /// The exception family a boundary should use for this error.
     pub fn kind(&self) -> ErrorKind {
@@ -270,5 +284,23 @@ impl Error {
 
     pub(crate) fn layout(msg: impl fmt::Display) -> Self {
         Error::InvalidLayout(msg.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_schema::ArrowError;
+
+    use super::*;
+
+    #[test]
+    fn our_error_through_an_arrow_iterator_comes_back_as_itself() {
+        let ours = ArrowError::ExternalError(Box::new(Error::InvalidDeviceArray("a negative length".into())));
+        let back = Error::from(ours);
+        assert!(matches!(back, Error::InvalidDeviceArray(_)), "{back:?}");
+        assert_eq!(back.kind(), ErrorKind::Value);
+        let theirs = ArrowError::ExternalError(Box::new(std::io::Error::other("disk")));
+        assert!(matches!(Error::from(theirs), Error::Arrow(ArrowError::ExternalError(_))));
+        assert!(matches!(Error::from(ArrowError::ComputeError("x".into())), Error::Arrow(_)));
     }
 }

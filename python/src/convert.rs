@@ -8,7 +8,7 @@ use arrow_schema::FieldRef;
 use arrow_schema::ffi::FFI_ArrowSchema;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyString, PyTuple};
+use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyTuple};
 use pyo3_arrow::ffi::ArrayIterator;
 use pyo3_arrow::input::AnyArray;
 use pyo3_arrow::{PyArray, PyArrayReader, PyDataType};
@@ -18,6 +18,7 @@ use dlframe::arrow::device::{import_array_on_host, import_on_host};
 use dlframe::arrow::device_stream::DeviceStream;
 use dlframe::dlpack::request::consumer_stream_on;
 use dlframe::dtype::spelling::polars_refusal;
+use dlframe::ffi::arrow_device::ARROW_ARRAY_STREAM;
 use dlframe::ffi::arrow_device::{ARROW_ARRAY, ARROW_DEVICE_ARRAY, ARROW_DEVICE_ARRAY_STREAM, ARROW_SCHEMA};
 use dlframe::options::{ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, input_on, tensor_of};
@@ -142,8 +143,8 @@ pub fn to_dlpack<'py>(
         input => (obj, input),
     };
     let (chunks, field) = chunks_of(obj, input)?;
-    let cpu = target == Device::Cpu;
     let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
+    let cpu = target == Device::Cpu;
     let t = gil::run(py, cpu, bytes, || input_on(&field, &chunks, columns.0, &opts, target))?;
     wrap_table(py, t, nulls, stream)
 }
@@ -188,23 +189,15 @@ fn speaks(obj: &Bound<'_, PyAny>, methods: &[&str]) -> bool {
 /// on the type: an instance lookup of a missing method falls back to `__getattr__`, which costs a
 /// polars Series about 7 us (it searches its expression namespace) before we try the stream.
 pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
-    let py = obj.py();
     let ty = obj.get_type();
-    if ty.hasattr(intern!(py, "__arrow_c_array__"))? {
-        // Called here, once: pyo3-arrow's extraction looks the method up twice more first.
-        Ok(imported(obj, intern!(py, "__arrow_c_array__"), ARROW_ARRAY, import_array_on_host)?)
-    } else if ty.hasattr(intern!(py, "__arrow_c_stream__"))? {
-        Ok(AnyArray::Stream(obj.extract()?))
-    } else if ty.hasattr(intern!(py, "__arrow_c_device_array__"))? {
-        Ok(imported(obj, intern!(py, "__arrow_c_device_array__"), ARROW_DEVICE_ARRAY, import_on_host)?)
-    } else if ty.hasattr(intern!(py, "__arrow_c_device_stream__"))? {
-        let capsule = obj.call_method0(intern!(py, "__arrow_c_device_stream__"))?;
-        let ptr = capsule.cast::<PyCapsule>()?.pointer_checked(Some(ARROW_DEVICE_ARRAY_STREAM))?;
-        // SAFETY: the capsule holds the producer's stream, alive while it is; it is moved out once
-        // (its capsule then releases nothing).
-        let stream = unsafe { DeviceStream::take(ptr.as_ptr().cast()) }.map_err(Error::from)?;
-        let field = stream.field();
-        Ok(AnyArray::Stream(PyArrayReader::new(Box::new(ArrayIterator::new(stream, field)))))
+    if ty.hasattr(intern!(obj.py(), "__arrow_c_array__"))? {
+        Ok(imported(obj, "__arrow_c_array__", ARROW_ARRAY, import_array_on_host)?)
+    } else if ty.hasattr(intern!(obj.py(), "__arrow_c_stream__"))? {
+        Ok(stream(obj, "__arrow_c_stream__", ARROW_ARRAY_STREAM, DeviceStream::take_cpu)?)
+    } else if ty.hasattr(intern!(obj.py(), "__arrow_c_device_array__"))? {
+        Ok(imported(obj, "__arrow_c_device_array__", ARROW_DEVICE_ARRAY, import_on_host)?)
+    } else if ty.hasattr(intern!(obj.py(), "__arrow_c_device_stream__"))? {
+        Ok(stream(obj, "__arrow_c_device_stream__", ARROW_DEVICE_ARRAY_STREAM, DeviceStream::take)?)
     } else {
         // Buffers and other objects pyo3-arrow accepts without the protocol methods.
         obj.extract()
@@ -214,12 +207,7 @@ pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
 /// The array of the `(arrow_schema, <name>)` pair of PyCapsules that `obj.<method>()` returns,
 /// imported by the core (`import`: the producer's struct checked, moved from once and read in
 /// place); ValueError naming what it returned when it is no such pair.
-fn imported<T>(
-    obj: &Bound<'_, PyAny>,
-    method: &Bound<'_, PyString>,
-    name: &CStr,
-    import: Import<T>,
-) -> Result<AnyArray> {
+fn imported<T>(obj: &Bound<'_, PyAny>, method: &str, name: &CStr, import: Import<T>) -> Result<AnyArray> {
     let pair = obj.call_method0(method)?;
     let (schema, array) = match pair.extract::<(Bound<'_, PyCapsule>, Bound<'_, PyCapsule>)>() {
         Ok((s, a)) if s.is_valid_checked(Some(ARROW_SCHEMA)) && a.is_valid_checked(Some(name)) => (s, a),
@@ -236,7 +224,20 @@ fn imported<T>(
     Ok(AnyArray::Array(PyArray::try_new(array, field).map_err(Error::from)?))
 }
 
-/// A core import of a producer's array struct and schema.
+/// The stream in the capsule `obj.<method>()` returns, taken by the core (`take`: moved from
+/// once; each array checked as it comes, and read in place).
+fn stream<T>(obj: &Bound<'_, PyAny>, method: &str, name: &CStr, take: Take<T>) -> Result<AnyArray> {
+    let capsule = obj.call_method0(method)?;
+    let ptr = capsule.cast::<PyCapsule>().map_err(PyErr::from)?.pointer_checked(Some(name))?;
+    // SAFETY: the capsule holds the producer's stream of this name, alive while it is; it is
+    // moved out once (its capsule then releases nothing).
+    let stream = unsafe { take(ptr.as_ptr().cast()) }?;
+    let field = stream.field();
+    Ok(AnyArray::Stream(PyArrayReader::new(Box::new(ArrayIterator::new(stream, field)))))
+}
+
+/// The core's take of a producer's stream struct, and its import of an array struct and schema.
+type Take<T> = unsafe fn(*mut T) -> dlframe::Result<DeviceStream>;
 type Import<T> = unsafe fn(*mut T, *const FFI_ArrowSchema) -> dlframe::Result<(FieldRef, ArrayRef)>;
 
 /// Whether a pyarrow array type holds numbers (a dtype of the table but bool), learnt once per

@@ -158,29 +158,40 @@ class DeviceStreamOf:
         self.source, self.device_type, self.released = source, device_type, 0
 
     def __arrow_c_device_stream__(self, requested_schema=None, **kwargs):
-        self.inner_capsule = self.source.__arrow_c_stream__()
-        inner = capsule_pointer(self.inner_capsule, b"arrow_array_stream")
-        c = CStream.from_address(inner)
-        get_schema, get_next, release = GET(c.get_schema), GET(c.get_next), RELEASE(c.release)
+        def on_cpu(out):
+            ctypes.c_int64.from_address(out + 80).value = -1
+            ctypes.c_int32.from_address(out + 88).value = 1
+            ctypes.c_void_p.from_address(out + 96).value = None
 
-        def next_array(_, out):
-            rc = get_next(inner, out)
-            if rc == 0:
-                ctypes.c_int64.from_address(out + 80).value = -1
-                ctypes.c_int32.from_address(out + 88).value = 1
-                ctypes.c_void_p.from_address(out + 96).value = None
-            return rc
+        return relay(self, self.source, on_cpu, lambda *f: CDeviceStream(self.device_type, *f, None),
+                     b"arrow_device_array_stream")
 
-        def release_both(_):
-            self.released += 1
-            release(inner)
 
-        self.callbacks = (GET(lambda _, out: get_schema(inner, out)), GET(next_array), LAST_ERROR(lambda _: b"?"),
-                          RELEASE(release_both))
-        self.struct = CDeviceStream(self.device_type, *self.callbacks, None)
-        new = ctypes.pythonapi.PyCapsule_New
-        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-        return new(ctypes.addressof(self.struct), b"arrow_device_array_stream", None)
+def relay(owner, source, on_array, make_struct, name: bytes):
+    """A capsule named `name` over a C stream struct (`make_struct(*callbacks)`) that relays
+    pyarrow's C stream of `source`, with `on_array(address)` applied to each array it hands
+    over; the callbacks live on `owner`, which counts the releases."""
+    owner.inner_capsule = source.__arrow_c_stream__()
+    inner = capsule_pointer(owner.inner_capsule, b"arrow_array_stream")
+    c = CStream.from_address(inner)
+    get_schema, get_next, release = GET(c.get_schema), GET(c.get_next), RELEASE(c.release)
+
+    def next_array(_, out):
+        rc = get_next(inner, out)
+        if rc == 0 and ctypes.c_void_p.from_address(out + 64).value:
+            on_array(out)
+        return rc
+
+    def release_inner(_):
+        owner.released += 1
+        release(inner)
+
+    owner.callbacks = (GET(lambda _, out: get_schema(inner, out)), GET(next_array), LAST_ERROR(lambda _: b"?"),
+                       RELEASE(release_inner))
+    owner.struct = make_struct(*owner.callbacks)
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(owner.struct), name, None)
 
 
 def test_a_cpu_device_stream_is_read_batch_by_batch_and_released_once():
@@ -190,6 +201,35 @@ def test_a_cpu_device_stream_is_read_batch_by_batch_and_released_once():
     assert source.released == 1
     got = [np.from_dlpack(b).tolist() for b in dlframe.batches(DeviceStreamOf(table), 2)]
     assert got == [[[1.0, 4.0], [2.0, 5.0]], [[3.0, 6.0]]]
+
+
+class EditedStream:
+    """pyarrow's C stream of `source` (`__arrow_c_stream__`), with `edit(address of the
+    ArrowArray)` applied to each array it hands over. Counts the releases."""
+
+    def __init__(self, source, edit):
+        self.source, self.edit, self.released = source, edit, 0
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        as_pointers = lambda *f: CStream(*[ctypes.cast(g, ctypes.c_void_p) for g in f], None)  # noqa: E731
+        return relay(self, self.source, self.edit, as_pointers, b"arrow_array_stream")
+
+
+def test_a_c_stream_is_checked_array_by_array_and_released_once():
+    table = pa.table({"x": pa.array([1.0, 2.0, 3.0])})
+    plain = EditedStream(table, lambda p: None)
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.to_dlpack(plain)), [[1.0], [2.0], [3.0]])
+    assert plain.released == 1
+    gc.collect()
+    before = pa.total_allocated_bytes()
+    for edit, message in [(poke(0, -5), "a negative length"), (poke(16, 1), "child 0 has 3 rows")]:
+        source = EditedStream(pa.table({"x": pa.array(np.arange(3.0))}), edit)
+        with pytest.raises(ValueError, match=message):
+            dlframe.to_dlpack(source)
+        assert source.released == 1
+        del source
+    gc.collect()
+    assert pa.total_allocated_bytes() == before
 
 
 def test_a_device_stream_on_a_gpu_is_refused_naming_it_and_released():
@@ -317,11 +357,6 @@ class ArrayOnly:
         schema, array = self.inner.__arrow_c_array__(requested_schema)
         self.edit(capsule_pointer(array, b"arrow_array"))
         return schema, array
-
-
-def child(at_child: int, edit):
-    """`edit` applied to child `at_child` of the array (its `children` pointer at byte 48)."""
-    return lambda p: edit(ctypes.c_void_p.from_address(ctypes.c_void_p.from_address(p + 48).value + 8 * at_child).value)
 
 
 class Relabelled:

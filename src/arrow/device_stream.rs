@@ -1,11 +1,14 @@
 //! A stream of Arrow device arrays (`ArrowDeviceArrayStream`, the C Device data interface's
 //! stream) taken from its producer with one owner and read as Arrow arrays on the host, each
 //! through [`super::device::DeviceArray`]: in place, checked, none copied. A stream on a device
-//! the host cannot read is refused when it is taken, naming the device.
+//! the host cannot read is refused when it is taken, naming the device. A stream of the C stream
+//! interface (`ArrowArrayStream`, CPU memory) is taken as a device stream on the CPU, so its
+//! arrays get the same checks ([`DeviceStream::take_cpu`]).
 
-use std::ffi::CStr;
+use std::ffi::{CStr, c_int};
 
 use arrow_array::ArrayRef;
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_data::ffi::FFI_ArrowArray;
 use arrow_schema::ffi::FFI_ArrowSchema;
 use arrow_schema::{ArrowError, FieldRef};
@@ -99,6 +102,41 @@ impl DeviceStream {
         Ok(DeviceStream { raw: owned, schema, field })
     }
 
+    /// Takes a producer's `ArrowArrayStream` (the C stream interface, CPU memory:
+    /// `__arrow_c_stream__`'s) as a device stream on the CPU, so that each of its arrays is
+    /// checked as a device array is before anything reads it ([`DeviceStream::take`]). A move:
+    /// the producer's struct is left released. No data is copied.
+    ///
+    /// # Errors
+    /// As [`DeviceStream::take`].
+    ///
+    /// # Safety
+    /// `raw` is NULL or points to a live `ArrowArrayStream` that the caller may move from.
+    pub unsafe fn take_cpu(raw: *mut FFI_ArrowArrayStream) -> Result<Self> {
+        if raw.is_null() {
+            return Err(invalid("the producer handed over a NULL ArrowArrayStream"));
+        }
+        // SAFETY: a live struct (the caller's promise), moved out: an empty (released) one is
+        // left in its place, so the producer's capsule releases nothing.
+        let inner = Box::new(unsafe { std::ptr::replace(raw, FFI_ArrowArrayStream::empty()) });
+        let released = inner.release.is_none();
+        let mut adapted = ArrowDeviceArrayStream {
+            device_type: 1,
+            get_schema: Some(cpu_get_schema),
+            get_next: Some(cpu_get_next),
+            get_last_error: Some(cpu_last_error),
+            release: Some(cpu_release),
+            private_data: Box::into_raw(inner).cast(),
+        };
+        if released {
+            // SAFETY: our own adapter, released once here (it frees the box).
+            unsafe { cpu_release(&mut adapted) };
+            return Err(invalid("the stream was already released or moved (its release callback is NULL)"));
+        }
+        // SAFETY: our own live adapter, moved from once.
+        unsafe { Self::take(&mut adapted) }
+    }
+
     /// The stream's field (a struct field for a stream of record batches).
     pub fn field(&self) -> FieldRef {
         self.field.clone()
@@ -126,6 +164,82 @@ impl Iterator for DeviceStream {
             unsafe { DeviceArray::take(&mut out) }.and_then(|a| a.on_host_as(&self.field, &self.schema));
         Some(read.map_err(|e| ArrowError::ExternalError(Box::new(e))))
     }
+}
+
+/// The C stream an adapter made by [`DeviceStream::take_cpu`] wraps.
+///
+/// # Safety
+/// `s` is a live adapter made by `take_cpu` and not released.
+unsafe fn inner<'a>(s: *mut ArrowDeviceArrayStream) -> &'a mut FFI_ArrowArrayStream {
+    // SAFETY: the adapter's private data is the boxed stream (the caller's promise).
+    unsafe { &mut *((*s).private_data as *mut FFI_ArrowArrayStream) }
+}
+
+/// The adapter's `get_schema`: the wrapped stream's.
+///
+/// # Safety
+/// Called by the adapter's owner with a live adapter and a writable schema.
+unsafe extern "C" fn cpu_get_schema(s: *mut ArrowDeviceArrayStream, out: *mut FFI_ArrowSchema) -> c_int {
+    // SAFETY: a live adapter (the caller's contract).
+    let inner = unsafe { inner(s) };
+    match inner.get_schema {
+        // SAFETY: the producer's callback, with its own stream and the caller's schema.
+        Some(f) => unsafe { f(inner, out) },
+        None => libc_einval(),
+    }
+}
+
+/// The adapter's `get_next`: the wrapped stream's next array, written into the device array's
+/// `array`, on the CPU (device type 1, id -1, no event).
+///
+/// # Safety
+/// Called by the adapter's owner with a live adapter and a writable, released device array.
+unsafe extern "C" fn cpu_get_next(s: *mut ArrowDeviceArrayStream, out: *mut ArrowDeviceArray) -> c_int {
+    // SAFETY: a live adapter (the caller's contract).
+    let inner = unsafe { inner(s) };
+    let Some(f) = inner.get_next else { return libc_einval() };
+    // SAFETY: the producer's callback, with its own stream and the released array inside the
+    // caller's device array, which it overwrites.
+    let rc = unsafe { f(inner, &mut (*out).array) };
+    if rc == 0 {
+        // SAFETY: the caller's writable device array.
+        unsafe {
+            (*out).device_id = -1;
+            (*out).device_type = 1;
+            (*out).sync_event = std::ptr::null_mut()
+        };
+    }
+    rc
+}
+
+/// The adapter's `get_last_error`: the wrapped stream's, or NULL.
+///
+/// # Safety
+/// Called by the adapter's owner with a live adapter.
+unsafe extern "C" fn cpu_last_error(s: *mut ArrowDeviceArrayStream) -> *const std::ffi::c_char {
+    // SAFETY: a live adapter (the caller's contract).
+    let inner = unsafe { inner(s) };
+    // SAFETY: the producer's callback, with its own stream.
+    inner.get_last_error.map_or(std::ptr::null(), |f| unsafe { f(inner) })
+}
+
+/// The adapter's `release`: drops the wrapped stream (which releases it, once) and marks the
+/// adapter released.
+///
+/// # Safety
+/// Called once, by the adapter's owner, with a live adapter.
+unsafe extern "C" fn cpu_release(s: *mut ArrowDeviceArrayStream) {
+    // SAFETY: the adapter's private data is the box `take_cpu` made, freed once here.
+    unsafe {
+        drop(Box::from_raw((*s).private_data as *mut FFI_ArrowArrayStream));
+        (*s).private_data = std::ptr::null_mut();
+        (*s).release = None;
+    }
+}
+
+/// EINVAL, which the C stream interface returns for a call it cannot make.
+fn libc_einval() -> c_int {
+    22
 }
 
 #[cfg(test)]
@@ -255,5 +369,33 @@ mod tests {
         assert_eq!(released.load(Ordering::SeqCst), 2);
         // SAFETY: NULL is refused before anything is read.
         assert!(unsafe { DeviceStream::take(std::ptr::null_mut()) }.is_err());
+    }
+
+    #[test]
+    fn a_cpu_stream_is_read_through_the_same_checks_and_released_once() {
+        use arrow_array::{RecordBatch, RecordBatchIterator};
+        let values = Int32Array::from(vec![1, 2, 3]);
+        let schema =
+            Arc::new(arrow_schema::Schema::new(vec![Field::new("x", arrow_schema::DataType::Int32, false)]));
+        let buffer = values.values().inner().clone();
+        let held = buffer.strong_count();
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(values.clone())]).unwrap();
+        let reader = RecordBatchIterator::new(vec![Ok(batch.clone()), Ok(batch)], schema);
+        let mut raw = FFI_ArrowArrayStream::new(Box::new(reader));
+        // SAFETY: a live stream, moved from once.
+        let stream = unsafe { DeviceStream::take_cpu(&mut raw) }.unwrap();
+        assert!(raw.release.is_none(), "the producer's struct is moved from");
+        let arrays: Vec<ArrayRef> = stream.collect::<std::result::Result<_, _>>().unwrap();
+        assert_eq!(arrays.len(), 2);
+        let column = arrays[1].to_data().child_data()[0].clone();
+        assert_eq!(column.buffers()[0].as_ptr(), buffer.as_ptr(), "read in place");
+        drop((arrays, column));
+        assert_eq!(buffer.strong_count(), held, "the producer's stream and batches are released");
+        // A moved-from stream is refused, and NULL.
+        // SAFETY: a released struct, refused before anything is called.
+        let e = unsafe { DeviceStream::take_cpu(&mut raw) }.unwrap_err();
+        assert!(e.to_string().contains("already released or moved"), "{e}");
+        // SAFETY: NULL is refused before anything is read.
+        assert!(unsafe { DeviceStream::take_cpu(std::ptr::null_mut()) }.is_err());
     }
 }

@@ -12,6 +12,8 @@ use arrow_schema::ffi::FFI_ArrowSchema;
 pub const ARROW_DEVICE_ARRAY: &CStr = c"arrow_device_array";
 /// The capsule name of `__arrow_c_device_stream__`'s stream.
 pub const ARROW_DEVICE_ARRAY_STREAM: &CStr = c"arrow_device_array_stream";
+/// The capsule name of `__arrow_c_stream__`'s stream.
+pub const ARROW_ARRAY_STREAM: &CStr = c"arrow_array_stream";
 /// The capsule name of `__arrow_c_array__`'s array.
 pub const ARROW_ARRAY: &CStr = c"arrow_array";
 /// The capsule name of the schema that comes with a device array.
