@@ -118,21 +118,18 @@ impl DeviceStream {
         }
         // SAFETY: a live struct (the caller's promise), moved out: an empty (released) one is
         // left in its place, so the producer's capsule releases nothing.
-        let inner = Box::new(unsafe { std::ptr::replace(raw, FFI_ArrowArrayStream::empty()) });
-        let released = inner.release.is_none();
+        let inner = unsafe { std::ptr::replace(raw, FFI_ArrowArrayStream::empty()) };
+        if inner.release.is_none() {
+            return Err(invalid("the stream was already released or moved (its release callback is NULL)"));
+        }
         let mut adapted = ArrowDeviceArrayStream {
             device_type: 1,
             get_schema: Some(cpu_get_schema),
             get_next: Some(cpu_get_next),
             get_last_error: Some(cpu_last_error),
             release: Some(cpu_release),
-            private_data: Box::into_raw(inner).cast(),
+            private_data: Box::into_raw(Box::new(inner)).cast(),
         };
-        if released {
-            // SAFETY: our own adapter, released once here (it frees the box).
-            unsafe { cpu_release(&mut adapted) };
-            return Err(invalid("the stream was already released or moved (its release callback is NULL)"));
-        }
         // SAFETY: our own live adapter, moved from once.
         unsafe { Self::take(&mut adapted) }
     }
@@ -185,7 +182,7 @@ unsafe extern "C" fn cpu_get_schema(s: *mut ArrowDeviceArrayStream, out: *mut FF
     match inner.get_schema {
         // SAFETY: the producer's callback, with its own stream and the caller's schema.
         Some(f) => unsafe { f(inner, out) },
-        None => libc_einval(),
+        None => EINVAL,
     }
 }
 
@@ -197,7 +194,7 @@ unsafe extern "C" fn cpu_get_schema(s: *mut ArrowDeviceArrayStream, out: *mut FF
 unsafe extern "C" fn cpu_get_next(s: *mut ArrowDeviceArrayStream, out: *mut ArrowDeviceArray) -> c_int {
     // SAFETY: a live adapter (the caller's contract).
     let inner = unsafe { inner(s) };
-    let Some(f) = inner.get_next else { return libc_einval() };
+    let Some(f) = inner.get_next else { return EINVAL };
     // SAFETY: the producer's callback, with its own stream and the released array inside the
     // caller's device array, which it overwrites.
     let rc = unsafe { f(inner, &mut (*out).array) };
@@ -238,9 +235,7 @@ unsafe extern "C" fn cpu_release(s: *mut ArrowDeviceArrayStream) {
 }
 
 /// EINVAL, which the C stream interface returns for a call it cannot make.
-fn libc_einval() -> c_int {
-    22
-}
+const EINVAL: c_int = 22;
 
 #[cfg(test)]
 mod tests {
