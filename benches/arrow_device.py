@@ -12,7 +12,6 @@ with the test virtualenv: `.venv/bin/python benches/arrow_device.py`.
 
 import datetime
 import platform
-import time
 
 import nanoarrow
 import nanoarrow.device as nd
@@ -20,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 import dlframe
+from ratio_table import Table, best
 
 
 class DeviceOnly:
@@ -30,23 +30,13 @@ class DeviceOnly:
         return self.inner.__arrow_c_device_array__(requested_schema, **kwargs)
 
 
-def best(fn, reps=2000):
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+def per_call(fn):
+    """The best of 2,000 calls: each call here costs microseconds."""
+    return best(fn, 2000)
 
 
-rows = []
-
-
-def row(what, ours, theirs, target=None, note=""):
-    r = ours / theirs
-    verdict = "" if target is None else ("meets" if r <= target else "misses")
-    rows.append((what, f"{r:.2f}x", "-" if target is None else f"<= {target:.2g}x", verdict, note))
+table = Table()
+row = table.row
 
 
 N = 10_000_000
@@ -56,23 +46,23 @@ small = pa.array(values[:1000])
 tensor = dlframe.tensor(values)
 
 # 1. Reading a producer's device array in place (all zero-copy: the cost is per call).
-t_ours = best(lambda: dlframe.to_dlpack(DeviceOnly(col)))
-t_small = best(lambda: dlframe.to_dlpack(DeviceOnly(small)))
-t_pa = best(lambda: pa.array(DeviceOnly(col)))
-t_na = best(lambda: nd.c_device_array(DeviceOnly(col)))
+t_ours = per_call(lambda: dlframe.to_dlpack(DeviceOnly(col)))
+t_small = per_call(lambda: dlframe.to_dlpack(DeviceOnly(small)))
+t_pa = per_call(lambda: pa.array(DeviceOnly(col)))
+t_na = per_call(lambda: nd.c_device_array(DeviceOnly(col)))
 row("read a device array, 10M f32: dlframe.to_dlpack / the same at 1K rows", t_ours, t_small, 1.5)
 row("read a device array, 10M f32: dlframe.to_dlpack / pyarrow pa.array", t_ours, t_pa)
 row("read a device array, 10M f32: dlframe.to_dlpack / nanoarrow c_device_array", t_ours, t_na)
-t_ours_np = best(lambda: np.from_dlpack(dlframe.to_dlpack(DeviceOnly(col))))
-t_pa_np = best(lambda: pa.array(DeviceOnly(col)).to_numpy())
+t_ours_np = per_call(lambda: np.from_dlpack(dlframe.to_dlpack(DeviceOnly(col))))
+t_pa_np = per_call(lambda: pa.array(DeviceOnly(col)).to_numpy())
 row("to numpy, in place: np.from_dlpack(dlframe.to_dlpack(x)) / pa.array(x).to_numpy()", t_ours_np, t_pa_np)
 
 # 2. Writing one: dlframe's Tensor as the producer, against pyarrow's own array.
-t_ours = best(lambda: pa.array(DeviceOnly(tensor)))
-t_pa = best(lambda: pa.array(DeviceOnly(col)))
+t_ours = per_call(lambda: pa.array(DeviceOnly(tensor)))
+t_pa = per_call(lambda: pa.array(DeviceOnly(col)))
 row("pyarrow reads a device array: of a dlframe Tensor / of a pyarrow array", t_ours, t_pa)
-t_ours = best(lambda: nd.c_device_array(tensor))
-t_pa = best(lambda: nd.c_device_array(col))
+t_ours = per_call(lambda: nd.c_device_array(tensor))
+t_pa = per_call(lambda: nd.c_device_array(col))
 row("nanoarrow reads a device array: of a dlframe Tensor / of a pyarrow array", t_ours, t_pa)
 
 # 3. A column with nulls, filled in one pass, against pyarrow's fill and numpy's copy.
@@ -84,10 +74,6 @@ t_copy = best(lambda: values.copy(), 15)
 row("10M f32, 10% nulls, filled: dlframe / pyarrow fill_null(0).to_numpy()", t_ours, t_pa, 1 / 3)
 row("10M f32, 10% nulls, filled: dlframe / numpy copy of the 40 MB", t_ours, t_copy)
 
-print(f"Measured {datetime.date.today()} on {platform.machine()} {platform.system()}, "
-      f"{__import__('os').cpu_count()} cores; numpy {np.__version__}, pyarrow {pa.__version__}, "
-      f"nanoarrow {nanoarrow.__version__}.\n")
-print("| what | ratio (lower is faster for dlframe) | target | | note |")
-print("|---|---|---|---|---|")
-for r in rows:
-    print("| " + " | ".join(r) + " |")
+table.print(f"Measured {datetime.date.today()} on {platform.machine()} {platform.system()}, "
+            f"{__import__('os').cpu_count()} cores; numpy {np.__version__}, pyarrow {pa.__version__}, "
+            f"nanoarrow {nanoarrow.__version__}.")

@@ -8,13 +8,13 @@ ratios are reported. Run with the test virtualenv: `.venv/bin/python benches/pee
 
 import datetime
 import platform
-import time
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 import dlframe
+from ratio_table import Table, best
 
 try:
     import torch
@@ -22,23 +22,8 @@ except ImportError:  # torch is an opt-in extra
     torch = None
 
 
-def best(fn, reps=15):
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-rows = []
-
-
-def row(what, ours, theirs, target, note=""):
-    r = ours / theirs
-    verdict = "" if target is None else ("meets" if (r <= target) else "misses")
-    rows.append((what, f"{r:.2f}x", "-" if target is None else f"<= {target:.2g}x", verdict, note))
+table = Table()
+row = table.row
 
 
 rng = np.random.default_rng(0)
@@ -180,12 +165,9 @@ if torch is not None:
     t_torch = best(lambda: torch.from_numpy(nulls.fill_null(0).to_numpy()))
     row("null fill -> torch: dlframe / torch.from_numpy(fill_null(0).to_numpy())", t_ours, t_torch, 1 / 3)
 else:
-    rows.append(("torch comparisons", "not run", "-", "", "torch is not installed (opt-in extra)"))
+    table.rows.append(("torch comparisons", "not run", "-", "", "torch is not installed (opt-in extra)"))
 
-print(f"Measured {datetime.date.today()} on {platform.machine()} {platform.system()}, "
-      f"{__import__('os').cpu_count()} cores; numpy {np.__version__}, pyarrow {pa.__version__}, "
-      f"polars {pl.__version__}, datafusion {datafusion.__version__}, torch {getattr(torch, '__version__', 'absent')}.\n")
-print("| what | ratio (lower is faster for dlframe) | target | | note |")
-print("|---|---|---|---|---|")
-for r in rows:
-    print("| " + " | ".join(r) + " |")
+table.print(f"Measured {datetime.date.today()} on {platform.machine()} {platform.system()}, "
+            f"{__import__('os').cpu_count()} cores; numpy {np.__version__}, pyarrow {pa.__version__}, "
+            f"polars {pl.__version__}, datafusion {datafusion.__version__}, "
+            f"torch {getattr(torch, '__version__', 'absent')}.")
