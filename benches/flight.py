@@ -41,22 +41,13 @@ import dlframe.datafusion as dldf
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python" / "tests"))
 from served import Served, cli_path, statement_query  # noqa: E402
+from ratio_table import best  # noqa: E402
 
 COLS, FILES = 8, 4
 ROWS = int(sys.argv[sys.argv.index("--rows") + 1]) if "--rows" in sys.argv else 10_000_000
 NAMES = ", ".join(f"c{j}" for j in range(COLS))
 TENSOR_SQL = f"SELECT to_tensor({NAMES}) AS x FROM t"
 PLAIN_SQL = f"SELECT {NAMES} FROM t"
-
-
-def best(f, repeat=3):
-    f()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def write_table(root: pathlib.Path) -> pathlib.Path:
@@ -164,8 +155,8 @@ def main():
                 assert x.shape == (ROWS, COLS) and x.dtype == np.float32, (f.__name__, x.shape, x.dtype)
             src = np.empty((ROWS, COLS), np.float32)
             dst = np.empty_like(src)
-            t_served, t_flight = best(served), best(served_flight)
-            t_local, t_stack = best(local), best(served_stack)
+            t_served, t_flight = best(served, 3), best(served_flight, 3)
+            t_local, t_stack = best(local, 3), best(served_stack, 3)
             t_copy = best(lambda: np.copyto(dst, src))
             conn.close()
             client.close()
