@@ -17,7 +17,11 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Float32Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use dlframe::batches::{Ahead, BatchOptions, Batcher, Batches, Course};
+use dlframe::batches::plan::runs;
+use dlframe::batches::{
+    Ahead, BatchOptions, Batcher, Batches, Course, Layout, Rank, Router, Shuffle, SlotCourse, Training,
+    TrainingPlan,
+};
 
 const COLS: usize = 8;
 const ROWS: usize = 4 << 20;
@@ -51,16 +55,35 @@ fn batches(schema: &SchemaRef, input: &[RecordBatch]) {
     }
 }
 
-/// The same through a [`Batcher`] and [`Ahead`] of depth 2, shuffled with `seed`.
-fn batches_ahead(schema: &SchemaRef, input: &[RecordBatch], seed: Option<u64>) {
+/// The same through a [`Batcher`] and [`Ahead`] of depth 2, shuffled with `seed` in blocks of
+/// one batch (one split, the order before splits), or over 8 splits of an elastic epoch.
+fn batches_ahead(schema: &SchemaRef, input: &[RecordBatch], seed: Option<u64>, splits: Option<usize>) {
     let fields = schema.fields().iter().cloned().collect();
-    let course = match seed {
-        Some(_) => Course { block_rows: BATCH, seed, first_block: 0, start: 0 },
-        None => Course::in_order(BATCH),
+    let options = BatchOptions::new(BATCH).expect("options");
+    let (course, router, order) = match (seed, splits) {
+        (_, Some(k)) => {
+            let units = Layout::Units(input.iter().map(|b| b.num_rows() as u64).collect());
+            let training = Training {
+                shuffle: seed.map(|seed| Shuffle { seed, buffer: None }),
+                splits: Some(k),
+                ..Training::in_order()
+            };
+            let plan = TrainingPlan::new(&units, &options, &training, Rank::single(), 0).expect("a plan");
+            let reads = plan.reads(0);
+            let router = Router::new(runs(&reads, plan.unit_rows()));
+            (plan.course(0), Some(router), reads.iter().map(|r| r.unit).collect())
+        }
+        (Some(_), None) => {
+            let slots = vec![SlotCourse { per_step: BATCH, rows: None, seed }];
+            (Course { slots, ..Course::in_order(BATCH) }, None, (0..input.len()).collect())
+        }
+        (None, None) => (Course::in_order(BATCH), None, (0..input.len()).collect::<Vec<usize>>()),
     };
-    let mut batcher = Batcher::new(fields, true, BatchOptions::new(BATCH).expect("options"))
-        .and_then(|b| b.on_course(course))
-        .expect("a batcher");
+    let mut batcher =
+        Batcher::new(fields, true, options).and_then(|b| b.on_course(course)).expect("a batcher");
+    if let Some(router) = router {
+        batcher = batcher.routing(router);
+    }
     let mut ahead = Ahead::new(2);
     let drive = |batcher: &mut Batcher, ahead: &mut Ahead| {
         while let Some(w) = batcher.next_window() {
@@ -70,8 +93,8 @@ fn batches_ahead(schema: &SchemaRef, input: &[RecordBatch], seed: Option<u64>) {
             ahead.push(w);
         }
     };
-    for b in input {
-        batcher.push(b.columns().to_vec()).expect("pushed");
+    for &u in &order {
+        batcher.push(input[u].columns().to_vec()).expect("pushed");
         drive(&mut batcher, &mut ahead);
     }
     batcher.end();
@@ -95,9 +118,12 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.bench_function("batches", |b| b.iter(|| batches(&schema, &big)));
-    g.bench_function("batches_ahead", |b| b.iter(|| batches_ahead(&schema, &big, None)));
-    g.bench_function("batches_ahead_8192_chunks", |b| b.iter(|| batches_ahead(&schema, &small, None)));
-    g.bench_function("batches_shuffled", |b| b.iter(|| batches_ahead(&schema, &big, Some(7))));
+    g.bench_function("batches_ahead", |b| b.iter(|| batches_ahead(&schema, &big, None, None)));
+    g.bench_function("batches_ahead_8192_chunks", |b| b.iter(|| batches_ahead(&schema, &small, None, None)));
+    g.bench_function("batches_shuffled", |b| b.iter(|| batches_ahead(&schema, &big, Some(7), None)));
+    g.bench_function("batches_shuffled_8_splits", |b| {
+        b.iter(|| batches_ahead(&schema, &big, Some(7), Some(8)))
+    });
     g.finish();
 }
 

@@ -10,9 +10,15 @@ torch float32 tensors, one epoch per timing, the best of 3 (Ray and HF datasets:
   shuffle the gather of the same bytes by a permutation (``np.take``) and making that
   permutation (``rng.permutation``);
 - dlframe: ``dlframe.batches(paths_or_table, B, to="torch")``, unshuffled and with
-  ``shuffle=True, seed=0`` (the default buffer of one batch, units shuffled), and over 4 ranks
-  (``shard=(r, 4)``: 4 processes at once, each reading its quarter, against 1 process; the
-  floor is the same with pyarrow decoding a quarter of the files in each process);
+  ``shuffle=True, seed=0``: the elastic epoch (the default 8 splits, units shuffled, a buffer
+  of one step) and the same with ``splits=1`` (the order before splits: one range of rows);
+  and over 4 ranks (``shard=(r, 4)``: 4 processes at once, each reading its quarter, against 1
+  process; the floor is the same with pyarrow decoding a quarter of the files in each process);
+- Mosaic Streaming: ``StreamingDataset`` over MDS shards written from the same rows (one
+  ``ndarray:float32:8`` column), ``num_canonical_nodes=1``, through a DataLoader that stacks
+  each batch's samples; one epoch each way (it reads sample by sample);
+- LanceDB: ``lancedb.streaming.StreamingDataset`` over the Lance dataset (``num_splits=1``,
+  ``read_batch_size=B``), rows stacked into batches by ``StreamingDataLoader``; one epoch each way;
 - pyarrow: ``to_batches`` + ``np.column_stack`` + ``torch.from_numpy`` (no shuffle);
 - Polars: ``scan_parquet(...).collect_batches`` or ``iter_slices`` + ``to_torch``; shuffled
   with ``sample(fraction=1, shuffle=True)`` (in memory only);
@@ -22,10 +28,12 @@ torch float32 tensors, one epoch per timing, the best of 3 (Ray and HF datasets:
 - Ray Data: ``read_parquet`` / ``from_arrow`` + ``iter_torch_batches`` (shuffled with
   ``local_shuffle_buffer_size=B``), timed last, while Ray is up.
 
-Ray, Lance and HF datasets come from the ``bench`` extra (``pip install -e 'python[bench]'``
-plus torch); a peer that is not installed is left out of the table and named. Prints a
-markdown table of ratios. Run with a release build of the extension:
-``.venv/bin/python benches/loaders.py [--rows N] [--skip ray,hf,lance]``.
+Every candidate runs once untimed (a warm-up: files in the page cache, threads started), then
+the rounds time all candidates in turn. Ray, Lance, LanceDB, Mosaic Streaming and HF datasets
+come from the ``bench`` extra (``pip install -e 'python[bench]'``); a peer that is not installed
+is left out of the table and named. Prints a markdown table of ratios. Run with a release
+build of the extension:
+``.venv/bin/python benches/loaders.py [--rows N] [--skip ray,hf,lance,lancedb,mosaic]``.
 """
 
 import importlib.metadata as md
@@ -71,7 +79,11 @@ def stacked(d) -> torch.Tensor:
 
 
 def timed(candidates, repeat):
-    """Best seconds of each candidate over `repeat` rounds, each round running all in turn."""
+    """Best seconds of each candidate over `repeat` rounds, each round running all in turn,
+    after one untimed round of those timed more than once (a warm-up)."""
+    for f, rounds in candidates.values():
+        if rounds > 1:
+            f()
     times = {name: [] for name in candidates}
     for r in range(repeat):
         for name, (f, rounds) in candidates.items():
@@ -186,12 +198,20 @@ def run(tmp):
         "permutations (rng.permutation)": (permute, 3),
         "dlframe": (lambda: epoch(dlframe.batches(table, BATCH, to="torch")), 3),
         "dlframe shuffled": (lambda: epoch(dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0)), 3),
+        "dlframe shuffled, one split": (
+            lambda: epoch(dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0, splits=1)),
+            3,
+        ),
         "pyarrow": (lambda: pyarrow_epoch(table.to_batches(BATCH)), 3),
     }
     pqs = {
         "decode (pyarrow to_batches)": (decode, 3),
         "dlframe": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch")), 3),
         "dlframe shuffled": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0)), 3),
+        "dlframe shuffled, one split": (
+            lambda: epoch(dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0, splits=1)),
+            3,
+        ),
         "pyarrow": (lambda: pyarrow_epoch(dataset.to_batches(batch_size=BATCH)), 3),
     }
     import polars as pl
@@ -245,6 +265,45 @@ def run(tmp):
     else:
         missing.append("Lance")
 
+    if "lancedb" not in SKIP and _have("lancedb") and _have("pylance"):
+        import lancedb
+        from lancedb.streaming import StreamingDataLoader, StreamingDataset as LanceStream
+
+        rows_of = lambda rb: torch.from_numpy(np.column_stack([c.to_numpy() for c in rb.columns]))
+        lance_table = lancedb.connect(tmp).open_table("data")
+
+        def lancedb_epoch(shuffle):
+            d = LanceStream(lance_table, num_splits=1, rank=0, world_size=1, shuffle=shuffle, shuffle_seed=0,
+                            read_batch_size=BATCH, columns=NAMES, transform=rows_of, transform_parallelism=1)
+            return epoch(StreamingDataLoader(d, batch_size=BATCH, num_workers=0, collate_fn=torch.stack))
+
+        pqs["LanceDB StreamingDataset (Lance files)"] = (lambda: lancedb_epoch(False), 1)
+        pqs["LanceDB StreamingDataset shuffled"] = (lambda: lancedb_epoch(True), 1)
+    else:
+        missing.append("LanceDB StreamingDataset")
+
+    if "mosaic" not in SKIP and _have("mosaicml-streaming"):
+        from streaming import MDSWriter, StreamingDataset
+        from streaming.base.util import clean_stale_shared_memory
+        from torch.utils.data import DataLoader
+
+        mds = os.path.join(tmp, "mds")
+        with MDSWriter(out=mds, columns={"x": "ndarray:float32:8"}, compression=None, size_limit="64mb") as w:
+            for row in src:
+                w.write({"x": row})
+        stack = lambda samples: torch.from_numpy(np.stack([x["x"] for x in samples]))
+
+        def mosaic_epoch(shuffle):
+            clean_stale_shared_memory()
+            d = StreamingDataset(local=mds, remote=None, batch_size=BATCH, shuffle=shuffle, shuffle_seed=0,
+                                 num_canonical_nodes=1)
+            return epoch(DataLoader(d, batch_size=BATCH, num_workers=0, collate_fn=stack))
+
+        pqs["Mosaic Streaming (MDS files)"] = (lambda: mosaic_epoch(False), 1)
+        pqs["Mosaic Streaming shuffled"] = (lambda: mosaic_epoch(True), 1)
+    else:
+        missing.append("Mosaic Streaming")
+
     # The ranks first, then everything but Ray, then Ray, whose background processes would
     # take the cores from the others while it is up.
     one, four = sharded(paths, 1), sharded(paths, 4)
@@ -281,8 +340,17 @@ def run(tmp):
         ("unshuffled in memory <= 1.1x memcpy", t_mem["dlframe"] / t_mem["memcpy"], 1.1),
         ("shuffled <= 1.5x unshuffled, from Parquet", t_pq["dlframe shuffled"] / t_pq["dlframe"], 1.5),
         ("shuffled <= 1.5x unshuffled, in memory", t_mem["dlframe shuffled"] / t_mem["dlframe"], 1.5),
+        ("elastic shuffled (8 splits) <= 1.1x one split, from Parquet",
+         t_pq["dlframe shuffled"] / t_pq["dlframe shuffled, one split"], 1.1),
+        ("elastic shuffled (8 splits) <= 1.1x one split, in memory",
+         t_mem["dlframe shuffled"] / t_mem["dlframe shuffled, one split"], 1.1),
         ("4 ranks at once: time per epoch / 1 rank's", four / one, four_decode / one_decode),
     ]
+    for peer in ("Mosaic Streaming", "LanceDB StreamingDataset"):
+        for kind, ours in (("", "dlframe"), (" shuffled", "dlframe shuffled")):
+            name = next((k for k in t_pq if k.startswith(peer) and k.endswith(" shuffled") == bool(kind)), None)
+            if name is not None:
+                rows.append((f"{ours} from Parquet faster than {name}", t_pq[ours] / t_pq[name], 1.0))
     for what, ratio, limit in rows:
         print(f"| {what} | {ratio:.2f}x | {'yes' if ratio <= limit else 'no'} (limit {limit:.2f}x) |")
     floor = t_mem["gather (np.take, blocks of B)"] / t_mem["memcpy"]
@@ -299,7 +367,7 @@ def run(tmp):
     )
 
 
-_PEERS = ["pyarrow", "polars", "torch", "datasets", "pylance", "ray"]
+_PEERS = ["pyarrow", "polars", "torch", "datasets", "pylance", "lancedb", "mosaicml-streaming", "ray"]
 
 
 def _have(pkg: str) -> bool:

@@ -192,6 +192,19 @@ pub enum Error {
         /// Why it is refused, and what is accepted.
         reason: String,
     },
+    /// A saved training state that these batches cannot continue: a setting its position
+    /// depends on differs, or its position lies past the end of the epoch.
+    #[error("the state was saved with {setting}={saved}, but these batches have {setting}={here}: {remedy}")]
+    StateMismatch {
+        /// The setting, as the user's keyword names it (`seed`, `splits`, `source`).
+        setting: &'static str,
+        /// Its value in the state.
+        saved: String,
+        /// Its value here.
+        here: String,
+        /// Why that matters, or what to do.
+        remedy: String,
+    },
     /// An error from arrow-rs.
     #[error(transparent)]
     Arrow(arrow_schema::ArrowError),
@@ -274,6 +287,7 @@ impl Error {
             | Error::ValueOutOfRange { .. }
             | Error::InexactCast { .. }
             | Error::InvalidArgument(_)
+            | Error::StateMismatch { .. }
             | Error::InvalidStream { .. } => ErrorKind::Value,
             Error::Arrow(_) | Error::Cuda(_) => ErrorKind::Runtime,
             Error::NotOffered { .. } => ErrorKind::Attribute,

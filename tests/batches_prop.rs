@@ -174,7 +174,7 @@ proptest! {
         };
         let columns = if dict { Columns::Dict } else { Columns::Stack };
         let options = BatchOptions { drop_last, columns, export, ..BatchOptions::new(batch_size).unwrap() }
-            .sharded(shard, shards)
+            .for_worker(shard, shards)
             .unwrap();
         let expected = reference(&c, &options);
         let depth = shard_seed / 4 % 4;
@@ -288,7 +288,9 @@ fn the_last_short_batch_is_kept_or_dropped_and_nothing_is_held_after_it() {
 #[test]
 fn bad_input_and_options_are_refused_with_the_reason() {
     assert!(BatchOptions::new(0).unwrap_err().to_string().contains("batch_size must be at least 1"));
-    assert!(BatchOptions::new(4).unwrap().sharded(2, 2).unwrap_err().to_string().contains("worker 2 of 2"));
+    assert!(
+        BatchOptions::new(4).unwrap().for_worker(2, 2).unwrap_err().to_string().contains("worker 2 of 2")
+    );
     let c = case(&[6, 1], false, &[3], 0);
     let mut b = Batcher::new(c.fields.clone(), true, BatchOptions::new(2).unwrap()).unwrap();
     let e = b.push(vec![c.input[0][0].clone()]).unwrap_err();

@@ -164,25 +164,75 @@ def from_dlpack(x: Any, *, copy: bool | None = None, device: str | None = None) 
     or for a dlframe Tensor one device-to-host transfer, makes the copy); otherwise BufferError.
     """
 
-class BatchStream:
+class Schedule:
+    """``dlframe.batches``' settings, checked once (each held here and nowhere else)."""
+
     def __init__(
         self,
-        source: Any,
         batch_size: int,
         *,
-        iterate: bool = False,
+        columns: str = "stack",
         nulls: str = "error",
         fill_value: bool | int | float | None = None,
         dtype: DTypeLike | None = None,
         order: str = "C",
         device: str | None = None,
-        columns: str = "stack",
         drop_last: bool = False,
         prefetch: int = 2,
-        shard: tuple[int, int] = (0, 1),
         ragged: str = "error",
         pad_value: bool | int | float | None = None,
         max_len: int | None = None,
+        inexact: str = "error",
+        even: str = "keep",
+        shuffle: bool = False,
+        seed: int | None = None,
+        shuffle_buffer: int | None = None,
+        splits: int | None = None,
+    ) -> None: ...
+    @property
+    def batch_size(self) -> int: ...
+    def plan(
+        self,
+        rows: int | None,
+        units: list[int] | None,
+        *,
+        rank: int,
+        world: int,
+        epoch: int,
+        splits: int | None = None,
+        shuffle_buffer: int | None = None,
+    ) -> Plan: ...
+    def resume(
+        self,
+        state: str,
+        rows: int | None,
+        units: list[int] | None,
+        *,
+        rank: int,
+        world: int,
+        worker: tuple[int, int],
+    ) -> tuple[int, int, bool, int | None, int | None]: ...
+
+class Plan:
+    """One rank's plan of one epoch."""
+
+    @property
+    def batches(self) -> int | None: ...
+    def summary(self) -> dict[str, Any]: ...
+    def reads(self, step: int, own: bool, worker: tuple[int, int]) -> list[int]: ...
+    def state(self, step: int, worker: tuple[int, int] | None = None) -> str: ...
+
+class BatchStream:
+    def __init__(
+        self,
+        source: Any,
+        schedule: Schedule,
+        plan: Plan,
+        *,
+        step: int = 0,
+        own: bool = False,
+        worker: tuple[int, int] = (0, 1),
+        iterate: bool = False,
     ) -> None: ...
     def __iter__(self) -> BatchStream: ...
     def __next__(self) -> Any: ...

@@ -1,18 +1,21 @@
-//! `dlframe._native.BatchStream`: one pass of `dlframe.batches` over an Arrow stream, its
-//! batches converted on a background thread (without the GIL) while the consumer works.
+//! `dlframe._native.Schedule`, `Plan` and `BatchStream`: `dlframe.batches`' settings, checked
+//! once; one rank's plan of an epoch; and one pass over an Arrow stream, its batches converted on
+//! a background thread (without the GIL) while the consumer works.
 //!
-//! The core runs the pass (`dlframe::batches::stream::Stream`) on one of the process's reader
-//! threads (`readers.rs`, which keep a Python thread state for sources that take the GIL). This
-//! file reads the Python objects (the source, the epoch's dict) and hands the batches over.
+//! The core owns the rules (`dlframe::batches`: the plan, the saved state and its checks); the
+//! core runs the pass (`dlframe::batches::stream::Stream`) on one of the process's reader threads
+//! (`readers.rs`, which keep a Python thread state for sources that take the GIL). This file
+//! reads the Python arguments and hands the batches over; `_stream.py` finds the rank, the
+//! DataLoader worker and the source's units.
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict};
 use pyo3_arrow::ffi::ArrayReader;
 
 use dlframe::Device;
-use dlframe::batches::pass::{Epoch, Setup, Units};
+use dlframe::batches::pass::{Epoch, Setup};
 use dlframe::batches::stream::{Arrays, Source, Stream};
-use dlframe::batches::{BatchOptions, EpochSpec, Even};
+use dlframe::batches::{BatchOptions, Even, Layout, Rank, Shuffle, State, Training, TrainingPlan};
 use dlframe::options::NullPolicy;
 
 use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
@@ -27,62 +30,248 @@ fn reader_of(obj: &Bound<'_, PyAny>) -> Result<Arrays> {
     Ok((reader.field(), reader))
 }
 
-/// `dlframe.batches`' epoch, as `_stream.py` gives it: a dict of the plan's numbers, with the
-/// source's `units` or `table` where its length is known.
-#[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-struct EpochArg {
-    rank: usize,
-    world: usize,
-    even: String,
-    seed: Option<u64>,
-    buffer: usize,
-    epoch: u64,
-    start: u64,
-    #[pyo3(default)]
-    units: Option<Vec<u64>>,
-    #[pyo3(default)]
-    table: Option<(u64, u64)>,
-}
-
-/// The core's epoch of an [`EpochArg`], checked.
-fn epoch_of(d: &Bound<'_, PyDict>, batch_size: usize, drop_last: bool) -> Result<Epoch> {
-    let a: EpochArg = d.extract()?;
-    let spec = EpochSpec {
-        batch_size,
-        drop_last,
-        rank: a.rank,
-        world: a.world,
-        even: Even::parse(&a.even)?,
-        seed: a.seed,
-        buffer: a.buffer,
-        epoch: a.epoch,
+/// An int argument of at least `min`: a Python int or anything with `__index__` (a numpy
+/// integer), not a bool. The error names the keyword and says what it takes.
+fn int_arg(obj: &Bound<'_, PyAny>, name: &str, min: u64, what: &str) -> Result<u64> {
+    let bad = || {
+        let given = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
+        Error::from(dlframe::Error::InvalidArgument(format!("{name} must be {what}, not {given}")))
     };
-    spec.check()?;
-    Ok(Epoch { units: Units::of(a.units, a.table)?, spec, start: a.start })
+    if obj.is_instance_of::<PyBool>() {
+        return Err(bad());
+    }
+    let index = obj.py().import("operator")?.call_method1("index", (obj,)).map_err(|_| bad())?;
+    index.extract::<u64>().ok().filter(|&v| v >= min).ok_or_else(bad)
 }
 
-/// The plan of one rank's epoch over a source of known length, for `_stream.py`: the units it
-/// reads (in order), its rows and batches, and the source's rows left out or made twice.
-#[pyfunction]
-#[pyo3(name = "_epoch_plan", signature = (batch_size, drop_last, epoch))]
-pub fn epoch_plan<'py>(
-    batch_size: usize,
-    drop_last: bool,
-    epoch: &Bound<'py, PyDict>,
-) -> Result<Bound<'py, PyDict>> {
-    let py = epoch.py();
-    let arg = epoch_of(epoch, batch_size, drop_last)?;
-    let plan = arg.plan()?.ok_or_else(|| dlframe::Error::InvalidArgument("a stream has no plan".into()))?;
-    let out = PyDict::new(py);
-    out.set_item("read", plan.reads(arg.start).0)?;
-    out.set_item("rows", plan.rows())?;
-    out.set_item("batches", plan.batches())?;
-    out.set_item("total", plan.total_rows())?;
-    let (dropped, padded) = plan.uneven_rows();
-    out.set_item("dropped", dropped)?;
-    out.set_item("padded", padded)?;
-    Ok(out)
+/// A flag argument: True or False (a numpy bool too).
+fn flag_arg(obj: &Bound<'_, PyAny>, name: &str) -> Result<bool> {
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(b.is_true());
+    }
+    if obj.get_type().name().is_ok_and(|n| n == "bool") {
+        return Ok(obj.is_truthy()?);
+    }
+    let given = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
+    Err(dlframe::Error::InvalidArgument(format!("{name} must be True or False, not {given}")).into())
+}
+
+/// A source as the plan sees it: the rows of a table in memory, the rows of each of its units,
+/// or neither (a stream).
+fn layout(rows: Option<u64>, units: Option<Vec<u64>>) -> Layout {
+    match (rows, units) {
+        (_, Some(u)) => Layout::Units(u),
+        (Some(n), None) => Layout::Rows(n),
+        (None, None) => Layout::Stream,
+    }
+}
+
+/// Where a job continues from a saved state: `(epoch, step, own, splits, shuffle_buffer)`.
+type Resumed = (u64, u64, bool, Option<usize>, Option<u64>);
+
+/// `dlframe.batches`' settings, checked once: the batches' shape and conversion, and the order
+/// of a training job's epochs. Each keyword is held here and nowhere else.
+#[pyclass(name = "Schedule", module = "dlframe._native", frozen)]
+pub struct PySchedule {
+    options: BatchOptions,
+    training: Training,
+    prefetch: usize,
+}
+
+#[pymethods]
+impl PySchedule {
+    #[new]
+    #[pyo3(signature = (batch_size, *, columns=ColumnsArg(dlframe::table::Columns::Stack), nulls="error", fill_value=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, drop_last=None, prefetch=None, ragged="error", pad_value=None, max_len=None, inexact="error", even="keep", shuffle=None, seed=None, shuffle_buffer=None, splits=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        batch_size: &Bound<'_, PyAny>,
+        columns: ColumnsArg,
+        nulls: &str,
+        fill_value: Option<FillValue>,
+        dtype: Option<DTypeArg>,
+        order: OrderArg,
+        device: Option<TargetDevice>,
+        drop_last: Option<&Bound<'_, PyAny>>,
+        prefetch: Option<&Bound<'_, PyAny>>,
+        ragged: &str,
+        pad_value: Option<FillValue>,
+        max_len: Option<&Bound<'_, PyAny>>,
+        inexact: &str,
+        even: &str,
+        shuffle: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+        shuffle_buffer: Option<&Bound<'_, PyAny>>,
+        splits: Option<&Bound<'_, PyAny>>,
+    ) -> Result<Self> {
+        let batch_size = int_arg(batch_size, "batch_size", 1, "a positive int")? as usize;
+        let prefetch = prefetch.map_or(Ok(2), |p| int_arg(p, "prefetch", 0, "an int >= 0"))? as usize;
+        let max_len = max_len.map(|m| int_arg(m, "max_len", 1, "a positive int")).transpose()?;
+        let export = export_options(
+            nulls,
+            fill_value,
+            None,
+            dtype,
+            order,
+            ragged,
+            pad_value,
+            max_len.map(|m| m as usize),
+            inexact,
+        )?;
+        let options = BatchOptions {
+            drop_last: drop_last.map_or(Ok(false), |d| flag_arg(d, "drop_last"))?,
+            columns: columns.0,
+            export,
+            device: device.map_or(Device::Cpu, |d| d.0),
+            ..BatchOptions::new(batch_size)?
+        };
+        let shuffled = shuffle.map_or(Ok(false), |s| flag_arg(s, "shuffle"))?;
+        let seed = seed.filter(|s| !s.is_none());
+        let shuffle_buffer = shuffle_buffer.filter(|s| !s.is_none());
+        let shuffle = match (shuffled, seed) {
+            (true, None) => {
+                return Err(dlframe::Error::InvalidArgument(
+                    "shuffle=True needs seed=, an int in [0, 2**64), the same on every rank, not None".into(),
+                )
+                .into());
+            }
+            (true, Some(seed)) => Some(Shuffle {
+                seed: int_arg(seed, "seed", 0, "an int in [0, 2**64), the same on every rank")?,
+                buffer: shuffle_buffer
+                    .map(|b| int_arg(b, "shuffle_buffer", 1, "a positive int (rows of the whole job)"))
+                    .transpose()?,
+            }),
+            (false, s) if s.is_some() || shuffle_buffer.is_some() => {
+                return Err(dlframe::Error::InvalidArgument(
+                    "seed= and shuffle_buffer= take effect with shuffle=True only".into(),
+                )
+                .into());
+            }
+            (false, _) => None,
+        };
+        let splits = splits
+            .filter(|s| !s.is_none())
+            .map(|k| int_arg(k, "splits", 1, "a positive int").map(|k| k as usize))
+            .transpose()?;
+        let training = Training { even: Even::parse(even)?, shuffle, splits };
+        training.check()?;
+        Ok(PySchedule { options, training, prefetch })
+    }
+
+    #[getter]
+    fn batch_size(&self) -> usize {
+        self.options.batch_size
+    }
+
+    /// The epoch `epoch` of a source of `rows` (a table) or `units` (row groups), or of a
+    /// stream (neither), for rank `rank` of `world`; `splits` and `shuffle_buffer` adopted from
+    /// a loaded state where the job left them out.
+    #[pyo3(signature = (rows, units, *, rank, world, epoch, splits=None, shuffle_buffer=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn plan(
+        &self,
+        rows: Option<u64>,
+        units: Option<Vec<u64>>,
+        rank: usize,
+        world: usize,
+        epoch: u64,
+        splits: Option<usize>,
+        shuffle_buffer: Option<u64>,
+    ) -> Result<PyPlan> {
+        let layout = layout(rows, units);
+        let training = self.adopted(splits, shuffle_buffer);
+        let plan = TrainingPlan::new(&layout, &self.options, &training, Rank::new(rank, world)?, epoch)?;
+        Ok(PyPlan { plan, layout })
+    }
+
+    /// Where a job continues from `state` (a saved dict, as JSON), in DataLoader `worker` of
+    /// rank `rank` of `world`: `(epoch, step, own, splits, shuffle_buffer)`, the last two the
+    /// settings taken from the state. ValueError names the first setting that differs.
+    #[pyo3(signature = (state, rows, units, *, rank, world, worker))]
+    #[allow(clippy::too_many_arguments)]
+    fn resume(
+        &self,
+        state: &str,
+        rows: Option<u64>,
+        units: Option<Vec<u64>>,
+        rank: usize,
+        world: usize,
+        worker: (usize, usize),
+    ) -> Result<Resumed> {
+        let state = State::from_json(state)?;
+        let r = state.resume(
+            &layout(rows, units),
+            &self.options,
+            &self.training,
+            Rank::new(rank, world)?,
+            worker,
+        )?;
+        Ok((r.epoch, r.step, r.own, r.training.splits, r.training.shuffle.and_then(|s| s.buffer)))
+    }
+}
+
+impl PySchedule {
+    fn adopted(&self, splits: Option<usize>, buffer: Option<u64>) -> Training {
+        let t = self.training;
+        Training {
+            splits: t.splits.or(splits),
+            shuffle: t.shuffle.map(|s| Shuffle { buffer: s.buffer.or(buffer), ..s }),
+            ..t
+        }
+    }
+}
+
+/// One rank's plan of one epoch.
+#[pyclass(name = "Plan", module = "dlframe._native", frozen)]
+pub struct PyPlan {
+    plan: TrainingPlan,
+    layout: Layout,
+}
+
+#[pymethods]
+impl PyPlan {
+    /// Batches this rank makes in the epoch; None for a stream.
+    #[getter]
+    fn batches(&self) -> Option<u64> {
+        self.plan.batches()
+    }
+
+    /// This rank's epoch, for `Batches.plan()`.
+    fn summary<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
+        let p = &self.plan;
+        let out = PyDict::new(py);
+        out.set_item("rows", p.rows())?;
+        out.set_item("batches", p.batches())?;
+        out.set_item("total", p.total_rows())?;
+        let (dropped, padded) = p.uneven_rows();
+        out.set_item("dropped", dropped)?;
+        out.set_item("padded", padded)?;
+        out.set_item("steps", p.steps())?;
+        out.set_item("global_batch", p.global_batch())?;
+        out.set_item("splits", (self.layout != Layout::Stream).then_some(p.splits()))?;
+        out.set_item("elastic", p.elastic())?;
+        out.set_item("shuffle_buffer", p.shuffle_buffer())?;
+        let note = match p.choice() {
+            dlframe::batches::plan::SplitChoice::PerRank(why) => Some(why.as_str()),
+            dlframe::batches::plan::SplitChoice::Stream => {
+                Some("a stream has no splits: every rank reads all of it and makes its part of each step")
+            }
+            _ => None,
+        };
+        out.set_item("note", note)?;
+        Ok(out)
+    }
+
+    /// The units this pass reads whole, in order (a unit may come twice).
+    #[pyo3(signature = (step, own, worker))]
+    fn reads(&self, step: u64, own: bool, worker: (usize, usize)) -> Vec<usize> {
+        Epoch::resumed(self.plan.clone(), step, own, worker).reads().iter().map(|r| r.unit).collect()
+    }
+
+    /// The state at `step` (of DataLoader `worker` when given), as JSON.
+    #[pyo3(signature = (step, worker=None))]
+    fn state(&self, step: u64, worker: Option<(usize, usize)>) -> String {
+        State::of(&self.plan, &self.layout, step, worker).to_json()
+    }
 }
 
 /// One pass over a source: an iterator of tensors (or `(values, mask)` pairs, or dicts).
@@ -95,46 +284,23 @@ pub struct PyBatchStream {
 #[pymethods]
 impl PyBatchStream {
     /// Starts reading `source` (an Arrow producer, or with `iterate=True` a Python iterator of
-    /// them) on a background thread; `shard=(i, n)` makes only every n-th batch from batch i.
+    /// them) on a background thread: the pass of `plan` from `step` on, in DataLoader `worker`
+    /// (which makes every `worker[1]`-th batch from its own), `own` when `step` is that
+    /// worker's own saved position.
     #[new]
-    #[pyo3(signature = (source, batch_size, *, iterate=false, nulls="error", fill_value=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), drop_last=false, prefetch=2, shard=(0, 1), ragged="error", pad_value=None, max_len=None, epoch=None, inexact="error"))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (source, schedule, plan, *, step=0, own=false, worker=(0, 1), iterate=false))]
     fn new(
         source: &Bound<'_, PyAny>,
-        batch_size: usize,
+        schedule: &PySchedule,
+        plan: &PyPlan,
+        step: u64,
+        own: bool,
+        worker: (usize, usize),
         iterate: bool,
-        nulls: &str,
-        fill_value: Option<FillValue>,
-        dtype: Option<DTypeArg>,
-        order: OrderArg,
-        device: Option<TargetDevice>,
-        columns: ColumnsArg,
-        drop_last: bool,
-        prefetch: usize,
-        shard: (usize, usize),
-        ragged: &str,
-        pad_value: Option<FillValue>,
-        max_len: Option<usize>,
-        epoch: Option<Bound<'_, PyDict>>,
-        inexact: &str,
     ) -> Result<Self> {
         let py = source.py();
-        let epoch = epoch.map(|d| epoch_of(&d, batch_size, drop_last)).transpose()?;
-        let export =
-            export_options(nulls, fill_value, None, dtype, order, ragged, pad_value, max_len, inexact)?;
-        let nulls = export.nulls;
-        let options = BatchOptions {
-            drop_last,
-            columns: columns.0,
-            export,
-            device: device.map_or(Device::Cpu, |d| d.0),
-            ..BatchOptions::new(batch_size)?
-        }
-        .sharded(shard.0, shard.1)?;
-        let (setup, table) = match epoch {
-            Some(e) => e.setup(options)?,
-            None => (Setup::in_order(options), None),
-        };
+        let options = schedule.options.for_worker(worker.0, worker.1)?;
+        let (setup, table): (Setup, _) = Epoch::resumed(plan.plan.clone(), step, own, worker).setup(options);
         let source = if iterate {
             let items = source.try_iter()?.unbind();
             Source::chain(move || {
@@ -150,10 +316,11 @@ impl PyBatchStream {
         };
         readers::prepare(py);
         let panicked = || Error::panicked("dlframe.batches' background thread");
+        let prefetch = schedule.prefetch;
         let stream = py
             .detach(|| Stream::start(&readers::READERS, source, setup, prefetch, panicked))
             .map_err(|e| dlframe::Error::InvalidArgument(format!("could not start the batch thread: {e}")))?;
-        Ok(PyBatchStream { stream, nulls })
+        Ok(PyBatchStream { stream, nulls: options.export.nulls })
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {

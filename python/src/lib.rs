@@ -50,8 +50,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::PyTensor>()?;
     exchange::install(&m.py().get_type::<tensor::PyTensor>())?;
     m.add_class::<batches::PyBatchStream>()?;
-    m.add_function(wrap_pyfunction!(batches::epoch_plan, m)?)?;
-    m.add("_STREAM_VERSION", dlframe::batches::shuffle::STREAM_VERSION)?;
+    m.add_class::<batches::PySchedule>()?;
+    m.add_class::<batches::PyPlan>()?;
     m.add_function(wrap_pyfunction!(convert::to_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(importer::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(importer::tensor, m)?)?;

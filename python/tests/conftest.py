@@ -14,6 +14,7 @@ HINTS = {
     "torch": "install the 'torch' extra (DLFRAME_TORCH=1 bash scripts/test.sh)",
     "cupy": "cupy needs a CUDA machine",
     "dpctl": "pip install dpctl intel-opencl-rt",
+    "moto": "pip install -r python/requirements-test.txt (moto[s3], flask, flask-cors)",
 }
 
 

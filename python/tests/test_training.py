@@ -78,7 +78,7 @@ def test_each_rank_reads_only_the_row_groups_of_its_rows(tmp_path):
         log = str(tmp_path / f"reads-{rank}.log")
         b = dlframe.batches(pafs_dataset(str(data_dir), log), 500, shard=(rank, world), columns="dict")
         rows = sum(ids_of(b), [])
-        lo = rank * (16000 // world) + min(rank, 16000 % world)
+        lo = rank * 16000 // world
         assert rows == list(range(lo, lo + len(rows)))
         # The row groups that hold rows lo..lo+len: the rank's own, and no other.
         want = {g for g in range(16) if g * 1000 < lo + len(rows) and lo < (g + 1) * 1000}
@@ -185,24 +185,30 @@ def test_a_state_from_other_settings_is_refused_unless_it_is_exact():
     it = iter(b)
     next(it), next(it)
     state = b.state_dict()
-    assert state["next"] == 2
-    with pytest.raises(ValueError, match="world=2"):
+    assert (state["step"], state["global_batch"], state["splits"]) == (2, 200, 2)
+    # Unshuffled, the default is one split per rank: 4 ranks cannot share 2 splits.
+    with pytest.raises(ValueError, match="saved with splits=2, which 4 ranks cannot share"):
         dlframe.batches(table, 100, shard=(0, 4)).load_state_dict(state)
-    with pytest.raises(ValueError, match="seed=None"):
+    shuffled = dlframe.batches(table, 100, shard=(0, 2), shuffle=True, seed=1)
+    with pytest.raises(ValueError, match=r"batch_size x world=100 x 2 = 200, but these batches have batch_size x world=100 x 4"):
+        dlframe.batches(table, 100, shard=(0, 4), shuffle=True, seed=1).load_state_dict(shuffled.state_dict())
+    with pytest.raises(ValueError, match="seed=None, but these batches have seed=1"):
         dlframe.batches(table, 100, shard=(0, 2), shuffle=True, seed=1).load_state_dict(state)
-    with pytest.raises(ValueError, match="rows=1000"):
+    with pytest.raises(ValueError, match="source=a table of 1000 rows in memory, but these batches have source=a table of 999"):
         dlframe.batches(id_table(999), 100, shard=(0, 2)).load_state_dict(state)
-    # Unshuffled, 200 rows given are 4 batches of 50: honoured exactly.
+    # Unshuffled, 400 rows given are 4 steps of 100: honoured exactly.
     c = dlframe.batches(table, 50, shard=(0, 2), columns="dict")
     c.load_state_dict(state)
     assert ids_of(c)[0] == list(range(200, 250))
-    with pytest.raises(ValueError, match="not a whole number of batches of 300"):
+    with pytest.raises(ValueError, match="400 rows already given are not whole steps of 600"):
         dlframe.batches(table, 300, shard=(0, 2)).load_state_dict(state)
-    with pytest.raises(ValueError, match="version"):
+    with pytest.raises(ValueError, match="not a dlframe.batches state"):
         b.load_state_dict({"next": 3})
-    with pytest.raises(ValueError, match="'next' must be an int"):
-        b.load_state_dict({**state, "next": -1})
-    with pytest.raises(ValueError, match="worker"):
+    with pytest.raises(ValueError, match="older dlframe"):
+        b.load_state_dict({"version": 1, "next": 3})
+    with pytest.raises(ValueError, match="not a valid dlframe.batches state"):
+        b.load_state_dict({**state, "step": -1})
+    with pytest.raises(ValueError, match="worker 1 of 2"):
         b.load_state_dict({**state, "worker": [1, 2]})
 
 
@@ -210,6 +216,9 @@ def test_bad_training_arguments_are_refused():
     t = id_table(10)
     for kwargs, match in [
         (dict(shard=(4, 4)), "0 <= rank < world_size"),
+        (dict(shard=(True, 2)), "an int >= 0"),
+        (dict(splits=0), "splits must be a positive int"),
+        (dict(shuffle=True, seed=-1), "seed must be an int in"),
         (dict(shard="rank0"), "or 'auto'"),
         (dict(even="most"), "'keep', 'drop' or 'pad'"),
         (dict(shuffle=True), "needs seed="),

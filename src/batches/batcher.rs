@@ -1,6 +1,6 @@
-//! [`Batcher`]: cuts a stream of input batches into exact-size windows (slices, no copy), in
-//! blocks whose rows are permuted when shuffling; [`Window`]: one batch's rows, converted on
-//! demand in one pass (a gather when shuffled).
+//! [`Batcher`]: cuts a stream of input batches into exact-size windows (slices, no copy), from
+//! the rank's splits in blocks of steps whose rows are permuted when shuffling; [`Window`]: one
+//! batch's rows, converted on demand in one pass (a gather when shuffled).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use arrow_schema::FieldRef;
 
 use super::BatchOptions;
 use super::plan::Course;
-use super::select::Select;
+use super::select::Router;
 use super::shuffle::{Rng, deal, derive};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -20,30 +20,83 @@ use crate::transfer;
 /// The columns of one input batch, all of the same length.
 pub type InputColumns = Vec<ArrayRef>;
 
-/// A block being handed out batch by batch: its rows (slices of the input), which of them each
-/// batch takes (in increasing order), and the seed of each batch's own order.
+/// The rows of one of the rank's splits received and not yet cut into a block.
+#[derive(Debug, Default)]
+struct Queue {
+    pending: VecDeque<InputColumns>,
+    /// Rows of the front input batch already cut.
+    offset: usize,
+    /// Rows pending after `offset`.
+    buffered: usize,
+    /// Rows still to come from the input; None: until it ends.
+    left: Option<u64>,
+}
+
+/// A shuffled block of steps being handed out step by step: its rows (slices of the input,
+/// the splits' blocks one after another), and for each split its first row in the block, which
+/// of its rows each step takes (in increasing order), and the seed of the block.
 #[derive(Debug)]
-struct Block {
+struct Group {
     columns: Arc<Vec<Vec<ArrayRef>>>,
-    batches: Vec<Arc<Vec<u32>>>,
-    seed: u64,
-    first_batch: u64,
+    slots: Vec<(u32, Vec<Vec<u32>>, u64)>,
+    first_step: u64,
+    steps: usize,
     next: usize,
 }
 
-/// A shuffled batch's rows of its block (increasing), and the seed of their order in the batch.
-type Picks = (Arc<Vec<u32>>, u64);
+/// Where each picked row goes in its batch: the splits' parts one after another, each in the
+/// order of its own seed; or positions given.
+#[derive(Debug, Clone)]
+enum Order {
+    Segments(Vec<(u32, u64)>),
+    Given(Vec<u32>),
+}
+
+impl Order {
+    fn positions(&self) -> Vec<u32> {
+        match self {
+            Order::Given(to) => to.clone(),
+            Order::Segments(segments) => {
+                let mut to = Vec::with_capacity(segments.iter().map(|s| s.0 as usize).sum());
+                for &(len, seed) in segments {
+                    let base = to.len() as u32;
+                    let at = to.len();
+                    to.extend(base..base + len);
+                    Rng::new(seed).shuffle(&mut to[at..]);
+                }
+                to
+            }
+        }
+    }
+}
+
+/// A shuffled batch's rows of its block (increasing), and where each goes in the batch.
+#[derive(Debug, Clone)]
+struct Picks {
+    rows: Vec<u32>,
+    order: Order,
+}
+
+/// Whether step `k` of the epoch is this worker's to make: from `course.start` on, every
+/// `count`-th from `index` ([`BatchOptions::worker`]).
+fn mine(course: &Course, options: &BatchOptions, k: u64) -> bool {
+    let (index, count) = options.worker;
+    k >= course.start && (k - course.start) % count as u64 == index as u64
+}
 
 /// Cuts a stream of input batches into exact-size windows and converts them: push input with
 /// [`Batcher::push`], say when it ended with [`Batcher::end`], and take finished batches with
 /// [`Batcher::next_ready`].
 ///
-/// The rows come in blocks of [`Course::block_rows`] (one batch unless shuffling). A shuffled
-/// block's rows are dealt out to its batches by a generator seeded with the course's seed and
-/// the block's index, and each batch orders its rows with a seed of its own
-/// ([`super::shuffle::deal`]), so a block made again (on resuming) is the same. Batch `k` (counted over the epoch) is made when `k >= start` and
-/// `(k - start) % workers == worker`, from [`BatchOptions::shard`]; the others are cut and
-/// skipped without being converted.
+/// The input's rows go to the rank's splits ([`Course::slots`]; a [`Router`] says which rows go
+/// where, and without one every row goes to the one split). Steps come in blocks of
+/// [`Course::block_steps`]: each split gives a block its rows of those steps, and a shuffled
+/// split deals them out to the steps with a generator seeded by its seed and the block's index;
+/// each step orders its rows of each split with a seed of its own ([`super::shuffle::deal`]),
+/// so a block made again (on resuming, or on another world size) is the same. A step's batch is
+/// its rows of each split, in split order, or for a stream the positions [`Course::cut`] of
+/// them. Step `k` is made when [`mine`] says so; the others are cut and skipped without being
+/// converted.
 #[derive(Debug)]
 pub struct Batcher {
     fields: Vec<FieldRef>,
@@ -51,15 +104,13 @@ pub struct Batcher {
     table: bool,
     options: BatchOptions,
     course: Course,
-    select: Option<Select>,
-    pending: VecDeque<InputColumns>,
-    /// Rows of the front input batch already handed out.
-    offset: usize,
-    /// Rows pending after `offset`.
-    buffered: usize,
+    router: Option<Router>,
+    slots: Vec<Queue>,
+    /// Rows of the input still to skip (a resumed stream).
+    skip: u64,
     /// The index of the next block to cut.
     block: u64,
-    current: Option<Block>,
+    group: Option<Group>,
     ended: bool,
 }
 
@@ -76,51 +127,58 @@ impl Batcher {
                 fields.len()
             )));
         }
+        let course = Course::in_order(options.batch_size);
         Ok(Batcher {
             fields,
             table,
             options,
-            course: Course::in_order(options.batch_size),
-            select: None,
-            pending: VecDeque::new(),
-            offset: 0,
-            buffered: 0,
+            slots: vec![Queue::default()],
+            course,
+            router: None,
+            skip: 0,
             block: 0,
-            current: None,
+            group: None,
             ended: false,
         })
     }
 
-    /// The same, on `course`: blocks from `course.first_block` on, shuffled by its seed, and
-    /// batches from `course.start` on.
+    /// The same, on `course`: the rank's splits, blocks from `course.first_block` on, and steps
+    /// from `course.start` on.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for blocks that are not whole batches, or a start before the
-    /// first block.
+    /// [`Error::InvalidArgument`] for a course without splits or blocks, whose splits do not
+    /// make a batch of `batch_size` rows, or whose start is before its first block.
     pub fn on_course(mut self, course: Course) -> Result<Self> {
         let size = self.options.batch_size;
-        if course.block_rows == 0 || course.block_rows % size != 0 {
+        let per_step = match course.cut {
+            Some((lo, hi)) => hi.checked_sub(lo).filter(|_| course.slots.len() == 1),
+            None => Some(course.slots.iter().map(|s| s.per_step).sum()),
+        };
+        if course.slots.is_empty() || course.block_steps == 0 || per_step != Some(size) {
             return Err(Error::InvalidArgument(format!(
-                "blocks of {} rows are not whole batches of {size}",
-                course.block_rows
+                "a course of {} split(s) and blocks of {} step(s) does not make batches of {size}",
+                course.slots.len(),
+                course.block_steps
             )));
         }
-        if course.start < course.first_block * (course.block_rows / size) as u64 {
+        if course.start < course.first_block * course.block_steps {
             return Err(Error::InvalidArgument(format!(
-                "batch {} is before block {}",
+                "step {} is before block {}",
                 course.start, course.first_block
             )));
         }
+        self.slots = course.slots.iter().map(|s| Queue { left: s.rows, ..Queue::default() }).collect();
         self.block = course.first_block;
+        self.skip = course.skip_rows;
         self.course = course;
         Ok(self)
     }
 
-    /// The same, keeping only the rows of the input that `select` keeps; the input ends when
-    /// the last of them has come.
-    pub fn selecting(mut self, select: Select) -> Self {
-        self.ended = select.done();
-        self.select = Some(select);
+    /// The same, sending the rows of the input that `router` keeps to the splits it names; the
+    /// input ends when the last of them has come.
+    pub fn routing(mut self, router: Router) -> Self {
+        self.ended = router.done();
+        self.router = Some(router);
         self
     }
 
@@ -131,17 +189,17 @@ impl Batcher {
 
     /// Rows received and not yet handed out.
     pub fn buffered(&self) -> usize {
-        self.buffered
+        self.slots.iter().map(|q| q.buffered).sum()
     }
 
-    /// True once the input has ended ([`Batcher::end`], or every selected row came).
+    /// True once the input has ended ([`Batcher::end`], or every routed row came).
     pub fn ended(&self) -> bool {
         self.ended
     }
 
-    /// Takes one input batch (no copy: its arrays, or the slices of them that the selection
-    /// keeps, are kept until the batches over them are made). Empty batches are ignored, and
-    /// so is input after the selection is complete.
+    /// Takes one input batch (no copy: its arrays, or the slices of them that the router keeps,
+    /// are kept until the batches over them are made). Empty batches are ignored, and so is
+    /// input after the routing is complete.
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] for columns of different lengths or the wrong number of them,
@@ -172,19 +230,26 @@ impl Batcher {
                 });
             }
         }
-        match self.select.as_mut() {
-            None => self.keep(columns, rows),
+        let skipped = self.skip.min(rows as u64) as usize;
+        self.skip -= skipped as u64;
+        match self.router.as_mut() {
+            None if skipped == 0 => self.keep(0, columns, rows),
+            None => self.keep(
+                0,
+                columns.iter().map(|c| c.slice(skipped, rows - skipped)).collect(),
+                rows - skipped,
+            ),
             Some(_) if self.ended => {}
-            Some(select) => {
-                let parts = select.cut(rows);
-                let done = select.done();
-                for (at, len) in parts {
+            Some(router) => {
+                let parts = router.cut(rows);
+                let done = router.done();
+                for (at, len, slot) in parts {
                     let part = if at == 0 && len == rows {
                         columns.clone()
                     } else {
                         columns.iter().map(|c| c.slice(at, len)).collect()
                     };
-                    self.keep(part, len);
+                    self.keep(slot, part, len);
                 }
                 self.ended = done;
             }
@@ -192,10 +257,12 @@ impl Batcher {
         Ok(())
     }
 
-    fn keep(&mut self, columns: InputColumns, rows: usize) {
+    fn keep(&mut self, slot: usize, columns: InputColumns, rows: usize) {
         if rows > 0 {
-            self.pending.push_back(columns);
-            self.buffered += rows;
+            let q = &mut self.slots[slot];
+            q.pending.push_back(columns);
+            q.buffered += rows;
+            q.left = q.left.map(|l| l.saturating_sub(rows as u64));
         }
     }
 
@@ -209,12 +276,12 @@ impl Batcher {
     ///
     /// # Errors
     /// The source's error, or [`Batcher::push`]'s; and [`Error::InvalidArgument`] when the
-    /// input ends before every row that the selection keeps has come (the source is shorter
+    /// input ends before every row that the router keeps has come (the source is shorter
     /// than the plan says).
     pub fn feed(&mut self, input: Option<Result<InputColumns>>) -> Result<()> {
         let pushed = match input {
             None if self.ended => Ok(()),
-            None => match &self.select {
+            None => match &self.router {
                 Some(s) => {
                     let (kept, left) = s.counts();
                     Err(Error::InvalidArgument(format!(
@@ -239,10 +306,8 @@ impl Batcher {
     /// Ends the input and drops what is pending: after an error, no batch follows.
     pub fn abandon(&mut self) {
         self.ended = true;
-        self.pending.clear();
-        self.current = None;
-        self.buffered = 0;
-        self.offset = 0;
+        self.slots.iter_mut().for_each(|q| *q = Queue::default());
+        self.group = None;
     }
 
     /// The next batch of this worker when enough input is buffered (the last, shorter one
@@ -255,73 +320,120 @@ impl Batcher {
         self.next_window().map(|w| w.convert())
     }
 
-    /// Whether batch `k` of the epoch is this worker's to make.
-    fn mine(&self, k: u64) -> bool {
-        let (index, count) = self.options.shard;
-        k >= self.course.start && (k - self.course.start) % count as u64 == index as u64
-    }
-
     /// The next batch of this worker, as [`Batcher::next_ready`] cuts it, not yet converted
     /// (no copy: slices of the input, and the order of its rows when shuffled).
     pub fn next_window(&mut self) -> Option<Window> {
-        let size = self.options.batch_size;
+        let bs = self.course.block_steps as usize;
         loop {
-            if let Some(w) = self.next_of_block() {
+            if let Some(w) = self.next_of_group() {
                 return Some(w);
             }
-            let block_rows = self.course.block_rows;
-            let rows = match self.buffered {
-                b if b >= block_rows => block_rows,
-                b if b > 0 && self.ended => b,
-                _ => return None,
-            };
+            // Rows each split gives to the next block: a block's share, or what is left at the end.
+            let mut takes = Vec::with_capacity(self.slots.len());
+            for (q, c) in self.slots.iter().zip(&self.course.slots) {
+                let want = c.per_step * bs;
+                let complete = self.ended || q.left == Some(0);
+                if q.buffered < want && !complete {
+                    return None;
+                }
+                takes.push(want.min(q.buffered));
+            }
+            if takes.iter().all(|&t| t == 0) {
+                return None;
+            }
             let index = self.block;
             self.block += 1;
-            let first_batch = index * (block_rows / size) as u64;
-            let full = rows / size;
-            let made = full + usize::from(rows % size > 0 && !self.options.drop_last);
-            let wanted = (0..made as u64).any(|i| self.mine(first_batch + i));
-            let columns = self.take(rows, wanted);
+            let first_step = index * bs as u64;
+            let steps = takes
+                .iter()
+                .zip(&self.course.slots)
+                .map(|(&t, c)| if c.per_step == 0 { 0 } else { t.div_ceil(c.per_step) })
+                .max()
+                .unwrap_or(0);
+            let wanted = (0..steps as u64).any(|i| mine(&self.course, &self.options, first_step + i));
+            let blocks: Vec<Vec<Vec<ArrayRef>>> =
+                (0..self.slots.len()).map(|s| self.take(s, takes[s], wanted)).collect();
             if !wanted {
                 continue;
             }
-            let Some(seed) = self.course.seed else {
-                // Unshuffled, a block is one batch.
+            // The splits' rows one after another, per column.
+            let columns: Vec<Vec<ArrayRef>> = (0..self.fields.len())
+                .map(|c| blocks.iter().flat_map(|b| b[c].iter().cloned()).collect())
+                .collect();
+            if self.course.slots.iter().all(|s| s.seed.is_none()) {
+                // Unshuffled, a block is one step, its rows in order.
+                let total: usize = takes.iter().sum();
+                let (lo, hi) = self.course.cut.map_or((0, total), |(lo, hi)| (lo.min(total), hi.min(total)));
+                if hi == lo || (self.options.drop_last && hi - lo < self.options.batch_size) {
+                    continue;
+                }
+                let columns =
+                    if (lo, hi) == (0, total) { columns } else { slice_chunks(&columns, lo, hi - lo) };
                 return Some(self.window(Arc::new(columns), None));
-            };
-            let sizes: Vec<usize> = (0..rows.div_ceil(size)).map(|i| size.min(rows - i * size)).collect();
-            let block_seed = derive(seed, &[index]);
-            // A block of one batch needs no dealing: the batch takes every row.
-            let dealt = match sizes.len() {
-                1 => vec![(0..rows as u32).collect()],
-                _ => deal(&sizes, &mut Rng::new(block_seed)),
-            };
-            let batches = dealt.into_iter().map(Arc::new).collect();
-            self.current =
-                Some(Block { columns: Arc::new(columns), batches, seed: block_seed, first_batch, next: 0 });
+            }
+            let mut offset = 0u32;
+            let mut slots = Vec::with_capacity(takes.len());
+            for (&rows, c) in takes.iter().zip(&self.course.slots) {
+                let seed = derive(c.seed.unwrap_or(0), &[index]);
+                let sizes: Vec<usize> = match c.per_step {
+                    0 => Vec::new(),
+                    g => (0..rows.div_ceil(g)).map(|i| g.min(rows - i * g)).collect(),
+                };
+                // A block of one step needs no dealing: the step takes every row.
+                let parts = match sizes.len() {
+                    0 => Vec::new(),
+                    1 => vec![(0..rows as u32).collect()],
+                    _ => deal(&sizes, &mut Rng::new(seed)),
+                };
+                slots.push((offset, parts, seed));
+                offset += rows as u32;
+            }
+            self.group = Some(Group { columns: Arc::new(columns), slots, first_step, steps, next: 0 });
         }
     }
 
     /// The next batch of this worker from the shuffled block being handed out.
-    fn next_of_block(&mut self) -> Option<Window> {
-        let size = self.options.batch_size;
+    fn next_of_group(&mut self) -> Option<Window> {
         loop {
-            let block = self.current.as_mut()?;
-            let i = block.next;
-            let Some(rows) = block.batches.get(i).cloned() else {
-                self.current = None;
+            let group = self.group.as_mut()?;
+            let t = group.next;
+            if t >= group.steps {
+                self.group = None;
                 return None;
+            }
+            group.next += 1;
+            if !mine(&self.course, &self.options, group.first_step + t as u64) {
+                continue;
+            }
+            let mut rows = Vec::new();
+            let mut segments = Vec::new();
+            for (offset, parts, seed) in &group.slots {
+                if let Some(p) = parts.get(t) {
+                    rows.extend(p.iter().map(|r| r + offset));
+                    segments.push((p.len() as u32, derive(*seed, &[t as u64])));
+                }
+            }
+            let order = match self.course.cut {
+                None => Order::Segments(segments),
+                Some((lo, hi)) => {
+                    // A stream's step: the rank's positions lo..hi of its rows, in their order.
+                    let to = Order::Segments(segments).positions();
+                    let (mut kept, mut at) = (Vec::new(), Vec::new());
+                    for (&r, &d) in rows.iter().zip(&to) {
+                        if (lo..hi).contains(&(d as usize)) {
+                            kept.push(r);
+                            at.push(d - lo as u32);
+                        }
+                    }
+                    rows = kept;
+                    Order::Given(at)
+                }
             };
-            if rows.len() < size && self.options.drop_last {
-                self.current = None;
-                return None;
+            if rows.is_empty() || (self.options.drop_last && rows.len() < self.options.batch_size) {
+                continue;
             }
-            block.next += 1;
-            let k = block.first_batch + i as u64;
-            let (columns, seed) = (block.columns.clone(), derive(block.seed, &[i as u64]));
-            if self.mine(k) {
-                return Some(self.window(columns, Some((rows, seed))));
-            }
+            let columns = group.columns.clone();
+            return Some(self.window(columns, Some(Picks { rows, order })));
         }
     }
 
@@ -329,28 +441,47 @@ impl Batcher {
         Window { fields: self.fields.clone(), table: self.table, options: self.options, columns, rows }
     }
 
-    /// Cuts the next `rows` rows off the pending input: per column, the slices (no copy) of the
-    /// input batches they span, or nothing when `keep` is false.
-    fn take(&mut self, rows: usize, keep: bool) -> Vec<Vec<ArrayRef>> {
+    /// Cuts the next `rows` rows off split `slot`'s pending input: per column, the slices (no
+    /// copy) of the input batches they span, or nothing when `keep` is false.
+    fn take(&mut self, slot: usize, rows: usize, keep: bool) -> Vec<Vec<ArrayRef>> {
+        let q = &mut self.slots[slot];
         let mut window = vec![Vec::new(); if keep { self.fields.len() } else { 0 }];
         let mut left = rows;
         while left > 0 {
-            let front = self.pending.front().expect("buffered rows are pending");
+            let front = q.pending.front().expect("buffered rows are pending");
             let len = front[0].len();
-            let n = left.min(len - self.offset);
+            let n = left.min(len - q.offset);
             for (w, c) in window.iter_mut().zip(front) {
-                w.push(if self.offset == 0 && n == len { c.clone() } else { c.slice(self.offset, n) });
+                w.push(if q.offset == 0 && n == len { c.clone() } else { c.slice(q.offset, n) });
             }
             left -= n;
-            self.offset += n;
-            if self.offset == len {
-                self.pending.pop_front();
-                self.offset = 0;
+            q.offset += n;
+            if q.offset == len {
+                q.pending.pop_front();
+                q.offset = 0;
             }
         }
-        self.buffered -= rows;
+        q.buffered -= rows;
         window
     }
+}
+
+/// Rows `at..at + len` of chunked columns, as slices of the chunks (no copy).
+fn slice_chunks(columns: &[Vec<ArrayRef>], at: usize, len: usize) -> Vec<Vec<ArrayRef>> {
+    columns
+        .iter()
+        .map(|chunks| {
+            let (mut start, mut out) = (0usize, Vec::new());
+            for c in chunks {
+                let (lo, hi) = (at.max(start), (at + len).min(start + c.len()));
+                if lo < hi {
+                    out.push(if hi - lo == c.len() { c.clone() } else { c.slice(lo - start, hi - lo) });
+                }
+                start += c.len();
+            }
+            out
+        })
+        .collect()
 }
 
 /// One batch's rows, cut from the input (slices, no copy) and not yet converted: the slices
@@ -374,10 +505,9 @@ impl Window {
     /// The conversion's errors (nulls under the error policy, values that do not fit a cast).
     pub fn convert(&self) -> Result<TableTensors> {
         let BatchOptions { columns: layout, export, device, .. } = &self.options;
-        let Some((rows, seed)) = &self.rows else { return self.convert_columns(&self.columns) };
-        // Where each picked row goes in the batch: a permutation of its own.
-        let mut to: Vec<u32> = (0..rows.len() as u32).collect();
-        Rng::new(*seed).shuffle(&mut to);
+        let Some(Picks { rows, order }) = &self.rows else { return self.convert_columns(&self.columns) };
+        // Where each picked row goes in the batch.
+        let to = order.positions();
         if self.table && *layout == Columns::Stack && *device == Device::Cpu && self.fields.len() > 1 {
             if let Some(m) = crate::arrow::take_matrix(&self.fields, &self.columns, rows, &to, export)? {
                 return Ok(TableTensors::One(m));
@@ -415,7 +545,8 @@ mod tests {
     use arrow_array::{Float32Array, Int64Array};
     use arrow_schema::{DataType, Field};
 
-    use super::super::{EpochPlan, EpochSpec, Even};
+    use super::super::Even;
+    use super::super::plan::{Layout, Rank, Shuffle, SlotCourse, Training, TrainingPlan, runs};
     use super::*;
 
     /// Units of `sizes` rows holding the row ids, in input batches of at most 7 rows.
@@ -438,22 +569,36 @@ mod tests {
         }
     }
 
-    /// The batches (as row ids) of one worker of one rank, from batch `start` on.
-    fn run(sizes: &[u64], spec: EpochSpec, worker: (usize, usize), start: u64) -> Vec<Vec<i64>> {
-        let plan = EpochPlan::new(sizes, spec).unwrap();
-        let (read, runs) = plan.reads(start);
+    /// A job's settings for these tests: batches of `batch` rows, `epoch` 3.
+    #[derive(Clone, Copy)]
+    struct Job {
+        batch: usize,
+        drop_last: bool,
+        training: Training,
+    }
+
+    fn job(batch: usize, seed: Option<u64>, splits: Option<usize>) -> Job {
+        let shuffle = seed.map(|seed| Shuffle { seed, buffer: Some(12) });
+        Job { batch, drop_last: false, training: Training { even: Even::Keep, shuffle, splits } }
+    }
+
+    /// The batches (as row ids) of one worker of one rank, from step `start` on (a worker's own
+    /// start when `own`).
+    fn run(sizes: &[u64], job: Job, rank: Rank, worker: (usize, usize), start: u64) -> Vec<Vec<i64>> {
+        let options = BatchOptions { drop_last: job.drop_last, ..BatchOptions::new(job.batch).unwrap() }
+            .for_worker(worker.0, worker.1)
+            .unwrap();
+        let plan =
+            TrainingPlan::new(&Layout::Units(sizes.to_vec()), &options, &job.training, rank, 3).unwrap();
+        let reads = plan.reads(start);
         let field = Arc::new(Field::new("id", DataType::Int64, false));
-        let options =
-            BatchOptions { drop_last: spec.drop_last, ..BatchOptions::new(spec.batch_size).unwrap() }
-                .sharded(worker.0, worker.1)
-                .unwrap();
         let mut b = Batcher::new(vec![field], false, options)
             .unwrap()
             .on_course(plan.course(start))
             .unwrap()
-            .selecting(Select::new(runs));
+            .routing(Router::new(runs(&reads, plan.unit_rows())));
         let all = units(sizes);
-        let mut input = read.iter().flat_map(|&u| all[u].clone());
+        let mut input = reads.iter().flat_map(|r| all[r.unit].clone());
         let mut out = Vec::new();
         loop {
             while let Some(t) = b.next_ready() {
@@ -466,58 +611,67 @@ mod tests {
         }
     }
 
-    fn spec(rank: usize, world: usize, seed: Option<u64>) -> EpochSpec {
-        EpochSpec {
-            batch_size: 5,
-            drop_last: false,
-            rank,
-            world,
-            even: Even::Keep,
-            seed,
-            buffer: 12,
-            epoch: 3,
-        }
-    }
+    const SIZES: [u64; 6] = [9, 4, 13, 8, 6, 1];
 
     #[test]
     fn a_shuffled_epoch_gives_every_row_once_in_an_order_fixed_by_the_seed() {
         let sizes = [9, 4, 13, 8, 6];
-        let one = run(&sizes, spec(0, 1, Some(7)), (0, 1), 0);
+        let one = run(&sizes, job(5, Some(7), Some(1)), Rank::single(), (0, 1), 0);
         assert_eq!(one.iter().map(Vec::len).collect::<Vec<_>>(), [5, 5, 5, 5, 5, 5, 5, 5]);
         let mut rows = one.concat();
         assert_ne!(rows, (0..40).collect::<Vec<_>>());
         rows.sort_unstable();
         assert_eq!(rows, (0..40).collect::<Vec<_>>());
-        assert_eq!(run(&sizes, spec(0, 1, Some(7)), (0, 1), 0), one);
-        assert_ne!(run(&sizes, spec(0, 1, Some(8)), (0, 1), 0), one);
-        let next_epoch = EpochSpec { epoch: 4, ..spec(0, 1, Some(7)) };
-        assert_ne!(run(&sizes, next_epoch, (0, 1), 0), one);
-        // Blocks of one batch: each batch orders its own rows, and resuming gives the same.
-        let single = EpochSpec { buffer: 5, ..spec(0, 1, Some(7)) };
-        let got = run(&sizes, single, (0, 1), 0);
-        let mut rows = got.concat();
+        assert_eq!(run(&sizes, job(5, Some(7), Some(1)), Rank::single(), (0, 1), 0), one);
+        assert_ne!(run(&sizes, job(5, Some(8), Some(1)), Rank::single(), (0, 1), 0), one);
+        // Each batch orders its own rows, and resuming gives the same.
+        let got = run(&sizes, job(5, Some(7), Some(5)), Rank::single(), (0, 1), 0);
         assert!(got.iter().any(|b| b.windows(2).any(|w| w[0] > w[1])), "{got:?}");
+        let mut rows = got.concat();
         rows.sort_unstable();
         assert_eq!(rows, (0..40).collect::<Vec<_>>());
-        assert_eq!(run(&sizes, single, (0, 1), 3), got[3..]);
+        assert_eq!(run(&sizes, job(5, Some(7), Some(5)), Rank::single(), (0, 1), 3), got[3..]);
+    }
+
+    #[test]
+    fn global_steps_are_the_same_for_every_world_size_that_divides_the_splits() {
+        // G = 8 rows per step over K = 8 splits, shuffled and not.
+        for seed in [None, Some(11)] {
+            let mut by_world = Vec::new();
+            for world in [1, 2, 4, 8] {
+                let per_rank: Vec<Vec<Vec<i64>>> = (0..world)
+                    .map(|r| {
+                        run(&SIZES, job(8 / world, seed, Some(8)), Rank::new(r, world).unwrap(), (0, 1), 0)
+                    })
+                    .collect();
+                let steps = per_rank.iter().map(Vec::len).max().unwrap();
+                let global: Vec<Vec<i64>> = (0..steps)
+                    .map(|s| per_rank.iter().flat_map(|b| b.get(s).cloned().unwrap_or_default()).collect())
+                    .collect();
+                let mut all = global.concat();
+                all.sort_unstable();
+                assert_eq!(all, (0..41).collect::<Vec<_>>(), "{seed:?} {world}");
+                by_world.push(global);
+            }
+            assert!(by_world.windows(2).all(|w| w[0] == w[1]), "{seed:?}: {by_world:?}");
+        }
     }
 
     #[test]
     fn a_resumed_pass_and_the_workers_make_the_same_batches_as_one_pass() {
-        let sizes = [9, 4, 13, 8, 6, 1];
         for seed in [None, Some(11)] {
             for rank in 0..3 {
-                let s = spec(rank, 3, seed);
-                let whole = run(&sizes, s, (0, 1), 0);
+                let (j, r) = (job(5, seed, Some(3)), Rank::new(rank, 3).unwrap());
+                let whole = run(&SIZES, j, r, (0, 1), 0);
                 for start in 0..=whole.len() as u64 {
                     assert_eq!(
-                        run(&sizes, s, (0, 1), start),
+                        run(&SIZES, j, r, (0, 1), start),
                         whole[start as usize..],
                         "{seed:?} {rank} {start}"
                     );
                 }
                 // Two workers, taken in turn as a DataLoader takes them, from a resumed start.
-                let (w0, w1) = (run(&sizes, s, (0, 2), 1), run(&sizes, s, (1, 2), 1));
+                let (w0, w1) = (run(&SIZES, j, r, (0, 2), 1), run(&SIZES, j, r, (1, 2), 1));
                 let mut turns = Vec::new();
                 for i in 0..w0.len().max(w1.len()) {
                     turns.extend(w0.get(i).cloned());
@@ -525,8 +679,11 @@ mod tests {
                 }
                 assert_eq!(turns, whole[1..], "{seed:?} {rank}");
             }
-            let ranks: Vec<i64> =
-                (0..3).flat_map(|r| run(&sizes, spec(r, 3, seed), (0, 1), 0).concat()).collect();
+            let ranks: Vec<i64> = (0..3)
+                .flat_map(|r| {
+                    run(&SIZES, job(5, seed, Some(3)), Rank::new(r, 3).unwrap(), (0, 1), 0).concat()
+                })
+                .collect();
             let mut sorted = ranks.clone();
             sorted.sort_unstable();
             assert_eq!(sorted, (0..41).collect::<Vec<_>>());
@@ -535,11 +692,49 @@ mod tests {
 
     #[test]
     fn drop_last_drops_only_the_short_batch() {
-        let s = EpochSpec { drop_last: true, ..spec(0, 1, Some(1)) };
-        let got = run(&[9, 4, 13, 8, 6, 1], s, (0, 1), 0);
-        assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [5; 8]);
-        let s = EpochSpec { drop_last: true, ..spec(0, 1, None) };
-        assert_eq!(run(&[9, 4, 13, 8, 6, 1], s, (0, 1), 0).len(), 8);
+        for seed in [Some(1), None] {
+            let j = Job { drop_last: true, ..job(5, seed, Some(1)) };
+            let got = run(&SIZES, j, Rank::single(), (0, 1), 0);
+            assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [5; 8], "{seed:?}");
+        }
+    }
+
+    /// The batches of a stream of `rows` row ids in input batches of 7, for `rank`.
+    fn stream(rows: i64, job: Job, rank: Rank, start: u64) -> Vec<Vec<i64>> {
+        let options = BatchOptions::new(job.batch).unwrap();
+        let plan = TrainingPlan::new(&Layout::Stream, &options, &job.training, rank, 0).unwrap();
+        let field = Arc::new(Field::new("id", DataType::Int64, false));
+        let mut b = Batcher::new(vec![field], false, options).unwrap().on_course(plan.course(start)).unwrap();
+        let ids_: Vec<i64> = (0..rows).collect();
+        let mut input = ids_.chunks(7).map(|c| Arc::new(Int64Array::from(c.to_vec())) as ArrayRef);
+        let mut out = Vec::new();
+        loop {
+            while let Some(t) = b.next_ready() {
+                out.push(ids(t.unwrap()));
+            }
+            if b.ended() {
+                return out;
+            }
+            b.feed(input.next().map(|a| Ok(vec![a]))).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_stream_cuts_each_global_step_into_the_ranks_batches_and_resumes() {
+        for seed in [None, Some(4)] {
+            let one = stream(50, job(12, seed, None), Rank::single(), 0);
+            for world in [2, 3, 4] {
+                let ranks: Vec<Vec<Vec<i64>>> = (0..world)
+                    .map(|r| stream(50, job(12 / world, seed, None), Rank::new(r, world).unwrap(), 0))
+                    .collect();
+                for (s, step) in one.iter().enumerate() {
+                    let joined: Vec<i64> =
+                        ranks.iter().flat_map(|b| b.get(s).cloned().unwrap_or_default()).collect();
+                    assert_eq!(&joined, step, "{seed:?} {world} {s}");
+                }
+            }
+            assert_eq!(stream(50, job(12, seed, None), Rank::single(), 2), one[2..], "{seed:?}");
+        }
     }
 
     #[test]
@@ -547,7 +742,11 @@ mod tests {
         let col = |v: Vec<f32>| Arc::new(Float32Array::from(v)) as ArrayRef;
         let fields: Vec<FieldRef> =
             ["a", "b"].iter().map(|n| Arc::new(Field::new(*n, DataType::Float32, false))).collect();
-        let course = Course { block_rows: 6, seed: Some(5), first_block: 0, start: 0 };
+        let course = Course {
+            slots: vec![SlotCourse { per_step: 3, rows: None, seed: Some(5) }],
+            block_steps: 2,
+            ..Course::in_order(3)
+        };
         let mut b =
             Batcher::new(fields, true, BatchOptions::new(3).unwrap()).unwrap().on_course(course).unwrap();
         b.push(vec![col(vec![0.0, 1.0, 2.0, 3.0]), col(vec![0.0, 10.0, 20.0, 30.0])]).unwrap();
@@ -571,7 +770,7 @@ mod tests {
         let field = Arc::new(Field::new("id", DataType::Int64, false));
         let mut b = Batcher::new(vec![field], false, BatchOptions::new(4).unwrap())
             .unwrap()
-            .selecting(Select::new([(0, 10)]));
+            .routing(Router::new([(0, 10, 0)]));
         b.feed(Some(Ok(vec![Arc::new(Int64Array::from(vec![1, 2, 3])) as ArrayRef]))).unwrap();
         let e = b.feed(None).unwrap_err();
         assert!(e.to_string().contains("after 3 of the 10 rows"), "{e}");

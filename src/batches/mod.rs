@@ -32,15 +32,17 @@
 //! # Ok::<(), dlframe::Error>(())
 //! ```
 //!
-//! Training jobs shard, shuffle and resume: [`EpochPlan`] (`plan.rs`) says which rows of a
-//! source of known units each rank makes and in which order, [`Select`] (`select.rs`) keeps
-//! those rows of the units read, and the [`Batcher`] (`batcher.rs`) permutes them in blocks with
-//! the generators of `shuffle.rs` and cuts the batches, skipping the ones before a resumed
-//! start and the ones of other DataLoader workers. `ahead.rs` is [`Ahead`]. [`pass`] is one pass
-//! of a stream read ahead: the epoch's setup, a table's row ranges held in memory, and the loop
-//! that feeds the batcher and hands the batches on in order (Python's `dlframe.batches` runs it
-//! on a background thread). [`stream`] runs a pass on one of the process's reader threads
-//! ([`readers`]) and hands its batches to a consumer through a channel.
+//! Training jobs shard, shuffle and resume: [`TrainingPlan`] (`plan.rs`) cuts an epoch into
+//! splits and says which rows each rank makes at each global step and which units it reads,
+//! the same for every world size that divides the splits; [`State`] (`state.rs`) is the saved
+//! form of a position and the rule for continuing from it; [`Router`] (`select.rs`) sends the
+//! rows of the units read to the rank's splits, and the [`Batcher`] (`batcher.rs`) permutes them
+//! in blocks with the generators of `shuffle.rs` and cuts the batches, skipping the ones before
+//! a resumed start and the ones of other DataLoader workers. `ahead.rs` is [`Ahead`]. [`pass`] is
+//! one pass of a stream read ahead: the epoch's setup, a table's row ranges held in memory, and
+//! the loop that feeds the batcher and hands the batches on in order (Python's
+//! `dlframe.batches` runs it on a background thread). [`stream`] runs a pass on one of the
+//! process's reader threads ([`readers`]) and hands its batches to a consumer through a channel.
 //!
 //! Layers: above [`crate::table`] and [`crate::transfer`].
 
@@ -51,12 +53,14 @@ pub mod plan;
 pub mod readers;
 mod select;
 pub mod shuffle;
+pub mod state;
 pub mod stream;
 
 pub use ahead::Ahead;
 pub use batcher::{Batcher, InputColumns, Window};
-pub use plan::{Course, EpochPlan, EpochSpec, Even, Piece};
-pub use select::Select;
+pub use plan::{Course, Even, Layout, Rank, Read, Shuffle, SlotCourse, Training, TrainingPlan};
+pub use select::Router;
+pub use state::{Resume, State};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
@@ -79,9 +83,9 @@ pub struct BatchOptions {
     pub export: ExportOptions,
     /// Where the tensors go.
     pub device: Device,
-    /// Make only every `shard.1`-th batch, starting at batch `shard.0` (the others are cut and
-    /// skipped, not converted): the share of one of `shard.1` worker processes.
-    pub shard: (usize, usize),
+    /// Make only every `worker.1`-th batch, starting at batch `worker.0` (the others are cut and
+    /// skipped, not converted): the share of one of `worker.1` DataLoader worker processes.
+    pub worker: (usize, usize),
 }
 
 impl BatchOptions {
@@ -99,21 +103,21 @@ impl BatchOptions {
             columns: Columns::Stack,
             export: ExportOptions::default(),
             device: Device::Cpu,
-            shard: (0, 1),
+            worker: (0, 1),
         })
     }
 
-    /// The share of worker `index` of `count`.
+    /// The share of DataLoader worker `index` of `count`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] unless `index < count`.
-    pub fn sharded(mut self, index: usize, count: usize) -> Result<Self> {
+    pub fn for_worker(mut self, index: usize, count: usize) -> Result<Self> {
         if index >= count {
             return Err(Error::InvalidArgument(format!(
                 "worker {index} of {count}: expected 0 <= index < count"
             )));
         }
-        self.shard = (index, count);
+        self.worker = (index, count);
         Ok(self)
     }
 }

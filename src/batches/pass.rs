@@ -1,5 +1,5 @@
-//! One pass of a batch stream over a source read ahead: where its rows come from ([`Epoch`],
-//! [`Units`]), how its batcher is set up ([`Setup`]), the row ranges of a table held in memory
+//! One pass of a batch stream over a source read ahead: where its rows come from ([`Epoch`]),
+//! how its batcher is set up ([`Setup`]), the row ranges of a table held in memory
 //! ([`TableSlices`]), and the loop that reads the source and hands the converted batches on in
 //! order ([`produce`]). A binding supplies the source and the hand-over (Python's
 //! `dlframe.batches` runs [`produce`] on a background thread); everything here is pure Rust, and
@@ -11,36 +11,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use arrow_array::ArrayRef;
 use arrow_schema::{ArrowError, FieldRef};
 
-use super::shuffle::derive;
-use super::{Ahead, BatchOptions, Batcher, Course, EpochPlan, EpochSpec, Even, Select};
+use super::plan::runs;
+use super::{Ahead, BatchOptions, Batcher, Course, Read, Router, TrainingPlan};
 use crate::error::{Error, Result};
 use crate::table::{TableTensors, split_struct};
 
-/// Where a pass's rows come from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Units {
-    /// A source of known units (files, row groups) that yields the plan's units whole, in order:
-    /// the rows of each.
-    Listed(Vec<u64>),
-    /// A table in memory of `total` rows, cut into units of `unit` rows.
-    Table {
-        /// Rows of the table.
-        total: u64,
-        /// Rows per unit.
-        unit: u64,
-    },
-    /// A stream of unknown length.
-    Stream,
-}
-
-/// An epoch of a pass: its source's units, the plan's numbers, and the batch it resumes at.
-#[derive(Debug, Clone, PartialEq)]
+/// One rank's pass over an epoch: the plan, and the step it starts at.
+#[derive(Debug, Clone)]
 pub struct Epoch {
-    /// Where the rows come from.
-    pub units: Units,
-    /// Batch size, ranks, shuffle and epoch.
-    pub spec: EpochSpec,
-    /// The first batch of this rank to make (a resumed epoch's).
+    /// The epoch's plan for this rank.
+    pub plan: TrainingPlan,
+    /// The first step the pass makes; for a DataLoader worker's own saved position, the step
+    /// at which the workers' turns begin (see [`Epoch::resumed`]).
     pub start: u64,
 }
 
@@ -49,99 +31,55 @@ pub struct Epoch {
 pub struct Setup {
     /// What the batches look like.
     pub options: BatchOptions,
-    /// The order and the first batch.
+    /// The rank's splits, the blocks and the first step.
     pub course: Course,
-    /// The rows of the units read that this rank keeps; None keeps every row.
-    pub select: Option<Select>,
+    /// Which rows of the units read go to which split; None keeps every row.
+    pub router: Option<Router>,
 }
 
 impl Setup {
     /// Every row, in order.
     pub fn in_order(options: BatchOptions) -> Self {
-        Setup { options, course: Course::in_order(options.batch_size), select: None }
-    }
-}
-
-impl Units {
-    /// The units of a source described by what it lists: its units' rows, or a table's rows and
-    /// the rows of a unit; neither is a stream.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for both.
-    pub fn of(listed: Option<Vec<u64>>, table: Option<(u64, u64)>) -> Result<Units> {
-        match (listed, table) {
-            (Some(u), None) => Ok(Units::Listed(u)),
-            (None, Some((total, unit))) => Ok(Units::Table { total, unit }),
-            (None, None) => Ok(Units::Stream),
-            (Some(_), Some(_)) => {
-                Err(Error::InvalidArgument("an epoch has units or a table, not both".into()))
-            }
-        }
+        Setup { options, course: Course::in_order(options.batch_size), router: None }
     }
 }
 
 impl Epoch {
-    /// The plan, for a source of known length; None for a stream.
-    ///
-    /// # Errors
-    /// As [`EpochPlan::new`].
-    pub fn plan(&self) -> Result<Option<EpochPlan>> {
-        Ok(match self.units {
-            Units::Listed(ref u) => Some(EpochPlan::new(u, self.spec)?),
-            Units::Table { total, unit } => Some(EpochPlan::over_rows(total, unit, self.spec)?),
-            Units::Stream => None,
-        })
+    /// The pass of `plan` from `step` on, in DataLoader worker `worker` of the rank: a state
+    /// saved by the main process names the next step of the rank, and a worker's own state the
+    /// next step of that worker (the workers take turns from `step - worker`).
+    pub fn resumed(plan: TrainingPlan, step: u64, own: bool, worker: (usize, usize)) -> Self {
+        let start = if own { step.saturating_sub(worker.0 as u64) } else { step };
+        Epoch { plan, start }
     }
 
-    /// The batcher's setup, and for a table the row ranges to hand out ([`TableSlices`]).
-    ///
-    /// A stream's length is not known ahead, so its ranks cannot be given ranges: rank `r` of
-    /// `w` makes the stream's batches `r, r + w, ...`, each reading the whole stream, and the
-    /// shuffle's blocks are the same on every rank.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for `even` other than `keep` over a stream; as [`Epoch::plan`].
-    pub fn setup(&self, options: BatchOptions) -> Result<(Setup, Option<TableSlices>)> {
-        let spec = &self.spec;
-        let Some(plan) = self.plan()? else {
-            if spec.even != Even::Keep {
-                return Err(Error::InvalidArgument(
-                    "even='drop' and even='pad' need a source whose length is known ahead (a pyarrow \
-                     Table or dataset, Parquet files, a Polars DataFrame); this one is a stream"
-                        .into(),
-                ));
-            }
-            let (worker, workers) = options.shard;
-            let options = options.sharded(spec.rank + spec.world * worker, spec.world * workers)?;
-            let block = spec.block_rows();
-            let start = self.start * spec.world as u64;
-            let course = Course {
-                block_rows: block,
-                seed: spec.seed.map(|s| derive(s, &[spec.epoch])),
-                first_block: start / (block / spec.batch_size) as u64,
-                start,
-            };
-            return Ok((Setup { options, course, select: None }, None));
+    /// The units to read whole, in order, for a source that lists its units.
+    pub fn reads(&self) -> Vec<Read> {
+        self.plan.reads(self.start)
+    }
+
+    /// The batcher's setup, and for a table in memory the row ranges to hand out
+    /// ([`TableSlices`]).
+    pub fn setup(&self, options: BatchOptions) -> (Setup, Option<TableSlices>) {
+        let course = self.plan.course(self.start);
+        let Some(total) = self.plan.total_rows() else {
+            return (Setup { options, course, router: None }, None);
         };
-        let course = plan.course(self.start);
-        Ok(match self.units {
-            Units::Table { total, unit } => {
-                // Rows of units that follow each other in the table are one range.
-                let mut pieces: VecDeque<(u64, u64)> = VecDeque::new();
-                for p in plan.pieces(self.start) {
-                    let (lo, hi) = (p.unit as u64 * unit + p.lo, p.unit as u64 * unit + p.hi);
-                    match pieces.back_mut() {
-                        Some(last) if last.1 == lo => last.1 = hi,
-                        _ => pieces.push_back((lo, hi)),
-                    }
-                }
-                (Setup { options, course, select: None }, Some(TableSlices::new(total, pieces)))
+        let reads = self.reads();
+        let router = Some(Router::new(runs(&reads, self.plan.unit_rows())));
+        let setup = Setup { options, course, router };
+        let Some(unit) = self.plan.table_unit() else { return (setup, None) };
+        // A table's units are ranges of its rows; ranges that follow each other are one.
+        let mut ranges: VecDeque<(u64, u64)> = VecDeque::new();
+        for r in &reads {
+            let lo = r.unit as u64 * unit;
+            let hi = lo + self.plan.unit_rows()[r.unit];
+            match ranges.back_mut() {
+                Some(last) if last.1 == lo => last.1 = hi,
+                _ => ranges.push_back((lo, hi)),
             }
-            _ => {
-                let (_, runs) = plan.reads(self.start);
-                (Setup { options, course, select: Some(Select::new(runs)) }, None)
-            }
-        })
+        }
+        (setup, Some(TableSlices::new(total, ranges)))
     }
 }
 
@@ -296,9 +234,9 @@ fn push(batcher: &mut Option<Batcher>, field: FieldRef, array: ArrayRef, setup: 
     let b = match batcher {
         Some(b) => b,
         None => {
-            let b = Batcher::new(fields, table, setup.options)?.on_course(setup.course)?;
-            batcher.insert(match setup.select.take() {
-                Some(select) => b.selecting(select),
+            let b = Batcher::new(fields, table, setup.options)?.on_course(setup.course.clone())?;
+            batcher.insert(match setup.router.take() {
+                Some(router) => b.routing(router),
                 None => b,
             })
         }
@@ -314,14 +252,6 @@ mod tests {
     use arrow_schema::{DataType, Field};
 
     use super::*;
-
-    #[test]
-    fn a_source_lists_units_or_a_table_or_nothing() {
-        assert_eq!(Units::of(Some(vec![3, 4]), None).unwrap(), Units::Listed(vec![3, 4]));
-        assert_eq!(Units::of(None, Some((10, 5))).unwrap(), Units::Table { total: 10, unit: 5 });
-        assert_eq!(Units::of(None, None).unwrap(), Units::Stream);
-        assert!(Units::of(Some(vec![1]), Some((1, 1))).unwrap_err().to_string().contains("not both"));
-    }
 
     fn column(values: std::ops::Range<i32>) -> (FieldRef, ArrayRef) {
         (Arc::new(Field::new("x", DataType::Int32, false)), Arc::new(Int32Array::from_iter_values(values)))
@@ -386,25 +316,33 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_cannot_be_evened_and_its_ranks_take_turns() {
-        let spec = EpochSpec {
-            batch_size: 2,
-            drop_last: false,
-            rank: 1,
-            world: 2,
-            even: Even::Drop,
-            seed: None,
-            buffer: 0,
-            epoch: 0,
-        };
+    fn a_stream_s_ranks_take_their_part_of_each_step() {
+        use crate::batches::{Layout, Rank, Training};
         let options = BatchOptions::new(2).unwrap();
-        let stream = Epoch { units: Units::Stream, spec, start: 0 };
-        assert!(stream.setup(options).unwrap_err().to_string().contains("even='drop'"));
-        let keep = Epoch { spec: EpochSpec { even: Even::Keep, ..spec }, ..stream };
-        let (setup, table) = keep.setup(options).unwrap();
+        let plan =
+            TrainingPlan::new(&Layout::Stream, &options, &Training::in_order(), Rank::new(1, 2).unwrap(), 0)
+                .unwrap();
+        let (setup, table) = Epoch::resumed(plan, 0, false, (0, 1)).setup(options);
         assert!(table.is_none());
-        assert_eq!(setup.options.shard, (1, 2));
+        assert_eq!(setup.course.cut, Some((2, 4)));
         let got = run(vec![Ok(column(0..8))], setup, 2);
         assert_eq!(got, [Ok((2, 2)), Ok((6, 2))]);
+    }
+
+    #[test]
+    fn a_table_s_pass_reads_the_ranges_of_its_units() {
+        use crate::batches::{Layout, Rank, Training};
+        let options = BatchOptions::new(3).unwrap();
+        let t = Training { splits: Some(2), ..Training::in_order() };
+        let plan = TrainingPlan::new(&Layout::Rows(10), &options, &t, Rank::new(1, 2).unwrap(), 0).unwrap();
+        let (setup, table) = Epoch::resumed(plan, 0, false, (0, 1)).setup(options);
+        // Rank 1's split is rows 5..10 of the table, its one unit.
+        let mut table = table.unwrap();
+        let (field, a) = column(0..10);
+        table.load(field, [Ok(a)]).unwrap();
+        let slices: Vec<usize> = std::iter::from_fn(|| table.next_slice()).map(|(_, s)| s.len()).collect();
+        assert_eq!(slices, [10]);
+        let got = run(vec![Ok(column(0..10))], setup, 2);
+        assert_eq!(got, [Ok((5, 3)), Ok((8, 2))]);
     }
 }

@@ -1,8 +1,8 @@
 //! Exact-size tensor batches of a running query: DataFusion's record batch stream through the
 //! core's [`Batcher`], converted as they are pulled, so a result larger than memory never sits
 //! in memory at once; and one rank's epoch of a training job over a plan whose partitions are
-//! the units of the core's [`EpochPlan`]: sharded, shuffled, resumable, its partitions read
-//! ahead in parallel and handed on in the plan's order.
+//! the units of the core's [`TrainingPlan`]: split, shuffled, resumable on another world size,
+//! its partitions read ahead in parallel and handed on in the order the plan needs them.
 
 use std::sync::Arc;
 
@@ -13,7 +13,8 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
-use dlframe::batches::{BatchOptions, Batcher, EpochPlan, EpochSpec, Select};
+use dlframe::batches::pass::Epoch;
+use dlframe::batches::{BatchOptions, Batcher, Layout, Rank, Training, TrainingPlan};
 use dlframe::table::TableTensors;
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
@@ -40,21 +41,25 @@ pub fn tensor_batches(
     drive(stream, Batcher::new(fields, true, options).map_err(external))
 }
 
-/// One rank's epoch of batches over `plan`, whose partitions are the units: `spec` says the
-/// rank, the world, `even`, the shuffle and the epoch ([`EpochPlan`]), and the pass starts at
-/// batch `start` (a resumed job's next batch). Only the partitions that hold this rank's rows
-/// are executed, up to `ahead` at once (each buffering two record batches), and their rows
-/// are handed on in the plan's order, whatever order the threads finish in.
+/// One rank's epoch of batches over `plan`, whose partitions are the units: `training` says
+/// the splits, `even` and the shuffle, `rank` the rank and the world ([`TrainingPlan`]), and
+/// the pass starts at global step `start` (a resumed job's next step). Only the partitions
+/// that hold this rank's rows are executed, up to `ahead` at once (each buffering two record
+/// batches), and their rows are handed on in the order the plan needs them, whatever order the
+/// threads finish in.
 ///
 /// # Errors
 /// A plan error when a partition's row count is not known exactly ahead (DataFusion knows it
 /// for in-memory tables and for files with statistics and no filter); the plan's numbers
-/// ([`EpochPlan::new`]). The stream then yields the query's and the conversions' errors, and a
-/// source shorter than its statistics said.
+/// ([`TrainingPlan::new`]). The stream then yields the query's and the conversions' errors, and
+/// a source shorter than its statistics said.
+#[allow(clippy::too_many_arguments)]
 pub fn epoch_batches(
     plan: Arc<dyn ExecutionPlan>,
     task: Arc<TaskContext>,
-    spec: EpochSpec,
+    training: Training,
+    rank: Rank,
+    epoch: u64,
     start: u64,
     options: BatchOptions,
     ahead: usize,
@@ -73,12 +78,20 @@ pub fn epoch_batches(
             }
         })
         .collect::<Result<Vec<u64>>>()?;
-    let epoch = EpochPlan::new(&units, spec).map_err(external)?;
-    let (read, runs) = epoch.reads(start);
+    let layout = Layout::Units(units);
+    let pass = Epoch {
+        plan: TrainingPlan::new(&layout, &options, &training, rank, epoch).map_err(external)?,
+        start,
+    };
+    let read: Vec<usize> = pass.reads().iter().map(|r| r.unit).collect();
+    let (setup, _) = pass.setup(options);
     let fields = plan.schema().fields().iter().cloned().collect();
-    let batcher = Batcher::new(fields, true, options)
-        .and_then(|b| b.on_course(epoch.course(start)))
-        .map(|b| b.selecting(Select::new(runs)))
+    let batcher = Batcher::new(fields, true, setup.options)
+        .and_then(|b| b.on_course(setup.course))
+        .map(|b| match setup.router {
+            Some(router) => b.routing(router),
+            None => b,
+        })
         .map_err(external);
     let input = futures::stream::iter(read)
         .map(move |unit| {
@@ -240,12 +253,11 @@ mod tests {
     async fn ids(
         plan: &Arc<dyn ExecutionPlan>,
         task: &Arc<TaskContext>,
-        spec: EpochSpec,
+        (training, rank): (Training, Rank),
         start: u64,
     ) -> Vec<Vec<i64>> {
-        let options =
-            BatchOptions { drop_last: spec.drop_last, ..BatchOptions::new(spec.batch_size).unwrap() };
-        let stream = epoch_batches(plan.clone(), task.clone(), spec, start, options, 3).unwrap();
+        let options = BatchOptions::new(64).unwrap();
+        let stream = epoch_batches(plan.clone(), task.clone(), training, rank, 1, start, options, 3).unwrap();
         stream
             .map(|b| match b.unwrap() {
                 TableTensors::One(c) => c.values.as_slice::<i64>().unwrap().to_vec(),
@@ -257,17 +269,11 @@ mod tests {
 
     #[tokio::test]
     async fn an_epoch_over_partitions_shards_shuffles_and_resumes() {
-        use dlframe::batches::Even;
+        use dlframe::batches::{Even, Shuffle};
         let (plan, task) = partitioned(&[300, 120, 500, 81]).await;
-        let spec = |rank, seed| EpochSpec {
-            batch_size: 64,
-            drop_last: false,
-            rank,
-            world: 3,
-            even: Even::Drop,
-            seed,
-            buffer: 128,
-            epoch: 1,
+        let spec = |rank, seed: Option<u64>| {
+            let shuffle = seed.map(|seed| Shuffle { seed, buffer: Some(128) });
+            (Training { even: Even::Drop, shuffle, splits: Some(3) }, Rank::new(rank, 3).unwrap())
         };
         for seed in [None, Some(9)] {
             let mut all = Vec::new();
@@ -282,7 +288,8 @@ mod tests {
                 all.extend(got.into_iter().flatten());
             }
             assert!(counts.iter().all(|&c| c == counts[0]), "{counts:?}");
-            assert_eq!(all.len(), 1001 - 1001 % 3);
+            // 1001 rows in steps of 192: the last step keeps 41 - 41 % 3 rows.
+            assert_eq!(all.len(), 1001 - 41 % 3);
             let mut sorted = all.clone();
             sorted.sort_unstable();
             sorted.dedup();
@@ -296,17 +303,10 @@ mod tests {
         let ctx = SessionContext::new();
         let df = ctx.sql("SELECT value FROM generate_series(1, 100) WHERE value % 3 = 0").await.unwrap();
         let plan = df.create_physical_plan().await.unwrap();
-        let spec = EpochSpec {
-            batch_size: 8,
-            drop_last: false,
-            rank: 0,
-            world: 2,
-            even: dlframe::batches::Even::Keep,
-            seed: None,
-            buffer: 0,
-            epoch: 0,
-        };
-        let e = epoch_batches(plan, ctx.task_ctx(), spec, 0, BatchOptions::new(8).unwrap(), 2).err().unwrap();
+        let rank = Rank::new(0, 2).unwrap();
+        let options = BatchOptions::new(8).unwrap();
+        let e =
+            epoch_batches(plan, ctx.task_ctx(), Training::in_order(), rank, 0, 0, options, 2).err().unwrap();
         assert!(e.to_string().contains("not an exact count"), "{e}");
     }
 }
