@@ -78,21 +78,35 @@ def stacked(d) -> torch.Tensor:
     return torch.stack([d[c] for c in NAMES], dim=1)
 
 
-def timed(candidates, repeat):
+def timed(candidates, repeat, failed=None):
     """Best seconds of each candidate over `repeat` rounds, each round running all in turn,
-    after one untimed round of those timed more than once (a warm-up)."""
-    for f, rounds in candidates.values():
+    after one untimed round of those timed more than once (a warm-up). A peer that fails is
+    left out and its error kept in `failed`; dlframe's and the floors' failures stop the run."""
+    failed = {} if failed is None else failed
+
+    def attempt(name, f):
+        try:
+            return f()
+        except Exception as e:
+            if name.startswith(("dlframe", "decode", "memcpy", "gather", "permutations")):
+                raise
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            return None
+
+    for name, (f, rounds) in candidates.items():
         if rounds > 1:
-            f()
+            attempt(name, f)
     times = {name: [] for name in candidates}
     for r in range(repeat):
         for name, (f, rounds) in candidates.items():
-            if r < rounds:
+            if r < rounds and name not in failed:
                 t = time.perf_counter()
-                rows = f()
+                rows = attempt(name, f)
+                if name in failed:
+                    continue
                 times[name].append(time.perf_counter() - t)
                 assert rows in (ROWS, 0), (name, rows)
-    return {k: min(v) for k, v in times.items()}
+    return {k: min(v) for k, v in times.items() if v}
 
 
 def rank_job(paths, rank, world, barrier, out, decode_only):
@@ -308,8 +322,9 @@ def run(tmp):
     # take the cores from the others while it is up.
     one, four = sharded(paths, 1), sharded(paths, 4)
     one_decode, four_decode = sharded(paths, 1, True), sharded(paths, 4, True)
-    t_mem = timed(mem, 3)
-    t_pq = timed(pqs, 3)
+    failed = {}
+    t_mem = timed(mem, 3, failed)
+    t_pq = timed(pqs, 3, failed)
     if "ray" not in SKIP and _have("ray"):
         t_ray_mem, t_ray_pq = ray_timings(paths, table)
         t_mem.update(t_ray_mem)
@@ -321,7 +336,9 @@ def run(tmp):
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print("versions: " + ", ".join(f"{p} {_version(p)}" for p in _PEERS if _have(p)))
     if missing:
-        print("not installed (left out): " + ", ".join(missing))
+        print("left out (not installed, or --skip): " + ", ".join(missing))
+    for name, why in failed.items():
+        print(f"failed (left out): {name}: {why}")
     print()
     print("| from | candidate | time / floor | time / dlframe |")
     print("|---|---|---|---|")
