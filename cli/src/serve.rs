@@ -56,7 +56,7 @@ accepts connections, and one line per query; stops on SIGINT or SIGTERM.
   --max-queries N        queries running at once (default 4); the others wait
   --max-queued N         queries waiting (default 64); past it a query is refused as busy
   --timeout SECS         a query's longest run, waiting included (default 300)
-  --max-sql-bytes N      the longest query text (default 262144)
+  --max-sql-bytes N      the longest query text (default 65536)
   --max-depth N          the deepest nesting of expressions (default 256)
   --max-blocks N         the most SELECTs, CTEs, subqueries and tables in a query (default 256)
   --max-connections N    connections open at once (default 256)

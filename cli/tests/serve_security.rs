@@ -191,9 +191,9 @@ async fn the_crash_probes_are_errors_and_the_server_answers_the_next_query() {
     }
     ctes.push_str(" SELECT a FROM c999");
     for (name, sql, says) in [
-        ("a 100,000-term sum", format!("SELECT {}", vec!["1"; 100_000].join("+")), "nested too deeply"),
-        ("10,000 ANDs", format!("SELECT 1 WHERE {}", vec!["1=1"; 10_000].join(" AND ")), "nested too deeply"),
-        ("UNION ALL x 3000", vec!["SELECT 1 AS a"; 3000].join(" UNION ALL "), "query blocks"),
+        ("a 30,000-term sum", format!("SELECT {}", vec!["1"; 30_000].join("+")), "nested too deeply"),
+        ("7,000 ANDs", format!("SELECT 1 WHERE {}", vec!["1=1"; 7_000].join(" AND ")), "nested too deeply"),
+        ("UNION ALL x 2500", vec!["SELECT 1 AS a"; 2500].join(" UNION ALL "), "query blocks"),
         ("1000 chained CTEs", ctes, "query blocks"),
         (
             "10,000 parentheses",
@@ -201,8 +201,36 @@ async fn the_crash_probes_are_errors_and_the_server_answers_the_next_query() {
             "nested too deeply",
         ),
         (
-            "10,000 nested ARRAY<> types",
-            format!("SELECT CAST(NULL AS {}INT{})", "ARRAY<".repeat(10_000), ">".repeat(10_000)),
+            "5,000 nested ARRAY<> types",
+            format!("SELECT CAST(NULL AS {}INT{})", "ARRAY<".repeat(5_000), ">".repeat(5_000)),
+            "nested too deeply",
+        ),
+        // The shapes that a lexer of our own read otherwise than the parser did: spaces and
+        // comments between brackets, and quoting styles before the nesting.
+        (
+            "INT[ ][ ] x 5,000",
+            format!("SELECT CAST(NULL AS INT{})", "[ ]".repeat(5_000)),
+            "nested too deeply",
+        ),
+        (
+            "ARRAY/**/< x 5,000",
+            format!("SELECT CAST(NULL AS {}INT{})", "ARRAY/**/<".repeat(5_000), ">".repeat(5_000)),
+            "nested too deeply",
+        ),
+        // Refused by the parser or by the depth limit: either way an error, and the server on.
+        (
+            "$$'$$ before ARRAY<",
+            format!("SELECT $$'$$, CAST(NULL AS {}INT{})", "ARRAY<".repeat(5_000), ">".repeat(5_000)),
+            "",
+        ),
+        (
+            "E'x\\'' before ARRAY<",
+            format!("SELECT E'x\\'', CAST(NULL AS {}INT{})", "ARRAY<".repeat(5_000), ">".repeat(5_000)),
+            "",
+        ),
+        (
+            "a chain of 5,000 field accesses",
+            format!("SELECT a{} FROM (SELECT 1 AS a)", "['x']".repeat(5_000)),
             "nested too deeply",
         ),
         ("a 1 MB query", format!("SELECT 1 {}", " ".repeat(1 << 20)), "too long"),
@@ -281,6 +309,87 @@ async fn fuzzed_prepared_handles_and_parameters_are_errors() {
     let e = prepared.execute().await.expect_err("two rows of parameters");
     assert!(e.to_string().contains("one row"), "{e}");
     prepared.close().await.unwrap();
+    assert!(server.alive());
+    assert_eq!(count(&mut client).await, 3000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_substrait_plan_is_held_to_the_limits_of_sql() {
+    use datafusion_substrait::substrait::proto::{self, plan_rel, rel, set_rel};
+
+    let (dir, spec) = table();
+    let mut server = Server::start(&["--table", &spec, "--token", TOKEN]);
+    let mut client = server.sql(Some(TOKEN)).await;
+    let mut raw = FlightServiceClient::new(server.channel().await);
+    // A flat UNION ALL of 5,000 reads of t (210 KB): no SQL text, so no block count but the plan's.
+    let one = proto::Plan::decode(substrait_of(&dir, "SELECT id FROM t").await.as_slice()).unwrap();
+    let mut wide = one.clone();
+    let Some(plan_rel::RelType::Root(root)) = wide.relations[0].rel_type.as_mut() else { panic!("a root") };
+    let input = root.input.clone().unwrap();
+    let set = proto::SetRel {
+        inputs: vec![input; 5000],
+        op: set_rel::SetOp::UnionAll as i32,
+        ..Default::default()
+    };
+    root.input = Some(proto::Rel { rel_type: Some(rel::RelType::Set(set)) });
+    let started = Instant::now();
+    let e = raw.get_flight_info(substrait_request(wide.encode_to_vec())).await.expect_err("too large");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("plan is too large"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    assert!(server.alive());
+    assert_eq!(count(&mut client).await, 3000);
+}
+
+/// A prepared statement's handle, made through the raw Flight RPC.
+async fn prepare_raw(server: &Server, sql: &str) -> Vec<u8> {
+    let mut raw = FlightServiceClient::new(server.channel().await);
+    let req = ActionCreatePreparedStatementRequest { query: sql.into(), transaction_id: None };
+    let action =
+        Action { r#type: "CreatePreparedStatement".into(), body: req.as_any().encode_to_vec().into() };
+    let mut results = raw.do_action(action).await.unwrap().into_inner();
+    let any = Any::decode(results.message().await.unwrap().unwrap().body).unwrap();
+    let r: arrow_flight::sql::ActionCreatePreparedStatementResult = any.unpack().unwrap().unwrap();
+    r.prepared_statement_handle.to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parameters_whose_compressed_buffers_claim_800_gb_are_refused_before_they_are_decoded() {
+    use datafusion::arrow::ipc::writer::{
+        DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions,
+    };
+    use datafusion::arrow::ipc::{CompressionType, root_as_message};
+
+    let (_dir, spec) = table();
+    let mut server = Server::start(&["--table", &spec]);
+    let mut client = server.sql(None).await;
+    let handle = prepare_raw(&server, "SELECT id FROM t WHERE id < $1").await;
+    let batch =
+        RecordBatch::try_from_iter([("$1", Arc::new(Int64Array::from(vec![5i64; 64])) as _)]).unwrap();
+    let options = IpcWriteOptions::default().try_with_compression(Some(CompressionType::LZ4_FRAME)).unwrap();
+    let (mut tracker, mut context) = (DictionaryTracker::new(false), IpcWriteContext::default());
+    let (_, encoded) =
+        IpcDataGenerator::default().encode(&batch, &mut tracker, &options, &mut context).unwrap();
+    let mut body = encoded.arrow_data;
+    let header = encoded.ipc_message;
+    // The values buffer's length prefix says 800 GB; its bytes are a few hundred.
+    let message = root_as_message(&header).unwrap();
+    let buffers = message.header_as_record_batch().unwrap().buffers().unwrap();
+    let at = buffers.get(buffers.len() - 1).offset() as usize;
+    body[at..at + 8].copy_from_slice(&800_000_000_000i64.to_le_bytes());
+    let cmd = CommandPreparedStatementQuery { prepared_statement_handle: handle.into() };
+    let descriptor = FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec());
+    let schema = arrow_flight::FlightData::from(arrow_flight::SchemaAsIpc::new(&batch.schema(), &options))
+        .with_descriptor(descriptor);
+    let data = arrow_flight::FlightData::new().with_data_header(header).with_data_body(body);
+    let mut raw = FlightServiceClient::new(server.channel().await);
+    let put = raw.do_put(futures::stream::iter([schema, data])).await;
+    let e = match put {
+        Err(e) => e,
+        Ok(r) => r.into_inner().message().await.expect_err("the parameters are refused"),
+    };
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("once decompressed"), "{e}");
     assert!(server.alive());
     assert_eq!(count(&mut client).await, 3000);
 }

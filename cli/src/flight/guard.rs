@@ -1,29 +1,38 @@
 //! What a client may run on `dlframe serve`, written once for the three ways a query arrives:
 //! SQL text, a prepared statement (SQL text kept on the server) and a Substrait plan.
 //!
-//! - SQL text is checked before it is planned: its length, the nesting depth of its
-//!   expressions, and the number of query blocks (SELECTs, table references) in it. DataFusion's
-//!   own parser refuses deeply nested parentheses and subqueries (its recursion limit); these
-//!   limits catch the shapes it parses without recursing (a 100,000-term sum, 3,000 UNION ALLs,
-//!   1,000 chained CTEs), whose planning would otherwise take a deep stack and long CPU time.
+//! - SQL text is held to its length, then parsed, checked and planned on a planning thread
+//!   (`planning.rs`), whose stack covers the deepest nesting that length allows: the parse is
+//!   checked for the nesting depth of its expressions and the number of query blocks (SELECTs,
+//!   table references) in it, and the plan for the nesting of its types. DataFusion's own parser
+//!   refuses deeply nested parentheses and subqueries (its recursion limit, reported by its
+//!   variant); these limits catch the shapes it parses without a limit (a 100,000-term sum,
+//!   3,000 UNION ALLs, 1,000 chained CTEs, 100,000 nested `INT[]`), which would otherwise take a
+//!   deep stack and long CPU time wherever they went next. Nothing deep leaves that thread.
 //! - Every plan, from SQL or Substrait, is then held to the read-only rule: DDL, DML, COPY and
 //!   statements (SET, transactions, ...) are refused, naming what was refused. A Substrait
 //!   plan's nesting is already bounded by protobuf's decoding limit (100 levels).
 
 use std::ops::ControlFlow;
 
+use arrow_schema::DataType;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::error::DataFusionError;
 use datafusion::execution::SessionState;
 use datafusion::execution::context::SQLOptions;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::sql::parser::Statement as DFStatement;
-use datafusion::sql::sqlparser::ast::{Expr, Query, Select, TableFactor, Visit, Visitor};
+use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, Query, Select, TableFactor, Visit, Visitor};
+use datafusion::sql::sqlparser::parser::ParserError;
 
 use super::error::ServeError;
+use super::planning;
 
 /// The limits on a query's text and shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SqlLimits {
-    /// The longest SQL text, in bytes.
+    /// The longest SQL text, in bytes; the planning threads' stacks grow with it
+    /// (`planning::stack_for`).
     pub max_sql_bytes: usize,
     /// The deepest nesting of expressions (`1+1+1` is 3 deep, `((1))` is 1).
     pub max_depth: usize,
@@ -33,12 +42,12 @@ pub(crate) struct SqlLimits {
 
 impl Default for SqlLimits {
     fn default() -> Self {
-        SqlLimits { max_sql_bytes: 256 * 1024, max_depth: 256, max_blocks: 256 }
+        SqlLimits { max_sql_bytes: 64 * 1024, max_depth: 256, max_blocks: 256 }
     }
 }
 
-/// Parses `sql` in `state`'s dialect and holds it to `limits` and the read-only rule; returns
-/// the plan, not yet run.
+/// Parses `sql` in `state`'s dialect and holds it to `limits` and the read-only rule, on a
+/// planning thread; returns the plan, not yet run.
 pub(crate) async fn plan_sql(
     state: &SessionState,
     sql: &str,
@@ -51,16 +60,40 @@ pub(crate) async fn plan_sql(
             limits.max_sql_bytes
         )));
     }
-    let depth = bracket_depth(sql);
-    if depth > limits.max_depth {
-        return Err(too_deep(limits.max_depth));
+    let (state, sql, limits) = (state.clone(), sql.to_owned(), *limits);
+    planning::plan(limits.max_sql_bytes, move || async move {
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(&sql, &dialect).map_err(|e| parse_error(e, &limits))?;
+        check_statement(&statement, &limits)?;
+        let plan = state.statement_to_plan(statement).await?;
+        check_decoded(&plan, &limits)?;
+        Ok(plan)
+    })
+    .await
+}
+
+/// Plan nodes allowed per query block of `--max-blocks`: a SELECT plans into a few nodes (a
+/// projection, a filter, a scan, an aggregate), so 16 leave every query within the block limit
+/// room, and a Substrait plan (which has no SQL to count blocks in) the same bound.
+const NODES_PER_BLOCK: usize = 16;
+
+/// Holds a decoded plan, from SQL or Substrait, to the limits that its text could not show:
+/// its size and the nesting of its types; then to the read-only rule.
+pub(crate) fn check_decoded(plan: &LogicalPlan, limits: &SqlLimits) -> Result<(), ServeError> {
+    let max = limits.max_blocks.saturating_mul(NODES_PER_BLOCK);
+    let mut nodes = 0usize;
+    plan.apply_with_subqueries(|_| {
+        nodes += 1;
+        Ok(if nodes > max { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+    })?;
+    if nodes > max {
+        return Err(ServeError::Limit(format!(
+            "the plan is too large: over the server's limit of {max} plan nodes ({NODES_PER_BLOCK} per query \
+             block of --max-blocks)"
+        )));
     }
-    let dialect = state.config().options().sql_parser.dialect;
-    let statement = state.sql_to_statement(sql, &dialect)?;
-    check_statement(&statement, limits)?;
-    let plan = state.statement_to_plan(statement).await?;
-    check_plan(&plan)?;
-    Ok(plan)
+    check_types(plan, limits.max_depth)?;
+    check_plan(plan)
 }
 
 /// The refusal of a query nested past `max` levels.
@@ -70,73 +103,62 @@ fn too_deep(max: usize) -> ServeError {
     ))
 }
 
-/// The deepest nesting of brackets in `sql`, read from the text before it is parsed, outside
-/// quotes and comments: parentheses, square brackets, the angle brackets of a type
-/// (`ARRAY<...>`, `STRUCT<...>`, `MAP<...>`) and runs of array suffixes (`INT[][]`). The
-/// parser and the planner recurse through each such level (sqlparser's type parser without a
-/// recursion limit: 10,000 nested `ARRAY<` overflowed the stack), so they are counted first.
-fn bracket_depth(sql: &str) -> usize {
-    let bytes = sql.as_bytes();
-    let (mut depth, mut deepest, mut angles, mut suffixes) = (0usize, 0usize, 0usize, 0usize);
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        match c {
-            b'\'' | b'"' | b'`' => {
-                // A quoted string or name: up to the closing quote (a doubled quote stays inside).
-                i += 1;
-                while i < bytes.len() && !(bytes[i] == c && bytes.get(i + 1) != Some(&c)) {
-                    i += if bytes[i] == c { 2 } else { 1 };
-                }
-            }
-            b'-' if bytes.get(i + 1) == Some(&b'-') => {
-                while i < bytes.len() && bytes[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                i += 2;
-                while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
-                    i += 1;
-                }
-                i += 1;
-            }
-            b'[' if bytes.get(i + 1) == Some(&b']') => {
-                // An array suffix: a level of the type, however many follow in a run.
-                suffixes += 1;
-                i += 1;
-            }
-            b'(' | b'[' => depth += 1,
-            b')' | b']' => depth = depth.saturating_sub(1),
-            b'<' => {
-                let word: Vec<u8> = bytes[..i]
-                    .iter()
-                    .rev()
-                    .skip_while(|b| b.is_ascii_whitespace())
-                    .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
-                    .map(|b| b.to_ascii_uppercase())
-                    .collect();
-                let word: Vec<u8> = word.into_iter().rev().collect();
-                if matches!(word.as_slice(), b"ARRAY" | b"STRUCT" | b"MAP" | b"NULLABLE" | b"LOWCARDINALITY")
-                {
-                    depth += 1;
-                    angles += 1;
-                }
-            }
-            b'>' if angles > 0 => {
-                depth = depth.saturating_sub(1);
-                angles -= 1;
-            }
-            _ => {}
+/// A parse error; the parser's recursion limit (by its variant) as the depth limit.
+fn parse_error(e: DataFusionError, limits: &SqlLimits) -> ServeError {
+    match e.find_root() {
+        DataFusionError::SQL(inner, _) if matches!(**inner, ParserError::RecursionLimitExceeded) => {
+            too_deep(limits.max_depth)
         }
-        // A run of array suffixes ends at anything but brackets and whitespace.
-        if !(matches!(c, b'[' | b']') || c.is_ascii_whitespace()) {
-            suffixes = 0;
-        }
-        deepest = deepest.max(depth + suffixes);
-        i += 1;
+        _ => ServeError::Query(e),
     }
-    deepest
+}
+
+/// How deep a type nests: 1 for a primitive, one more for each list, struct, map, union,
+/// dictionary or run-end level around it.
+fn type_depth(t: &DataType) -> usize {
+    let deepest = |fields: &mut dyn Iterator<Item = &DataType>| fields.map(type_depth).max().unwrap_or(0);
+    1 + match t {
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => type_depth(f.data_type()),
+        DataType::Struct(fields) => deepest(&mut fields.iter().map(|f| f.data_type())),
+        DataType::Union(fields, _) => deepest(&mut fields.iter().map(|(_, f)| f.data_type())),
+        DataType::Dictionary(k, v) => type_depth(k).max(type_depth(v)),
+        DataType::RunEndEncoded(a, b) => type_depth(a.data_type()).max(type_depth(b.data_type())),
+        _ => 0,
+    }
+}
+
+/// Refuses a plan whose types (of its columns, casts and literals) nest deeper than `max`, so
+/// that no deep type leaves the planning thread for the optimizer, the executor or a drop.
+fn check_types(plan: &LogicalPlan, max: usize) -> Result<(), ServeError> {
+    let mut deepest = 0;
+    plan.apply_with_subqueries(|node| {
+        for f in node.schema().fields() {
+            deepest = deepest.max(type_depth(f.data_type()));
+        }
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                let t = match e {
+                    Expr::Cast(c) => type_depth(c.field.data_type()),
+                    Expr::TryCast(c) => type_depth(c.field.data_type()),
+                    Expr::Literal(v, _) => type_depth(&v.data_type()),
+                    _ => 0,
+                };
+                deepest = deepest.max(t);
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    if deepest > max {
+        return Err(ServeError::Limit(format!(
+            "the query's types are nested too deeply: {deepest} levels, over the server's limit of {max} (--max-depth)"
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses DataFusion's own non-query statements before planning them, and holds a SQL
@@ -212,10 +234,19 @@ impl Visitor for Shape<'_> {
         self.block()
     }
 
-    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<ServeError> {
+    fn pre_visit_expr(&mut self, expr: &SqlExpr) -> ControlFlow<ServeError> {
         // Parentheses add no depth of their own: the parser bounds them.
-        if matches!(expr, Expr::Nested(_)) {
+        if matches!(expr, SqlExpr::Nested(_)) {
             return ControlFlow::Continue(());
+        }
+        // A chain of field accesses (`a['x']['y']`) is flat here and as deep as it is long
+        // once planned.
+        let chain = match expr {
+            SqlExpr::CompoundFieldAccess { access_chain, .. } => access_chain.len(),
+            _ => 0,
+        };
+        if chain > self.limits.max_depth {
+            return ControlFlow::Break(too_deep(self.limits.max_depth));
         }
         self.depth += 1;
         if self.depth > self.limits.max_depth {
@@ -224,8 +255,8 @@ impl Visitor for Shape<'_> {
         ControlFlow::Continue(())
     }
 
-    fn post_visit_expr(&mut self, expr: &Expr) -> ControlFlow<ServeError> {
-        if !matches!(expr, Expr::Nested(_)) {
+    fn post_visit_expr(&mut self, expr: &SqlExpr) -> ControlFlow<ServeError> {
+        if !matches!(expr, SqlExpr::Nested(_)) {
             self.depth -= 1;
         }
         ControlFlow::Continue(())
@@ -238,7 +269,7 @@ mod tests {
     use datafusion::prelude::SessionContext;
 
     fn limits() -> SqlLimits {
-        SqlLimits { max_sql_bytes: 1 << 20, max_depth: 64, max_blocks: 32 }
+        SqlLimits { max_sql_bytes: SqlLimits::default().max_sql_bytes, max_depth: 64, max_blocks: 32 }
     }
 
     async fn plan(sql: &str) -> Result<LogicalPlan, ServeError> {
@@ -249,17 +280,6 @@ mod tests {
 
     fn sum(terms: usize) -> String {
         format!("SELECT {}", vec!["1"; terms].join("+"))
-    }
-
-    #[test]
-    fn brackets_are_counted_outside_quotes_and_comments() {
-        assert_eq!(bracket_depth("SELECT ((1)), f(g(x))"), 2);
-        assert_eq!(bracket_depth("SELECT '((((' AS \"a(((\" -- ((((\n, 1 /* (((( */"), 0);
-        assert_eq!(bracket_depth("SELECT 'it''s (' , (1)"), 1);
-        assert_eq!(bracket_depth("SELECT a < b, a > b FROM t WHERE x<(1)"), 1);
-        assert_eq!(bracket_depth("CAST(x AS ARRAY<ARRAY<INT>>)"), 3);
-        assert_eq!(bracket_depth("CAST(x AS INT[][][])"), 4);
-        assert_eq!(bracket_depth("SELECT a[1][2][3]"), 1);
     }
 
     #[tokio::test]
@@ -326,11 +346,11 @@ mod tests {
     async fn shapes_past_the_limits() {
         let e = plan(&sum(65)).await.unwrap_err();
         assert!(e.to_string().contains("nested too deeply"), "{e}");
-        let e = plan(&sum(100_000)).await.unwrap_err();
+        let e = plan(&sum(30_000)).await.unwrap_err();
         assert!(e.to_string().contains("nested too deeply"), "{e}");
-        let ands = format!("SELECT 1 WHERE {}", vec!["1=1"; 10_000].join(" AND "));
+        let ands = format!("SELECT 1 WHERE {}", vec!["1=1"; 7_000].join(" AND "));
         assert!(plan(&ands).await.unwrap_err().to_string().contains("nested too deeply"));
-        let unions = vec!["SELECT 1 AS a"; 3000].join(" UNION ALL ");
+        let unions = vec!["SELECT 1 AS a"; 2500].join(" UNION ALL ");
         assert!(plan(&unions).await.unwrap_err().to_string().contains("query blocks"));
         let mut ctes = String::from("WITH c0 AS (SELECT 1 AS a)");
         for i in 1..1000 {
@@ -338,17 +358,18 @@ mod tests {
         }
         ctes.push_str(" SELECT a FROM c999");
         assert!(plan(&ctes).await.unwrap_err().to_string().contains("query blocks"));
-        // Brackets, counted in the text before it is parsed.
+        // Nesting that the parser takes without a limit of its own, refused after the parse.
         for deep in [
             format!("SELECT {}1{}", "(".repeat(10_000), ")".repeat(10_000)),
-            format!("SELECT CAST(NULL AS {}INT{})", "ARRAY<".repeat(10_000), ">".repeat(10_000)),
+            format!("SELECT CAST(NULL AS {}INT{})", "ARRAY<".repeat(5_000), ">".repeat(5_000)),
+            format!("SELECT a{} FROM (SELECT 1 AS a)", "['x']".repeat(1_000)),
             format!("SELECT CAST(NULL AS INT{})", "[]".repeat(10_000)),
             format!("SELECT CAST(NULL AS {}INT{})", "STRUCT<a ".repeat(100), ">".repeat(100)),
         ] {
             let e = plan(&deep).await.unwrap_err().to_string();
             assert!(e.contains("nested too deeply"), "{}: {e}", &deep[..40]);
         }
-        let long = format!("SELECT 1 {}", " ".repeat(1 << 20));
+        let long = format!("SELECT 1 {}", " ".repeat(SqlLimits::default().max_sql_bytes));
         assert!(plan(&long).await.unwrap_err().to_string().contains("too long"));
     }
 }

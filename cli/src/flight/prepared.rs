@@ -86,22 +86,61 @@ impl PreparedStatements {
     }
 }
 
+/// The bytes an IPC message's body holds once decoded: each buffer's length, or for a
+/// compressed one the uncompressed length its 8-byte prefix says, read before anything is
+/// decoded (a prefix that says 800 GB would otherwise be allocated by the decompressor).
+///
+/// # Errors
+/// A header that is no IPC message, or a buffer outside the body.
+fn decoded_size(header: &[u8], body: &[u8]) -> Result<u64, String> {
+    use datafusion::arrow::ipc::{MessageHeader, root_as_message};
+    let message = root_as_message(header).map_err(|e| format!("not an Arrow IPC message: {e}"))?;
+    let batch = match message.header_type() {
+        MessageHeader::RecordBatch => message.header_as_record_batch(),
+        MessageHeader::DictionaryBatch => message.header_as_dictionary_batch().and_then(|d| d.data()),
+        _ => None,
+    };
+    let Some(batch) = batch else { return Ok(0) };
+    let compressed = batch.compression().is_some();
+    let mut total = 0u64;
+    for b in batch.buffers().into_iter().flatten() {
+        let (at, len) = (usize::try_from(b.offset()), usize::try_from(b.length()));
+        let (Ok(at), Ok(len)) = (at, len) else {
+            return Err("a buffer with a negative offset or length".into());
+        };
+        let bytes =
+            at.checked_add(len).and_then(|end| body.get(at..end)).ok_or("a buffer outside the body")?;
+        total = total.saturating_add(match bytes.first_chunk::<8>() {
+            // -1: stored uncompressed after the prefix.
+            Some(prefix) if compressed => match i64::from_le_bytes(*prefix) {
+                -1 => (len - 8) as u64,
+                n => u64::try_from(n).map_err(|_| format!("a compressed buffer of length {n}"))?,
+            },
+            _ => len as u64,
+        });
+    }
+    Ok(total)
+}
+
 /// Reads bound parameters: one row of at most [`MAX_PARAMETERS`] values, of at most
-/// [`MAX_PARAMETER_BYTES`], checked before any value is taken from them.
+/// [`MAX_PARAMETER_BYTES`], checked before any value is taken from them: every message's size
+/// on the wire and once decoded (decompressed) counts before it is decoded.
 pub(crate) async fn read_parameters(
     stream: PeekableFlightDataStream,
 ) -> Result<Option<ParamValues>, ServeError> {
     let bad = |m: String| ServeError::BadRequest(format!("prepared statement parameters: {m}"));
     // Every message counts, dictionaries included, before it is decoded.
-    let (mut messages, mut bytes) = (0usize, 0usize);
+    let (mut messages, mut bytes, mut decoded) = (0usize, 0u64, 0u64);
+    let limit = 2 * MAX_PARAMETER_BYTES as u64;
     let counted = stream.map_err(FlightError::from).map(move |data| {
         let data = data?;
         messages += 1;
-        bytes += data.data_header.len() + data.data_body.len() + data.app_metadata.len();
-        if messages > MAX_PARAMETER_MESSAGES || bytes > 2 * MAX_PARAMETER_BYTES {
+        let size = decoded_size(&data.data_header, &data.data_body).map_err(FlightError::ProtocolError)?;
+        decoded = decoded.saturating_add(size);
+        bytes += (data.data_header.len() + data.data_body.len() + data.app_metadata.len()) as u64;
+        if messages > MAX_PARAMETER_MESSAGES || bytes > limit || decoded > limit {
             return Err(FlightError::ProtocolError(format!(
-                "more than {MAX_PARAMETER_MESSAGES} messages or {} bytes",
-                2 * MAX_PARAMETER_BYTES
+                "more than {MAX_PARAMETER_MESSAGES} messages or {limit} bytes (sent, or once decompressed)"
             )));
         }
         Ok(data)
@@ -147,4 +186,52 @@ pub(crate) fn parameter_schema(plan: &LogicalPlan) -> Result<Schema, ServeError>
             .map(|(name, t)| Field::new(name, t.unwrap_or(DataType::Null), true))
             .collect::<Vec<_>>(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, Int64Array};
+    use datafusion::arrow::ipc::writer::{
+        DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions,
+    };
+    use datafusion::arrow::ipc::{CompressionType, root_as_message};
+
+    use super::*;
+
+    /// A record batch of `n` int64 values as an IPC message, LZ4-compressed when asked.
+    fn encoded(n: i64, lz4: bool) -> (Vec<u8>, Vec<u8>) {
+        let batch =
+            RecordBatch::try_from_iter([("$1", Arc::new(Int64Array::from_iter_values(0..n)) as ArrayRef)])
+                .unwrap();
+        let mut options = IpcWriteOptions::default();
+        if lz4 {
+            options = options.try_with_compression(Some(CompressionType::LZ4_FRAME)).unwrap();
+        }
+        let mut tracker = DictionaryTracker::new(false);
+        let mut context = IpcWriteContext::default();
+        let (_, data) =
+            IpcDataGenerator::default().encode(&batch, &mut tracker, &options, &mut context).unwrap();
+        (data.ipc_message, data.arrow_data)
+    }
+
+    #[test]
+    fn a_body_is_measured_as_it_would_be_decoded_before_it_is() {
+        // 8,000 bytes of values and a validity bitmap of 125 bytes, which the writer writes in full.
+        let (header, body) = encoded(1000, false);
+        assert_eq!(decoded_size(&header, &body).unwrap(), 8125);
+        let (header, mut body) = encoded(1000, true);
+        assert!(body.len() < 8000, "compressed: {}", body.len());
+        assert_eq!(decoded_size(&header, &body).unwrap(), 8125);
+        // The values buffer's prefix now says 800 GB: measured, not allocated.
+        let message = root_as_message(&header).unwrap();
+        let buffers = message.header_as_record_batch().unwrap().buffers().unwrap();
+        let values = buffers.get(buffers.len() - 1);
+        let at = values.offset() as usize;
+        body[at..at + 8].copy_from_slice(&800_000_000_000i64.to_le_bytes());
+        assert_eq!(decoded_size(&header, &body).unwrap(), 800_000_000_125);
+        assert!(decoded_size(&header, &body[..at]).unwrap_err().contains("outside the body"));
+        assert!(decoded_size(b"not flatbuffers", &body).is_err());
+    }
 }

@@ -49,6 +49,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::error::{Scrub, ServeError};
 use super::guard::{self, SqlLimits};
+use super::planning;
 use super::prepared::{PARAMETER_TIME, PreparedStatements, parameter_schema, read_parameters};
 use super::run::{QueryId, QueryLog, Runner, new_id};
 
@@ -136,17 +137,23 @@ impl Served {
         })
     }
 
-    /// Plans a Substrait plan (checked). DataFusion 55's consumer unwraps some missing fields
-    /// (a join or cross relation without an input, a sort without an expression), so a panic
-    /// there is caught and refused as a malformed plan.
+    /// Plans a Substrait plan (checked), on a planning thread (`planning.rs`). DataFusion 55's
+    /// consumer unwraps some missing fields (a join or cross relation without an input, a sort
+    /// without an expression): a panic there is refused as a malformed plan.
     async fn plan_substrait(&self, state: &SessionState, bytes: &[u8]) -> Result<LogicalPlan, ServeError> {
-        let plan = datafusion_substrait::serializer::deserialize_bytes(bytes)?;
-        let consume = datafusion_substrait::logical_plan::consumer::from_substrait_plan(state, &plan);
-        let plan = std::panic::AssertUnwindSafe(consume).catch_unwind().await.map_err(|_| {
-            ServeError::BadRequest("a malformed Substrait plan (a relation lacks a required field)".into())
-        })??;
-        guard::check_plan(&plan)?;
-        Ok(plan)
+        let (state, bytes, limits) = (state.clone(), bytes.to_vec(), self.limits);
+        planning::plan(limits.max_sql_bytes, move || async move {
+            let plan = datafusion_substrait::serializer::deserialize_bytes(&bytes)?;
+            let consume = datafusion_substrait::logical_plan::consumer::from_substrait_plan(&state, &plan);
+            let plan = std::panic::AssertUnwindSafe(consume).catch_unwind().await.map_err(|_| {
+                ServeError::BadRequest(
+                    "a malformed Substrait plan (a relation lacks a required field)".into(),
+                )
+            })??;
+            guard::check_decoded(&plan, &limits)?;
+            Ok(plan)
+        })
+        .await
     }
 
     /// Plans what `body` asks for.
