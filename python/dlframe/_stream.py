@@ -130,7 +130,7 @@ class Batches:
         ``global_batch`` rows, its ``splits``, whether the order is ``elastic`` (continues on
         another world size), the ``shuffle_buffer``, and a ``note`` where the splits are not
         what was asked for (a stream's counts are None: its length is not known ahead)."""
-        return self._plan(self._source((0, 1), describe=True)[2]).summary()
+        return json.loads(self._plan(self._source((0, 1), describe=True)[2]).summary())
 
     def _plan(self, layout: tuple[int | None, list[int] | None]) -> Any:
         rank, world = self._rank()

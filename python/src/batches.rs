@@ -9,7 +9,7 @@
 //! DataLoader worker and the source's units.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict};
+use pyo3::types::PyBool;
 use pyo3_arrow::ffi::ArrayReader;
 
 use dlframe::Device;
@@ -235,30 +235,9 @@ impl PyPlan {
         self.plan.batches()
     }
 
-    /// This rank's epoch, for `Batches.plan()`.
-    fn summary<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyDict>> {
-        let p = &self.plan;
-        let out = PyDict::new(py);
-        out.set_item("rows", p.rows())?;
-        out.set_item("batches", p.batches())?;
-        out.set_item("total", p.total_rows())?;
-        let (dropped, padded) = p.uneven_rows();
-        out.set_item("dropped", dropped)?;
-        out.set_item("padded", padded)?;
-        out.set_item("steps", p.steps())?;
-        out.set_item("global_batch", p.global_batch())?;
-        out.set_item("splits", (self.layout != Layout::Stream).then_some(p.splits()))?;
-        out.set_item("elastic", p.elastic())?;
-        out.set_item("shuffle_buffer", p.shuffle_buffer())?;
-        let note = match p.choice() {
-            dlframe::batches::plan::SplitChoice::PerRank(why) => Some(why.as_str()),
-            dlframe::batches::plan::SplitChoice::Stream => {
-                Some("a stream has no splits: every rank reads all of it and makes its part of each step")
-            }
-            _ => None,
-        };
-        out.set_item("note", note)?;
-        Ok(out)
+    /// This rank's epoch, for `Batches.plan()`, as JSON.
+    fn summary(&self) -> String {
+        self.plan.summary().to_json()
     }
 
     /// The units this pass reads whole, in order (a unit may come twice).

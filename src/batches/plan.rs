@@ -263,6 +263,40 @@ pub enum SplitChoice {
     Stream,
 }
 
+/// One rank's epoch, as `Batches.plan()` describes it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    /// Rows this rank makes (None for a stream).
+    pub rows: Option<u64>,
+    /// Batches this rank makes.
+    pub batches: Option<u64>,
+    /// Rows of the source.
+    pub total: Option<u64>,
+    /// Rows of the source left out by `even="drop"`.
+    pub dropped: u64,
+    /// Rows made twice by `even="pad"`.
+    pub padded: u64,
+    /// Global steps of the epoch.
+    pub steps: Option<u64>,
+    /// Rows of a global step.
+    pub global_batch: u64,
+    /// The splits (None for a stream).
+    pub splits: Option<usize>,
+    /// Whether a restart on another world size continues this order.
+    pub elastic: bool,
+    /// `shuffle_buffer` in effect.
+    pub shuffle_buffer: Option<u64>,
+    /// Why the splits are not what was asked for, where they are not.
+    pub note: Option<String>,
+}
+
+impl Summary {
+    /// The summary as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a summary serializes")
+    }
+}
+
 /// One rank's epoch.
 #[derive(Debug, Clone)]
 pub struct TrainingPlan {
@@ -519,6 +553,31 @@ impl TrainingPlan {
             (Some(n), Some(made)) if made < n => (n - made, 0),
             (Some(n), Some(made)) => (0, made - n),
             _ => (0, 0),
+        }
+    }
+
+    /// The epoch as `Batches.plan()` describes it.
+    pub fn summary(&self) -> Summary {
+        let (dropped, padded) = self.uneven_rows();
+        let note = match &self.choice {
+            SplitChoice::PerRank(why) => Some(why.clone()),
+            SplitChoice::Stream => Some(
+                "a stream has no splits: every rank reads all of it and makes its part of each step".into(),
+            ),
+            SplitChoice::Given | SplitChoice::Default => None,
+        };
+        Summary {
+            rows: self.rows(),
+            batches: self.batches(),
+            total: self.total,
+            dropped,
+            padded,
+            steps: self.steps(),
+            global_batch: self.global_batch(),
+            splits: self.total.map(|_| self.splits),
+            elastic: self.elastic(),
+            shuffle_buffer: self.buffer,
+            note,
         }
     }
 
