@@ -33,6 +33,7 @@ usage: dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]
                      [--memory BYTES] [--query-memory BYTES] [--max-queries N] [--max-queued N]
                      [--timeout SECS] [--max-sql-bytes N] [--max-depth N] [--max-blocks N]
                      [--max-connections N] [--idle-timeout SECS] [--partitions N]
+       dlframe serve --functions
 
 Serves SQL with dlframe's tensor functions over Arrow Flight SQL, for ADBC, pyarrow.flight or
 any Flight SQL client. A tensor column (to_tensor, to_tensor_fill, ...) reaches the client as
@@ -64,7 +65,14 @@ accepts connections, and one line per query; stops on SIGINT or SIGTERM.
   --partitions N         plan each query in N partitions and answer with one endpoint per
                          partition of its plan, so that several readers fetch disjoint parts
                          of one result in parallel (default: one endpoint for the result)
+  --functions            print the scalar functions the server exposes, each with the rule that
+                         bounds its result before it is built, and exit
   -h, --help             print this help
+
+Scalar functions are an allow-list: a function outside it (a new one in DataFusion, or one
+that reveals the server's files) is refused, and every call's result is worked out from its
+arguments first and charged to its query's memory while it lives, so that a call such as
+repeat('x', 1000000000) fails with 'Resources exhausted' rather than taking the memory.
 
 Without ORDER BY, rows of a table of several files come in the order DataFusion's partitions
 finish, as from any DataFusion service.";
@@ -104,6 +112,8 @@ pub(crate) struct ServeArgs {
     run: RunLimits,
     conn: ConnLimits,
     partitions: Option<usize>,
+    /// `--functions`: print the exposed functions and exit.
+    functions: bool,
 }
 
 /// A count: a positive integer.
@@ -140,6 +150,7 @@ pub(crate) fn parse(
         run: RunLimits::default(),
         conn: ConnLimits::default(),
         partitions: None,
+        functions: false,
     };
     let (mut cert, mut key, mut client_ca) = (None, None, None);
     let mut query_memory_set = false;
@@ -154,6 +165,7 @@ pub(crate) fn parse(
             "--tls-key" => key = Some(PathBuf::from(value("--tls-key")?)),
             "--tls-client-ca" => client_ca = Some(PathBuf::from(value("--tls-client-ca")?)),
             "--insecure" => args.insecure = true,
+            "--functions" => args.functions = true,
             "--partitions" => args.partitions = Some(count("--partitions", &value("--partitions")?)?),
             "--memory" => args.run.memory = bytes("--memory", &value("--memory")?)?,
             "--query-memory" => {
@@ -240,7 +252,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .build();
     let ctx = SessionContext::new_with_state(state);
     dlframe_datafusion::register(&ctx);
-    crate::flight::bounded::register(&ctx, args.run.query_memory).map_err(|e| e.to_string())?;
+    let (rules, removed) =
+        crate::flight::functions::expose(&ctx, args.run.query_memory).map_err(|e| e.to_string())?;
+    if args.functions {
+        let mut text: String =
+            crate::flight::functions::exposed().map(|(name, growth)| format!("{name}\t{growth}\n")).collect();
+        text.push_str(&format!("# not exposed: {}\n", removed.join(", ")));
+        // A reader that stops early (`| head`) is no error.
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+        return Ok(());
+    }
     // Decompressed `.csv.gz` copies live as long as the server.
     let mut staging = Vec::new();
     for (name, path) in &args.tables {
@@ -254,7 +275,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| format!("cannot read the listening address: {e}"))?;
     let runner = Arc::new(Runner::new(args.run));
     let service = FlightServiceServer::with_interceptor(
-        Served::new(ctx.state(), args.sql, runner, scrub, args.partitions.is_some()),
+        Served::new(ctx.state(), args.sql, runner, rules, scrub, args.partitions.is_some()),
         Bearer(args.token.as_deref().map(Arc::from)),
     );
     // Calls at once on one connection, and keepalives that find a peer that vanished.

@@ -20,7 +20,7 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{Action, CancelFlightInfoRequest, FlightDescriptor, HandshakeRequest, Ticket};
 use common::process::LIMIT;
-use common::served::{Server, fetch};
+use common::served::{Server, fetch, query, substrait_plan};
 use common::{TempDir, write_parquet};
 use futures::TryStreamExt;
 use prost::Message;
@@ -49,16 +49,6 @@ impl Server {
     }
 }
 
-/// Runs `sql` as a statement: the result, or the error's text.
-async fn query(client: &mut FlightSqlServiceClient<Channel>, sql: &str) -> Result<RecordBatch, String> {
-    let call = async {
-        let info = client.execute(sql.to_string(), None).await.map_err(|e| e.to_string())?;
-        fetch(client, info).await
-    };
-    tokio::time::timeout(LIMIT, call).await.expect("the call finished in time")
-}
-
-/// `SELECT count(*) FROM t` through `client`.
 async fn count(client: &mut FlightSqlServiceClient<Channel>) -> i64 {
     let b = query(client, "SELECT count(*) AS n FROM t").await.unwrap();
     b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0)
@@ -92,9 +82,7 @@ fn table() -> (TempDir, String) {
 async fn substrait_of(dir: &TempDir, sql: &str) -> Vec<u8> {
     let ctx = datafusion::prelude::SessionContext::new();
     common::register_table(&ctx, &dir.join("t")).await;
-    let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
-    let plan = datafusion_substrait::logical_plan::producer::to_substrait_plan(&plan, &ctx.state()).unwrap();
-    plan.encode_to_vec()
+    substrait_plan(&ctx, sql).await.unwrap()
 }
 
 /// GetFlightInfo of a Substrait plan, with the token.

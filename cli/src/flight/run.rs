@@ -116,6 +116,11 @@ impl Runner {
         }
     }
 
+    /// The bounds it runs queries within.
+    pub(crate) fn limits(&self) -> &RunLimits {
+        &self.limits
+    }
+
     /// A memory pool for one query: its own limit, inside the server's.
     pub(crate) fn query_pool(&self) -> Arc<dyn MemoryPool> {
         Arc::new(QueryPool {

@@ -37,17 +37,19 @@ use arrow_flight::{
 use arrow_schema::{Schema, SchemaRef};
 use datafusion::common::ParamValues;
 use datafusion::execution::SessionState;
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::ExecutionPlanProperties;
-use datafusion::prelude::SessionContext;
-use futures::{FutureExt, Stream, TryStreamExt};
+use datafusion::physical_plan::{ExecutionPlanProperties, execute_stream};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use prost::bytes::Bytes;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::bounded::{QueryMemory, Rules};
 use super::error::{Scrub, ServeError};
+use super::functions::{bound_plan, check_constants};
 use super::guard::{self, SqlLimits};
 use super::planning;
 use super::prepared::{PARAMETER_TIME, PreparedStatements, parameter_schema, read_parameters};
@@ -80,6 +82,8 @@ pub(crate) struct Served {
     state: SessionState,
     limits: SqlLimits,
     runner: Arc<Runner>,
+    /// The exposed functions' bounds, applied to each plan before it runs.
+    rules: Arc<Rules>,
     prepared: PreparedStatements,
     scrub: Scrub,
     sql_info: SqlInfoData,
@@ -95,6 +99,7 @@ impl Served {
         state: SessionState,
         limits: SqlLimits,
         runner: Arc<Runner>,
+        rules: Arc<Rules>,
         scrub: Scrub,
         partitioned: bool,
     ) -> Served {
@@ -112,6 +117,7 @@ impl Served {
             state,
             limits,
             runner,
+            rules,
             prepared: PreparedStatements::default(),
             scrub,
             sql_info,
@@ -222,10 +228,18 @@ impl Served {
     /// A session for one query: the server's tables and functions, with the query's own
     /// memory pool.
     fn query_state(&self) -> Result<SessionState, ServeError> {
+        let pool = self.runner.query_pool();
         let runtime = RuntimeEnvBuilder::from_runtime_env(self.state.runtime_env())
-            .with_memory_pool(self.runner.query_pool())
+            .with_memory_pool(pool.clone())
             .build_arc()?;
-        Ok(SessionStateBuilder::new_from_existing(self.state.clone()).with_runtime_env(runtime).build())
+        // The functions it calls charge their results to the same pool (`bounded`).
+        // (The server's catalog exists: a fresh default one would hide its tables.)
+        let mut config = self.state.config().clone().with_create_default_catalog_and_schema(false);
+        config.options_mut().extensions.insert(QueryMemory(pool));
+        Ok(SessionStateBuilder::new_from_existing(self.state.clone())
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .build())
     }
 
     /// Runs what `body` asks for, within the server's bounds.
@@ -244,13 +258,21 @@ impl Served {
             let state = self.query_state()?;
             let (plan, sql) = self.plan_ticket(&state, &body).await?;
             let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+            // Optimized, its calls bounded, then planned (with no second optimization).
+            let plan = bound_plan(state.optimize(&plan)?, &self.rules)?;
+            let physical = state.query_planner().create_physical_plan(&plan, &state).await?;
+            let options = state.config_options();
+            let constants = check_constants(
+                &physical,
+                options.execution.batch_size.get(),
+                self.runner.limits().query_memory,
+            )?;
+            // The rows' copies of the constants are the query's memory while it runs.
+            let held = MemoryConsumer::new("constants").register(&state.runtime_env().memory_pool);
+            held.try_grow(constants as usize)?;
             let (stream, sql) = match body.partition {
-                None => {
-                    let df = SessionContext::new_with_state(state).execute_logical_plan(plan).await?;
-                    (df.execute_stream().await?, sql)
-                }
+                None => (execute_stream(physical, state.task_ctx())?, sql),
                 Some(i) => {
-                    let physical = state.create_physical_plan(&plan).await?;
                     let n = physical.output_partitioning().partition_count();
                     if n != body.partitions as usize || i as usize >= n {
                         return Err(ServeError::BadRequest(format!(
@@ -262,6 +284,10 @@ impl Served {
                     (physical.execute(i as usize, state.task_ctx())?, sql)
                 }
             };
+            let stream = stream.map(move |batch| {
+                let _constants = &held;
+                batch
+            });
             Ok::<_, ServeError>((slot, sql, schema, stream))
         }
         .await;

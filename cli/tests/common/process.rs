@@ -21,7 +21,31 @@ impl Process {
     /// Starts `dlframe ARGS...` with stdout piped (stderr goes to the test's) and no
     /// `DLFRAME_TOKEN` from the test's environment.
     pub fn start(args: &[&str]) -> Process {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dlframe"))
+        Process::start_command(Command::new(env!("CARGO_BIN_EXE_dlframe")), args)
+    }
+
+    /// As [`Process::start`], with the process's address space held to `bytes` by util-linux's
+    /// `prlimit`, so that an allocation past it fails inside the process; None (with the reason
+    /// printed) where `prlimit` is missing.
+    pub fn start_limited(args: &[&str], bytes: u64) -> Option<Process> {
+        if Command::new("prlimit").arg("--version").output().is_err() {
+            println!(
+                "SKIPPED: util-linux's prlimit is not installed, so the address space cannot be limited"
+            );
+            return None;
+        }
+        let mut command = Command::new("prlimit");
+        command
+            .arg(format!("--as={bytes}"))
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_dlframe"))
+            // glibc reserves 64 MB of address space per arena; two keep the limit for the data.
+            .env("MALLOC_ARENA_MAX", "2");
+        Some(Process::start_command(command, args))
+    }
+
+    fn start_command(mut command: Command, args: &[&str]) -> Process {
+        let mut child = command
             .args(args)
             .env_remove("DLFRAME_TOKEN")
             .stdin(Stdio::null())
