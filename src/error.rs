@@ -237,6 +237,11 @@ pub enum Error {
 fn out_of_range_remedy(value: &str, place: &str, target: &str) -> &'static str {
     let fill = place == "(fill_value)";
     let whole = value.parse::<f64>().is_ok_and(|v| v.is_finite() && v.fract() == 0.0);
+    if place.contains(" of the numpy ") {
+        // A numpy datetime on its way to Arrow: no dtype to choose there.
+        return "the Arrow type cannot hold it; convert the array to a unit Arrow has, such as \
+                x.astype('datetime64[s]'), or remove the value first";
+    }
     match (target, fill) {
         ("bool", true) => "fill a bool column with True, False, 0 or 1",
         ("bool", false) => "only 0 and 1 become bool; compare the column instead (x != 0)",

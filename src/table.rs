@@ -96,10 +96,24 @@ pub fn table_on(
     device: Device,
 ) -> Result<TableTensors> {
     match layout {
-        Columns::Stack if fields.len() == 1 && is_list_like(fields[0].data_type()) => {
+        // A list view is a list column laid out otherwise (`to_tensor` makes it one).
+        Columns::Stack
+            if fields.len() == 1
+                && (is_list_like(fields[0].data_type())
+                    || matches!(
+                        fields[0].data_type(),
+                        DataType::ListView(_) | DataType::LargeListView(_)
+                    )) =>
+        {
             transfer::column_on(&fields[0], &columns[0], opts, device).map(TableTensors::One)
         }
-        Columns::Stack => transfer::matrix_on(fields, columns, opts, device).map(TableTensors::One),
+        Columns::Stack => {
+            // bfloat16 and float8 over variable-width binary (as Polars stores them) are laid
+            // out at their width first; the single-column paths do that themselves.
+            let laid = crate::arrow::table_laid_out(fields, columns, opts)?;
+            let (fields, columns) = laid.as_ref().map_or((fields, columns), |(f, c)| (&f[..], &c[..]));
+            transfer::matrix_on(fields, columns, opts, device).map(TableTensors::One)
+        }
         Columns::Dict => {
             if let Some(name) = first_duplicate(fields.iter().map(|f| f.name().as_str())) {
                 return Err(Error::InvalidArgument(format!(

@@ -74,6 +74,7 @@ def to_dlpack(
     columns: Literal["stack"] = "stack",
     stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
     ragged: Literal["error"] = "error",
+    inexact: Literal["error", "round"] = "error",  # an integer a float dtype holds only rounded: refuse, or round
 ) -> Tensor: ...
 @overload
 def to_dlpack(
@@ -88,6 +89,7 @@ def to_dlpack(
     columns: Literal["stack"] = "stack",
     stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
     ragged: Literal["error"] = "error",
+    inexact: Literal["error", "round"] = "error",  # an integer a float dtype holds only rounded: refuse, or round
 ) -> tuple[Tensor, Tensor]: ...
 @overload
 def to_dlpack(
@@ -102,6 +104,7 @@ def to_dlpack(
     columns: Literal["dict"],
     stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
     ragged: Literal["error"] = "error",
+    inexact: Literal["error", "round"] = "error",  # an integer a float dtype holds only rounded: refuse, or round
 ) -> dict[str, Any]: ...
 @overload
 def to_dlpack(
@@ -116,6 +119,7 @@ def to_dlpack(
     columns: Literal["stack"] = "stack",
     stream: Any | None = None,
     ragged: Literal["pad", "jagged"],  # (values, lengths) / (values, offsets); the mask second under nulls="mask"
+    inexact: Literal["error", "round"] = "error",  # an integer a float dtype holds only rounded: refuse, or round
     pad_value: bool | int | float | None = None,
     max_len: int | None = None,
 ) -> tuple[Tensor, ...]: ...
@@ -132,6 +136,7 @@ def to_dlpack(
     columns: str = "stack",
     stream: Any | None = None,  # a consumer's CUDA stream (int, or a torch/cupy stream) to order the result on
     ragged: str = "error",
+    inexact: Literal["error", "round"] = "error",  # an integer a float dtype holds only rounded: refuse, or round
     pad_value: bool | int | float | None = None,
     max_len: int | None = None,
 ) -> Tensor | tuple[Tensor, ...] | dict[str, Any]:
@@ -244,10 +249,11 @@ def cuda_device_count() -> int:
 def tensor(x: Any) -> Tensor:
     """Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor.
 
-    Never copies a tensor-like object. An object with none of the tensor protocols but Arrow
-    data (``__arrow_c_array__``, ``__arrow_c_stream__``, ``__arrow_c_device_array__``,
-    ``__arrow_c_device_stream__``: a pyarrow table, a Polars DataFrame, an Arrow device array)
-    becomes what ``to_dlpack`` makes of it with its defaults: shared for one chunk of numbers
+    Never copies a tensor-like object, except numpy's datetime units that Arrow lacks
+    (``datetime64[D]``, ``[h]``, ``[m]``), which are converted (``Tensor.copied`` is then True).
+    Arrow data (``__arrow_c_array__``, ``__arrow_c_stream__``, ``__arrow_c_device_array__``,
+    ``__arrow_c_device_stream__``: a pyarrow array or table, a Polars DataFrame, an Arrow
+    device array) becomes what ``to_dlpack`` makes of it with its defaults, errors included: shared for one chunk of numbers
     without nulls, one copy for booleans, several chunks or a table's matrix; nulls raise
     BufferError. A CUDA tensor (torch, cupy, jax) stays on its device: it is asked for with
     ``stream=`` dlframe's stream, and re-exports zero-copy with dlframe's stream semantics, so

@@ -102,6 +102,10 @@ pub(crate) fn wrap_table(
 ///   torch/cupy stream) is then made to wait for the conversion.
 #[pyfunction]
 #[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), stream=None, ragged="error", pad_value=None, max_len=None, inexact="error"))]
+// The defaults of `order` and `columns` are typed values; say them as the strings they parse.
+#[pyo3(
+    text_signature = "(obj, *, nulls='error', fill_value=None, copy=None, dtype=None, order='C', device=None, columns='stack', stream=None, ragged='error', pad_value=None, max_len=None, inexact='error')"
+)]
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,
@@ -175,11 +179,11 @@ pub(crate) fn arrow_tensor(obj: &Bound<'_, PyAny>) -> Result<PyTensor> {
 }
 
 /// The Arrow PyCapsule interface's producers' methods.
-const ARROW_METHODS: [&str; 4] =
+pub(crate) const ARROW_METHODS: [&str; 4] =
     ["__arrow_c_array__", "__arrow_c_stream__", "__arrow_c_device_array__", "__arrow_c_device_stream__"];
 
 /// Whether `obj`'s type has one of `methods`.
-fn speaks(obj: &Bound<'_, PyAny>, methods: &[&str]) -> bool {
+pub(crate) fn speaks(obj: &Bound<'_, PyAny>, methods: &[&str]) -> bool {
     methods.iter().any(|m| obj.get_type().hasattr(m).unwrap_or(false))
 }
 

@@ -66,6 +66,11 @@ impl Error {
         self.0.is_instance_of::<PyTypeError>(py)
     }
 
+    /// True for a `TypeError` itself, not a subclass: how a producer refuses a keyword.
+    pub fn is_exact_type_error(&self, py: Python<'_>) -> bool {
+        self.0.get_type(py).is(py.get_type::<PyTypeError>())
+    }
+
     /// The error of reading a producer's Arrow data, said as `context: ...` with the same type
     /// (the original stays the `__cause__`). Failures of the producer's own stream (a DataFusion
     /// query that fails while it runs) arrive from arrow-rs as RuntimeError (see the

@@ -141,17 +141,19 @@ fn dlpack_rung(x: &Bound<'_, PyAny>, request: &ImportRequest, ndarray: bool) -> 
 }
 
 /// Calls `x.__dlpack__(**kw)` and consumes the capsule. A producer that refuses a keyword with
-/// TypeError is asked again without `max_version`, then (when `bare_last`) with no keywords.
+/// TypeError is asked again without `max_version`, then (when `bare_last`) with no keywords; a
+/// subclass of TypeError (pyarrow's ArrowTypeError for data it cannot export) is the
+/// producer's answer, not a keyword refusal, and is not asked again.
 fn call_dlpack(x: &Bound<'_, PyAny>, kw: &Bound<'_, PyDict>, bare_last: bool) -> Result<Tensor> {
     let py = x.py();
     let method = x.getattr(intern!(py, "__dlpack__"))?;
     let cap = match method.call((), Some(kw)).map_err(Error::from) {
         Ok(c) => c,
-        Err(e) if e.is_type_error(py) => {
+        Err(e) if e.is_exact_type_error(py) => {
             kw.del_item(intern!(py, "max_version"))?;
             match method.call((), Some(kw)).map_err(Error::from) {
                 Ok(c) => c,
-                Err(e) if e.is_type_error(py) && bare_last => method.call0()?,
+                Err(e) if e.is_exact_type_error(py) && bare_last => method.call0()?,
                 Err(e) => return Err(e),
             }
         }
@@ -250,9 +252,11 @@ pub fn from_dlpack<'py>(
 }
 
 /// Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor, without
-/// copying and without converting to Arrow; an object with none of those but Arrow data
-/// (`__arrow_c_array__`, `__arrow_c_stream__` or their device forms) becomes what `to_dlpack`
-/// makes of it by default (shared, or one copy for booleans, chunks or a table).
+/// copying where its memory allows (numpy's datetime units Arrow lacks, `datetime64[D]`, `[h]`
+/// and `[m]`, are converted, a copy: `Tensor.copied` says so). Arrow data on the host
+/// (`__arrow_c_array__`, `__arrow_c_stream__`; a pyarrow array too, though it also has
+/// `__dlpack__`), or an object with only the device forms, becomes what `to_dlpack` makes of it
+/// by default (shared, or one copy for booleans, chunks or a table), errors included.
 ///
 /// A CUDA tensor (torch, cupy, jax) stays on its device and re-exports zero-copy with dlframe's
 /// stream semantics. Other devices raise BufferError; without CUDA support, RuntimeError.
@@ -260,6 +264,11 @@ pub fn from_dlpack<'py>(
 pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
     if let Ok(cap) = x.cast::<PyCapsule>() {
         return Ok(PyTensor::new(from_capsule(cap)?));
+    }
+    // Arrow data on the host answers as `to_dlpack` does (a pyarrow array also has
+    // `__dlpack__`, which refuses nulls and booleans with pyarrow's own TypeError).
+    if crate::convert::speaks(x, &crate::convert::ARROW_METHODS[..2]) {
+        return crate::convert::arrow_tensor(x);
     }
     if x.hasattr(intern!(x.py(), "__dlpack__"))? {
         return Ok(PyTensor::new(import_ladder(x, None, Keep::Device)?));

@@ -23,6 +23,10 @@ use crate::options::{CopyPolicy, ExportOptions};
 /// under [`CopyPolicy::Never`] when a copy is needed, [`Error::ValueOutOfRange`] for a value
 /// that does not fit a lossy cast.
 pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
+    if let Some((fixed, chunks)) = super::binary_storage::fixed_width_laid_out(field, chunks, opts)? {
+        let c = to_tensor(&fixed, &chunks, opts)?;
+        return Ok(Converted { values: c.values.with_copied(true), ..c });
+    }
     if let Some((lists, chunks)) = list_views_laid_out(field, chunks, opts)? {
         let c = to_tensor(&lists, &chunks, opts)?;
         return Ok(Converted { values: c.values.with_copied(true), ..c });

@@ -43,7 +43,8 @@ pub fn exported_column(tensor: &Tensor, requested: Option<&Field>) -> Result<(Fi
     let Some(requested) = requested else { return Ok((field, array)) };
     let numeric = |d: &DType| *d != DType::Bool && d.arrow_extension().is_none();
     let cast_to = values_dtype(requested.data_type()).filter(|d| numeric(d) && *d != tensor.dtype());
-    if numeric(&tensor.dtype()) && cast_to.is_some() {
+    // From any number type, bfloat16 and float8 included; into the ones Arrow has.
+    if tensor.dtype() != DType::Bool && cast_to.is_some() {
         let opts = ExportOptions { dtype: cast_to, ..ExportOptions::default() };
         (field, array) =
             tensor_to_column_with(&to_tensor(&field, &[array], &opts)?.values, "", CopyPolicy::IfNeeded)?;

@@ -3,8 +3,8 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, FixedSizeListArray, make_array};
-use arrow_buffer::Buffer;
+use arrow_array::{Array, ArrayRef, FixedSizeListArray, make_array};
+use arrow_buffer::{BooleanBuffer, Buffer};
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field, FieldRef};
 
@@ -52,9 +52,10 @@ pub fn tensor_to_column(tensor: &Tensor, name: &str) -> Result<(FieldRef, ArrayR
     let leaf_type = leaf_type(tensor, &shape);
     let values = values_array(tensor, leaf_type)?;
     if shape.len() == 1 {
+        let nullable = values.null_count() > 0;
         let field = match tensor.logical() {
-            Some(f) if f.data_type() == values.data_type() => f.clone(),
-            _ => Arc::new(value_field(name, tensor.dtype(), values.data_type(), false)),
+            Some(f) if f.data_type() == values.data_type() && (f.is_nullable() || !nullable) => f.clone(),
+            _ => Arc::new(value_field(name, tensor.dtype(), values.data_type(), nullable)),
         };
         return Ok((field, values));
     }
@@ -105,10 +106,13 @@ fn value_field(name: &str, dtype: DType, dt: &DataType, nullable: bool) -> Field
     }
 }
 
-/// The Arrow type of the leaf values: the recorded logical leaf when it stores this dtype.
+/// The Arrow type of the leaf values: the recorded logical leaf when it stores this dtype. A
+/// scalar logical type (a numpy datetime's timestamp or duration) is the leaf at any rank, so a
+/// 2-D `m8[m]` keeps its unit rather than becoming bare integers.
 fn leaf_type(tensor: &Tensor, shape: &[i64]) -> DataType {
     let mut dt = tensor.logical().map(|f| f.data_type().clone());
-    for _ in 1..shape.len() {
+    let nested = matches!(dt, Some(DataType::FixedSizeList(..)));
+    for _ in (1..shape.len()).filter(|_| nested) {
         dt = match dt {
             Some(DataType::FixedSizeList(child, _)) => Some(child.data_type().clone()),
             _ => None,
@@ -140,8 +144,26 @@ fn values_array(tensor: &Tensor, leaf_type: DataType) -> Result<ArrayRef> {
         // MutableBuffer aligns even its empty dangling pointer to 64 bytes.
         _ => arrow_buffer::MutableBuffer::new(0).into(),
     };
-    let data = ArrayData::try_new(leaf_type, numel, None, 0, vec![buffer], vec![])?;
+    let nulls = not_a_time(&leaf_type, &buffer, numel);
+    let data = ArrayData::try_new(leaf_type, numel, nulls, 0, vec![buffer], vec![])?;
     Ok(make_array(data))
+}
+
+/// The validity of datetime values: numpy's NaT (the storage's smallest value) is null. One
+/// pass over the values, which stay shared; None where there is no NaT or no datetime.
+fn not_a_time(leaf_type: &DataType, values: &Buffer, numel: usize) -> Option<Buffer> {
+    let valid = match leaf_type {
+        DataType::Timestamp(..) | DataType::Duration(_) => {
+            let v = &values.typed_data::<i64>()[..numel];
+            BooleanBuffer::collect_bool(numel, |i| v[i] != i64::MIN)
+        }
+        DataType::Date32 => {
+            let v = &values.typed_data::<i32>()[..numel];
+            BooleanBuffer::collect_bool(numel, |i| v[i] != i32::MIN)
+        }
+        _ => return None,
+    };
+    (valid.count_set_bits() < numel).then(|| valid.into_inner())
 }
 
 /// Rebuilds the nested FixedSizeList the tensor came from, if its sizes still match.

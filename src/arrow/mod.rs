@@ -24,6 +24,8 @@
 //! extension's metadata.
 
 mod back;
+mod binary_storage;
+pub(crate) use binary_storage::table_laid_out;
 mod column;
 mod copy;
 pub mod device;

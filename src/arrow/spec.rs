@@ -128,7 +128,7 @@ impl ColumnSpec {
                 field.name()
             )));
         }
-        let fill = checked_fill(opts.nulls, target, null_count)?;
+        let fill = checked_fill(opts.nulls, target, null_count, opts.inexact)?;
         let rows: usize = chunks.iter().map(|c| c.len()).sum();
         let (shape, strides) = layout.column(rows);
         let fortran = opts.order == Order::F && !is_f_contiguous(&shape, &strides);
@@ -191,8 +191,14 @@ impl ColumnSpec {
 
 /// The fill a conversion writes into null slots, checked against the dtype it lands in: a
 /// given fill value always (a value that can never be stored is refused whatever the data),
-/// NaN only when there is a null to write it into.
-fn checked_fill(nulls: NullPolicy, target: DType, null_count: usize) -> Result<Option<Scalar>> {
+/// NaN only when there is a null to write it into, and an integer fill held to the same
+/// `inexact` rule as the data.
+fn checked_fill(
+    nulls: NullPolicy,
+    target: DType,
+    null_count: usize,
+    inexact: Inexact,
+) -> Result<Option<Scalar>> {
     nulls.check_target(target, null_count)?;
     if null_count == 0 && !matches!(nulls, NullPolicy::Fill(_)) {
         return Ok(None);
@@ -201,6 +207,7 @@ fn checked_fill(nulls: NullPolicy, target: DType, null_count: usize) -> Result<O
         DType::Bool => Ok(Some(Scalar::Int(nulls.bool_fill()?.into()))),
         t => {
             kernels::fill_bits(t, nulls.fill())?;
+            kernels::check_fill_exact(t, nulls.fill(), inexact)?;
             Ok(Some(nulls.fill()))
         }
     }
@@ -300,7 +307,7 @@ impl MatrixSpec {
                 f.name()
             )));
         }
-        let fill = checked_fill(opts.nulls, target, null_count)?;
+        let fill = checked_fill(opts.nulls, target, null_count, opts.inexact)?;
         let shape = vec![n as i64, k as i64];
         let strides = match opts.order {
             Order::C => c_strides(&shape),

@@ -282,13 +282,13 @@ pub fn storage_dtype(dt: &DataType) -> Result<DType> {
 pub(crate) fn unsupported_arrow(dt: &DataType) -> Error {
     use DataType as D;
     let remedy = match dt {
-        D::Utf8
-        | D::LargeUtf8
-        | D::Utf8View
-        | D::Binary
-        | D::LargeBinary
-        | D::BinaryView
-        | D::FixedSizeBinary(_) => {
+        D::FixedSizeBinary(_) | D::Binary | D::LargeBinary | D::BinaryView => {
+            "strings and binary have no tensor form; encode them first (e.g. to category codes \
+             or token ids). A bfloat16 or float8 column that pyarrow read from a file before \
+             `import dlframe` has lost its type here: pass the table or record batch, whose \
+             schema still names it, or read the file again after importing dlframe"
+        }
+        D::Utf8 | D::LargeUtf8 | D::Utf8View => {
             "strings and binary have no tensor form; encode them first (e.g. to category codes \
              or token ids)"
         }

@@ -8,8 +8,11 @@
 //! | `h`, `m`; `D` of a timedelta64 | timestamp / duration in seconds, each value multiplied, overflow checked | one pass (copies) |
 //! | `Y`, `M`, `W`, `ps`, `fs`, `as`, generic, multiples (`10s`) | - | refused, naming the unit |
 //!
-//! NaT (the smallest int64) has no place in a tensor: in the units that copy it is refused with
-//! the others that do not fit; in the shared ones it stays the smallest int64, as numpy stores it.
+//! NaT is numpy's smallest int64. It stays the smallest value of the tensor's storage: int64 in
+//! the shared units and in the seconds that `h`, `m` and `D` of a timedelta become, int32 in a
+//! date32 (so the date of day -2^31, which would read as NaT, is refused). On the way to Arrow
+//! that value becomes a null, as pyarrow makes NaT a null (`arrow::from_tensor`), with the
+//! values still shared.
 
 use std::sync::Arc;
 
@@ -59,11 +62,14 @@ pub fn units(typestr: &TypeStr) -> Result<Option<Units>> {
         "h" => seconds(3_600),
         "m" => seconds(60),
         _ => {
+            let example = if kind == 'M' { "datetime64[s]" } else { "timedelta64[s]" };
             return Err(Error::UnsupportedDType {
                 what: format!("numpy {}", numpy_name(typestr)),
-                remedy: "Arrow has seconds, milliseconds, microseconds, nanoseconds and days; convert the \
-                         array to one of them first, e.g. x.astype('datetime64[s]')"
-                    .into(),
+                remedy: format!(
+                    "Arrow has seconds, milliseconds, microseconds, nanoseconds and days; convert the \
+                     array to one of them first, e.g. x.astype('{example}')"
+                )
+                .into(),
             });
         }
     }))
@@ -76,11 +82,11 @@ pub fn units(typestr: &TypeStr) -> Result<Option<Units>> {
 ///
 /// # Errors
 /// The errors of [`units`]; [`Error::CopyRequired`] for a unit that needs a copy under
-/// `copy=False`; [`Error::ValueOutOfRange`] for a value (NaT included) that does not fit,
-/// naming its index.
+/// `copy=False`; [`Error::ValueOutOfRange`] for a value that does not fit, naming its index.
 pub fn with_units(t: Tensor, typestr: &TypeStr, copy: CopyPolicy) -> Result<Tensor> {
     let Some(units) = units(typestr)? else { return Ok(t) };
-    let logical = |dt: DataType| Some(Arc::new(Field::new("", dt, false)));
+    // Nullable: NaT becomes a null in Arrow.
+    let logical = |dt: DataType| Some(Arc::new(Field::new("", dt, true)));
     if let Units::Shared(dt) = units {
         return Ok(t.with_logical(logical(dt)));
     }
@@ -98,7 +104,7 @@ pub fn with_units(t: Tensor, typestr: &TypeStr, copy: CopyPolicy) -> Result<Tens
     };
     let counts = source.as_slice::<i64>()?;
     let bad = |i: usize, v: i64| Error::ValueOutOfRange {
-        value: if v == i64::MIN { "NaT".into() } else { v.to_string() },
+        value: v.to_string(),
         place: format!("at index {i} of the numpy {} array", numpy_name(typestr)),
         target: target(&units),
     };
@@ -108,7 +114,10 @@ pub fn with_units(t: Tensor, typestr: &TypeStr, copy: CopyPolicy) -> Result<Tens
             let days: Vec<i32> = counts
                 .iter()
                 .enumerate()
-                .map(|(i, &v)| i32::try_from(v).map_err(|_| bad(i, v)))
+                .map(|(i, &v)| match v {
+                    i64::MIN => Ok(i32::MIN),
+                    v => i32::try_from(v).ok().filter(|d| *d != i32::MIN).ok_or_else(|| bad(i, v)),
+                })
                 .collect::<Result<_>>()?;
             Tensor::from_vec(days, shape)?.with_logical(logical(DataType::Date32))
         }
@@ -116,7 +125,10 @@ pub fn with_units(t: Tensor, typestr: &TypeStr, copy: CopyPolicy) -> Result<Tens
             let secs: Vec<i64> = counts
                 .iter()
                 .enumerate()
-                .map(|(i, &v)| v.checked_mul(*factor).filter(|_| v != i64::MIN).ok_or_else(|| bad(i, v)))
+                .map(|(i, &v)| match v {
+                    i64::MIN => Ok(i64::MIN),
+                    v => v.checked_mul(*factor).filter(|s| *s != i64::MIN).ok_or_else(|| bad(i, v)),
+                })
                 .collect::<Result<_>>()?;
             Tensor::from_vec(secs, shape)?.with_logical(logical(to.clone()))
         }
@@ -186,8 +198,13 @@ mod tests {
         assert!(t.copied());
         let e = with_units(tensor(&[1, 1 << 40]), &ts("<M8[D]"), CopyPolicy::IfNeeded).unwrap_err();
         assert!(e.to_string().contains("at index 1") && e.to_string().contains("date32"), "{e}");
-        let e = with_units(tensor(&[i64::MIN]), &ts("<M8[D]"), CopyPolicy::IfNeeded).unwrap_err();
-        assert!(e.to_string().starts_with("NaT at index 0"), "{e}");
+        // NaT stays the smallest value; the day that would read as NaT is refused.
+        let t = with_units(tensor(&[i64::MIN, 1]), &ts("<M8[D]"), CopyPolicy::IfNeeded).unwrap();
+        assert_eq!(t.as_slice::<i32>().unwrap(), &[i32::MIN, 1]);
+        let e = with_units(tensor(&[i32::MIN as i64]), &ts("<M8[D]"), CopyPolicy::IfNeeded).unwrap_err();
+        assert!(e.to_string().starts_with("-2147483648 at index 0"), "{e}");
+        let t = with_units(tensor(&[i64::MIN, 1]), &ts("<m8[m]"), CopyPolicy::IfNeeded).unwrap();
+        assert_eq!(t.as_slice::<i64>().unwrap(), &[i64::MIN, 60]);
         let t = with_units(tensor(&[2, -3]), &ts("<m8[h]"), CopyPolicy::Always).unwrap();
         assert_eq!(t.as_slice::<i64>().unwrap(), &[7200, -10_800]);
         assert_eq!(t.logical().unwrap().data_type(), &DataType::Duration(TimeUnit::Second));

@@ -95,7 +95,7 @@ impl ArrayInterface {
     pub fn for_host(t: &Tensor) -> Result<Self> {
         host_only(t, "__array_interface__")?;
         let typestr = match t.logical().map(|f| TypeStr::from_arrow(f.data_type())) {
-            Some(Ok(ts)) if t.ndim() <= 1 && ts.to_dtype().ok() == Some(t.dtype()) => ts,
+            Some(Ok(ts)) if ts.to_dtype().ok() == Some(t.dtype()) => ts,
             _ => TypeStr::from_dtype(t.dtype())?,
         };
         Ok(ArrayInterface::from_tensor(t, typestr))

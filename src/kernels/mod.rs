@@ -165,6 +165,26 @@ pub fn fill_into(dtype: DType, fill: Option<Scalar>, out: &mut [u8]) -> Result<(
     })
 }
 
+/// Refuses an integer fill value that `dtype` holds only rounded, under [`Inexact::Error`], as
+/// the same value in the data is refused: 1000 into float8_e5m2 (which holds 1024), 2^24 + 1
+/// into float32. A float fill rounds, as float data does. Copies nothing.
+///
+/// # Errors
+/// [`Error::InexactCast`] with place `(fill_value)`.
+pub fn check_fill_exact(dtype: DType, fill: Scalar, inexact: Inexact) -> Result<()> {
+    let Scalar::Int(i) = fill else { return Ok(()) };
+    with_numeric!(dtype, D => {
+        if cast::<i64, D>(i, inexact).is_none() && D::from_num(Num::Int(i)).is_some() {
+            return Err(Error::InexactCast {
+                value: i.to_string(),
+                place: "(fill_value)".into(),
+                target: dtype.to_string(),
+            });
+        }
+        Ok(())
+    })
+}
+
 /// A fill value's bytes in `dtype` (little-endian, in the low bytes of a u64), range-checked as
 /// [`fill_value`] checks it. Copies nothing but the one value.
 ///
