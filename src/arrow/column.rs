@@ -23,12 +23,14 @@ use crate::options::{CopyPolicy, ExportOptions};
 /// under [`CopyPolicy::Never`] when a copy is needed, [`Error::ValueOutOfRange`] for a value
 /// that does not fit a lossy cast.
 pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Converted> {
-    if let Some((fixed, chunks)) = super::binary_storage::fixed_width_laid_out(field, chunks, opts)? {
-        let c = to_tensor(&fixed, &chunks, opts)?;
-        return Ok(Converted { values: c.values.with_copied(true), ..c });
-    }
-    if let Some((lists, chunks)) = list_views_laid_out(field, chunks, opts)? {
-        let c = to_tensor(&lists, &chunks, opts)?;
+    // A column laid out anew (bfloat16 or float8 over variable-width binary, a list view) is
+    // converted as the column it became, a copy.
+    let laid = match super::binary_storage::fixed_width_laid_out(field, chunks, opts)? {
+        None => list_views_laid_out(field, chunks, opts)?,
+        laid => laid,
+    };
+    if let Some((laid, chunks)) = laid {
+        let c = to_tensor(&laid, &chunks, opts)?;
         return Ok(Converted { values: c.values.with_copied(true), ..c });
     }
     if is_ragged(field, opts) {
