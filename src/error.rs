@@ -9,6 +9,76 @@ use std::fmt;
 /// The result type of every fallible dlframe function.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Where a refused value sits: a cell of a column, the fill value, or an element of a numpy
+/// array on its way to Arrow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// Row `row` of column `column` (`'x'`, or its position), counted as `rows` says.
+    Cell {
+        /// The row, from 0.
+        row: u64,
+        /// The column as errors name it: `'x'`, or its position.
+        column: String,
+        /// What the row counts.
+        rows: Rows,
+    },
+    /// The `fill_value` of a null fill.
+    Fill,
+    /// The `pad` of a padded list.
+    Pad,
+    /// Element `index` of the flat numpy array `array` (its dtype's name).
+    Index {
+        /// The element, from 0.
+        index: u64,
+        /// The numpy dtype, e.g. `datetime64[D]`.
+        array: String,
+    },
+}
+
+/// What a [`Place::Cell`]'s row counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    /// The rows of the input as its caller numbers them: a table's, a stream's, or (for a batch
+    /// of a training pass) its source's, wherever they are known.
+    Source,
+    /// The rows of one batch of `len` rows that a query engine handed over (Polars, a SQL
+    /// function): where that batch lies in the result is not known.
+    Batch {
+        /// The batch's rows.
+        len: u64,
+    },
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Cell { row, column, rows: Rows::Source } => write!(f, "at row {row} of column {column}"),
+            Place::Cell { row, column, rows: Rows::Batch { len } } => {
+                write!(
+                    f,
+                    "at row {row} of a batch of {len} rows, column {column} (where the batch lies in the result is not known)"
+                )
+            }
+            Place::Fill => f.write_str("(fill_value)"),
+            Place::Pad => f.write_str("(pad_value)"),
+            Place::Index { index, array } => write!(f, "at index {index} of the numpy {array} array"),
+        }
+    }
+}
+
+/// A place compares with the text it prints, so that tests and callers can match on it.
+impl PartialEq<str> for Place {
+    fn eq(&self, other: &str) -> bool {
+        self.to_string().as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Place {
+    fn eq(&self, other: &&str) -> bool {
+        self == *other
+    }
+}
+
 /// Which kind of exception a boundary should raise for an [`Error`].
 ///
 /// The array API says data that cannot be exported is a `BufferError`; bad arguments are
@@ -117,7 +187,7 @@ pub enum Error {
         /// The value, printed.
         value: String,
         /// Where it is: "at row 3 of column 'x'", "(fill_value)".
-        place: String,
+        place: Place,
         /// The target dtype.
         target: String,
     },
@@ -131,7 +201,7 @@ pub enum Error {
         /// The value, printed.
         value: String,
         /// Where it is: "at row 3 of column 'x'".
-        place: String,
+        place: Place,
         /// The target dtype.
         target: String,
     },
@@ -234,10 +304,10 @@ pub enum Error {
 /// The remedy for a value that does not fit its target: a wider dtype helps only an integer
 /// (or finite float) that is too large; NaN, infinity and fractions need a float dtype or, for a
 /// fill, another fill value.
-fn out_of_range_remedy(value: &str, place: &str, target: &str) -> &'static str {
-    let fill = place == "(fill_value)";
+fn out_of_range_remedy(value: &str, place: &Place, target: &str) -> &'static str {
+    let fill = *place == Place::Fill;
     let whole = value.parse::<f64>().is_ok_and(|v| v.is_finite() && v.fract() == 0.0);
-    if place.contains(" of the numpy ") {
+    if let Place::Index { .. } = place {
         // A numpy datetime on its way to Arrow: no dtype to choose there.
         return "the Arrow type cannot hold it; convert the array to a unit Arrow has, such as \
                 x.astype('datetime64[s]'), or remove the value first";
@@ -270,6 +340,28 @@ impl From<arrow_schema::ArrowError> for Error {
 }
 
 impl Error {
+    /// The same error with a cell's row renumbered by `at` (a batch's row as its source row,
+    /// or as a row of a batch whose place in the result is not known); other errors as they
+    /// are.
+    pub fn at_rows(self, at: impl FnOnce(u64) -> (u64, Rows)) -> Error {
+        let cell = |place: Place| match place {
+            Place::Cell { row, column, .. } => {
+                let (row, rows) = at(row);
+                Place::Cell { row, column, rows }
+            }
+            other => other,
+        };
+        match self {
+            Error::ValueOutOfRange { value, place, target } => {
+                Error::ValueOutOfRange { value, place: cell(place), target }
+            }
+            Error::InexactCast { value, place, target } => {
+                Error::InexactCast { value, place: cell(place), target }
+            }
+            e => e,
+        }
+    }
+
     /// The exception family a boundary should use for this error.
     pub fn kind(&self) -> ErrorKind {
         match self {

@@ -71,5 +71,5 @@ pub mod transfer;
 pub use device::Device;
 pub use dlpack::{ForeignTensor, export_legacy, export_versioned};
 pub use dtype::DType;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Place, Result, Rows};
 pub use tensor::Tensor;

@@ -4,7 +4,7 @@
 //! the target dtype. Nothing here reads data or copies.
 
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Place, Result};
 
 /// Memory order of a matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -118,7 +118,7 @@ impl NullPolicy {
             Scalar::Int(i @ (0 | 1)) => Ok(i as u8),
             other => Err(Error::ValueOutOfRange {
                 value: format!("{other:?}"),
-                place: "(fill_value)".into(),
+                place: Place::Fill,
                 target: "bool".into(),
             }),
         }

@@ -83,7 +83,7 @@ fn the_two_formats_share_their_storage_but_not_their_values() {
     match &e {
         Error::ValueOutOfRange { value, place, target } => {
             assert!(value.starts_with("57344") && target == "float8_e4m3fn", "{e}");
-            assert!(place.contains("row 1") && place.contains("'b'"), "{e}");
+            assert!(place.to_string().contains("row 1") && place.to_string().contains("'b'"), "{e}");
         }
         e => panic!("{e}"),
     }

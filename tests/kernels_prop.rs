@@ -781,7 +781,12 @@ fn check_interleave<D: Target>(
     } else {
         match got {
             Err(Error::ValueOutOfRange { place, target, .. } | Error::InexactCast { place, target, .. }) => {
-                prop_assert!(bad.contains(&place), "{} is not one of the bad cells {:?}", place, bad);
+                prop_assert!(
+                    bad.contains(&place.to_string()),
+                    "{} is not one of the bad cells {:?}",
+                    place,
+                    bad
+                );
                 prop_assert_eq!(target, D::DTYPE.to_string());
             }
             other => prop_assert!(false, "expected a refused cast at one of {:?}, got {:?}", bad, other),

@@ -349,3 +349,27 @@ fn tables_from_csv_directories_gzip_and_any_case_of_extension() {
     let r = dlframe(&["--table", &format!("t={}", path(&dir.join("notes.txt"))), "SELECT 1"]);
     assert!(r.stderr.contains("expected a .csv, .csv.gz or .parquet file"), "{}", r.stderr);
 }
+
+#[test]
+fn an_inexact_value_is_named_by_its_row_of_the_result_and_the_advice_works_here() {
+    let dir = TempDir::new("cli-inexact");
+    let table = dir.join("t.parquet");
+    write_parquet(&table, 0..5000, 300);
+    let t = format!("t={}", path(&table));
+    let out = dir.join("m.npy");
+    let big = "SELECT CASE WHEN id = 3001 THEN 9007199254740993 ELSE id END AS v, x FROM t";
+    // The result's rows are collected in file order: row 3001 across row groups of 300.
+    let r = dlframe(&["--table", &t, "--out", path(&out), big]);
+    assert!(r.code != 0 && r.stderr.contains("9007199254740993 at row 3001 of column 'v'"), "{}", r.stderr);
+    assert!(r.stderr.contains("--inexact round"), "{}", r.stderr);
+    // A SQL function sees one batch at a time, and says so.
+    let sql = format!("SELECT to_tensor_as('float64', v, x) FROM ({big})");
+    let r = dlframe(&["--table", &t, "--out", path(&out), &sql]);
+    assert!(r.code != 0 && r.stderr.contains("at row 1 of a batch of 300 rows, column "), "{}", r.stderr);
+    // Each remedy the messages give works on this route.
+    ok(&["--table", &t, "--out", path(&out), "--inexact", "round", big]);
+    assert_eq!(read_npy(&out).f64s()[3001 * 2], 9007199254740992.0);
+    let cast = format!("SELECT to_tensor_as('float64', CAST(v AS DOUBLE), x) FROM ({big})");
+    ok(&["--table", &t, "--out", path(&out), &cast]);
+    assert_eq!(read_npy(&out).f64s()[3001 * 2], 9007199254740992.0);
+}

@@ -270,6 +270,13 @@ class ScalarUDF:
     def name(self) -> str: ...
     def __datafusion_scalar_udf__(self) -> object: ...
 
+class DatafusionOptions:
+    """dlframe's session options (``dlframe.inexact``) as a datafusion-ffi capsule, for
+    ``SessionConfig().with_extension(...)``."""
+
+    def __init__(self) -> None: ...
+    def __datafusion_extension_options__(self) -> object: ...
+
 def datafusion_udfs() -> list[ScalarUDF]:
     """Every dlframe SQL function; register them with ``dlframe.datafusion.register(ctx)``."""
 

@@ -6,6 +6,8 @@
   checking that the installed datafusion has the major version they were built against.
 - ``dlframe.to_dlpack(ctx.sql(...))`` reads a query result through ``__arrow_c_stream__``; a
   single tensor column becomes an ``(n, *cell_shape)`` tensor.
+- ``options()`` gives dlframe's session options for ``SessionConfig().with_extension(...)``:
+  a context made with them takes ``SET dlframe.inexact = 'round'``.
 - ``register_tensors(ctx, name, {"x": array, ...})`` serves numpy, torch or jax arrays as a
   table without copying them (bool arrays are bit-packed, strided ones gathered: copies).
 """
@@ -16,7 +18,7 @@ from typing import Any, Mapping
 
 from . import _native
 
-__all__ = ["register", "udfs", "register_tensors", "built_against"]
+__all__ = ["register", "udfs", "options", "register_tensors", "built_against"]
 
 
 def built_against() -> str:
@@ -43,6 +45,15 @@ def udfs() -> list[Any]:
     """Every dlframe UDF as a ``datafusion.ScalarUDF`` (after the version check)."""
     datafusion = _check_host()
     return [datafusion.udf(u) for u in _native.datafusion_udfs()]
+
+
+def options() -> Any:
+    """dlframe's session options (``dlframe.inexact``) for a new context:
+    ``SessionContext(SessionConfig().with_extension(dlframe.datafusion.options()))``. Such a
+    session takes ``SET dlframe.inexact = 'round'``; DataFusion adds options only when a
+    session is made, so ``register(ctx)`` cannot add them to an existing one."""
+    _check_host()
+    return _native.DatafusionOptions()
 
 
 def register(ctx: Any) -> None:

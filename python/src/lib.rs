@@ -61,6 +61,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(args::dtype_name, m)?)?;
     m.add_function(wrap_pyfunction!(_cuda_kernel_timing, m)?)?;
     m.add_class::<sql_udfs::PyScalarUDF>()?;
+    m.add_class::<sql_udfs::PyOptions>()?;
     m.add_function(wrap_pyfunction!(sql_udfs::datafusion_udfs, m)?)?;
     m.add_function(wrap_pyfunction!(sql_udfs::datafusion_version, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

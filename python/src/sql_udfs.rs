@@ -8,9 +8,13 @@
 use std::sync::Arc;
 
 use datafusion::logical_expr::ScalarUDF;
+use datafusion_ffi::config::extension_options::FFI_ExtensionOptions;
 use datafusion_ffi::udf::FFI_ScalarUDF;
+use dlframe_datafusion::DlframeOptions;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
+
+use crate::error::Result;
 
 /// One dlframe UDF, ready for `datafusion.udf(...)`.
 #[pyclass(name = "ScalarUDF", module = "dlframe._native", frozen)]
@@ -34,6 +38,32 @@ impl PyScalarUDF {
 
     fn __repr__(&self) -> String {
         format!("<dlframe ScalarUDF {}>", self.inner.name())
+    }
+}
+
+/// dlframe's session options (`dlframe.inexact`), for `SessionConfig().with_extension(...)`:
+/// a session made with them takes `SET dlframe.inexact = 'round'`.
+#[pyclass(name = "DatafusionOptions", module = "dlframe._native", frozen)]
+pub struct PyOptions;
+
+#[pymethods]
+impl PyOptions {
+    #[new]
+    fn new() -> Self {
+        PyOptions
+    }
+
+    /// The options, at their defaults, as a datafusion-ffi capsule (the capsule owns them).
+    fn __datafusion_extension_options__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyCapsule>> {
+        let mut options = FFI_ExtensionOptions::default();
+        options
+            .add_config(&DlframeOptions::default())
+            .map_err(|e| dlframe::Error::InvalidArgument(e.to_string()))?;
+        Ok(PyCapsule::new_with_value(py, options, c"datafusion_extension_options")?)
+    }
+
+    fn __repr__(&self) -> &'static str {
+        "<dlframe DataFusion options: dlframe.inexact>"
     }
 }
 

@@ -211,3 +211,106 @@ def test_from_dlpack_does_not_advise_a_dtype_it_does_not_take():
     with pytest.raises(ValueError) as e:
         dlframe.from_dlpack(np.array([0, 2**40], dtype="datetime64[D]"))
     assert "dtype" not in str(e.value).split(";")[1] and "astype" in str(e.value), str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors name the source's row wherever it is known, and say so where it is not
+
+BIG_ROW = 3001
+
+
+def _big_table(n=5000):
+    x = np.arange(n, dtype=np.int64)
+    x[BIG_ROW] = 2**53 + 1
+    return pa.table({"x": x, "y": np.ones(n)})
+
+
+def _refusal(run):
+    with pytest.raises(Exception) as e:
+        run()
+    assert "9007199254740993" in str(e.value) and "has no exact float64" in str(e.value), e.value
+    return str(e.value)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"shuffle": True, "seed": 3},
+        {"shuffle": True, "seed": 3, "shard": (1, 2)},
+        {"shuffle": True, "seed": 3, "shard": (0, 2)},
+        {"shuffle": True, "seed": 5, "splits": 5, "shuffle_buffer": 2000},
+    ],
+)
+def test_a_batch_names_the_source_row_even_when_shuffled_and_sharded(options, tmp_path):
+    t = _big_table()
+    pq.write_table(t, tmp_path / "a.parquet", row_group_size=300)
+    sources = [t, pa.Table.from_batches(t.to_batches(max_chunksize=700)), str(tmp_path / "a.parquet")]
+    # Only the rank that reads row 3001 meets it; the other makes its batches.
+    if BIG_ROW not in _rows_of(options):
+        for source in sources:
+            list(dlframe.batches(source, 1000, dtype="float64", **options))
+        return
+    for source in sources:
+        msg = _refusal(lambda: list(dlframe.batches(source, 1000, dtype="float64", **options)))
+        assert f"at row {BIG_ROW} of column 'x'" in msg, (source, msg)
+
+
+def _rows_of(options):
+    """The source rows a rank reads, from its int64 batches of the row ids."""
+    ids = pa.table({"x": np.arange(5000, dtype=np.int64), "y": np.ones(5000)})
+    return {int(r) for b in dlframe.batches(ids, 1000, **options) for r in np.from_dlpack(b)[:, 0]}
+
+
+def test_a_stream_names_its_row_in_the_stream():
+    t = _big_table()
+    reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches(max_chunksize=333))
+    msg = _refusal(lambda: list(dlframe.batches(reader, 1000, dtype="float64")))
+    assert f"at row {BIG_ROW} of column 'x'" in msg, msg
+
+
+def test_a_sql_function_says_its_row_counts_in_a_batch_and_its_advice_works():
+    datafusion = pytest.importorskip("datafusion", reason="datafusion is in the test requirements")
+    t = _big_table()
+    query = "SELECT to_tensor_as('float64', x, y) AS m FROM t"
+
+    def context(config=None):
+        ctx = datafusion.SessionContext(config) if config is not None else datafusion.SessionContext()
+        dlframe.datafusion.register(ctx)
+        ctx.register_record_batches("t", [t.to_batches(max_chunksize=1000)])
+        return ctx
+
+    plain = context()
+    msg = _refusal(lambda: plain.sql(query).collect())
+    assert "at row 1 of a batch of 1000 rows, column 'x'" in msg, msg
+    # Without dlframe's options the session has no dlframe namespace: DataFusion says so.
+    with pytest.raises(Exception, match="dlframe"):
+        plain.sql("SET dlframe.inexact = 'round'").collect()
+    # The two remedies the message names: a cast in the query, and the option in a session made
+    # with dlframe's options.
+    cast = plain.sql("SELECT to_tensor_as('float64', CAST(x AS DOUBLE), y) AS m FROM t")
+    assert _row(cast, BIG_ROW)[0] == float(2**53)
+    with_options = context(datafusion.SessionConfig().with_extension(dlframe.datafusion.options()))
+    _refusal(lambda: with_options.sql(query).collect())
+    with_options.sql("SET dlframe.inexact = 'round'").collect()
+    assert _row(with_options.sql(query), BIG_ROW)[0] == float(2**53)
+    with_options.sql("SET dlframe.inexact = 'error'").collect()
+    _refusal(lambda: with_options.sql(query).collect())
+
+
+def _row(df, i):
+    return np.from_dlpack(dlframe.to_dlpack(df))[i]
+
+
+def test_polars_says_its_row_counts_in_the_batch_it_passed_and_raises_compute_error():
+    pl = pytest.importorskip("polars", reason="polars is in the test requirements")
+    t = _big_table()
+    lf = pl.from_arrow(t).lazy().select(dlframe.polars.to_tensor("x", "y", dtype="float64"))
+    for engine in ["in-memory", "streaming"]:
+        with pytest.raises(pl.exceptions.ComputeError) as e:
+            lf.collect(engine=engine)
+        msg = str(e.value)
+        assert "has no exact float64" in msg and " of a batch of " in msg, (engine, msg)
+        # The batch's own row, counted from its start: never passed off as the frame's row.
+        row, rows = (int(w) for w in msg.split("at row ")[1].split(" rows")[0].split(" of a batch of "))
+        assert row < rows <= t.num_rows and (row == BIG_ROW) == (rows == t.num_rows), msg

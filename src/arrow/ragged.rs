@@ -23,7 +23,7 @@ use arrow_schema::{DataType, Field, FieldRef};
 use super::copy::{Converted, plain_to_tensor};
 use super::read::check_chunk_types;
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Place, Result};
 use crate::kernels::{self, HostBuffer};
 use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Ragged, Scalar};
 use crate::tensor::Tensor;
@@ -229,7 +229,7 @@ fn pad_item(dtype: DType, pad: Scalar) -> Result<Vec<u8>> {
     }
     let bits = kernels::fill_bits(dtype, pad).map_err(|e| match e {
         Error::ValueOutOfRange { value, target, .. } => {
-            Error::ValueOutOfRange { value, place: "(pad_value)".into(), target }
+            Error::ValueOutOfRange { value, place: Place::Pad, target }
         }
         other => other,
     })?;

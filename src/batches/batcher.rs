@@ -9,11 +9,12 @@ use arrow_array::{Array, ArrayRef};
 use arrow_schema::FieldRef;
 
 use super::BatchOptions;
+use super::origin::Runs;
 use super::plan::Course;
 use super::select::Router;
 use super::shuffle::{Rng, deal, derive};
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Rows};
 use crate::table::{Columns, TableTensors, table_on};
 use crate::transfer;
 
@@ -23,7 +24,8 @@ pub type InputColumns = Vec<ArrayRef>;
 /// The rows of one of the rank's splits received and not yet cut into a block.
 #[derive(Debug, Default)]
 struct Queue {
-    pending: VecDeque<InputColumns>,
+    /// Input batches, each with the stream's row number of its first row.
+    pending: VecDeque<(u64, InputColumns)>,
     /// Rows of the front input batch already cut.
     offset: usize,
     /// Rows pending after `offset`.
@@ -38,6 +40,8 @@ struct Queue {
 #[derive(Debug)]
 struct Group {
     columns: Arc<Vec<Vec<ArrayRef>>>,
+    /// The stream's row of each row of the block.
+    origin: Arc<Runs>,
     slots: Vec<(u32, Vec<Vec<u32>>, u64)>,
     first_step: u64,
     steps: usize,
@@ -108,6 +112,10 @@ pub struct Batcher {
     slots: Vec<Queue>,
     /// Rows of the input still to skip (a resumed stream).
     skip: u64,
+    /// Rows of the input pushed so far, skipped ones included.
+    seen: u64,
+    /// The source's row of each row of the input (the stream's units are some of the source's).
+    sources: Arc<Runs>,
     /// The index of the next block to cut.
     block: u64,
     group: Option<Group>,
@@ -136,6 +144,8 @@ impl Batcher {
             course,
             router: None,
             skip: 0,
+            seen: 0,
+            sources: Arc::new(Runs::identity()),
             block: 0,
             group: None,
             ended: false,
@@ -179,6 +189,13 @@ impl Batcher {
     pub fn routing(mut self, router: Router) -> Self {
         self.ended = router.done();
         self.router = Some(router);
+        self
+    }
+
+    /// The same, the input's rows being the source's rows that `sources` maps them to, so that
+    /// errors name the source's row.
+    pub fn from_source(mut self, sources: Runs) -> Self {
+        self.sources = Arc::new(sources);
         self
     }
 
@@ -232,10 +249,13 @@ impl Batcher {
         }
         let skipped = self.skip.min(rows as u64) as usize;
         self.skip -= skipped as u64;
+        let at = self.seen;
+        self.seen += rows as u64;
         match self.router.as_mut() {
-            None if skipped == 0 => self.keep(0, columns, rows),
+            None if skipped == 0 => self.keep(0, at, columns, rows),
             None => self.keep(
                 0,
+                at + skipped as u64,
                 columns.iter().map(|c| c.slice(skipped, rows - skipped)).collect(),
                 rows - skipped,
             ),
@@ -243,13 +263,13 @@ impl Batcher {
             Some(router) => {
                 let parts = router.cut(rows);
                 let done = router.done();
-                for (at, len, slot) in parts {
-                    let part = if at == 0 && len == rows {
+                for (offset, len, slot) in parts {
+                    let part = if offset == 0 && len == rows {
                         columns.clone()
                     } else {
-                        columns.iter().map(|c| c.slice(at, len)).collect()
+                        columns.iter().map(|c| c.slice(offset, len)).collect()
                     };
-                    self.keep(slot, part, len);
+                    self.keep(slot, at + offset as u64, part, len);
                 }
                 self.ended = done;
             }
@@ -257,10 +277,11 @@ impl Batcher {
         Ok(())
     }
 
-    fn keep(&mut self, slot: usize, columns: InputColumns, rows: usize) {
+    /// Queues `columns` (`rows` rows from the stream's row `at`) for split `slot`.
+    fn keep(&mut self, slot: usize, at: u64, columns: InputColumns, rows: usize) {
         if rows > 0 {
             let q = &mut self.slots[slot];
-            q.pending.push_back(columns);
+            q.pending.push_back((at, columns));
             q.buffered += rows;
             q.left = q.left.map(|l| l.saturating_sub(rows as u64));
         }
@@ -351,11 +372,23 @@ impl Batcher {
                 .max()
                 .unwrap_or(0);
             let wanted = (0..steps as u64).any(|i| mine(&self.course, &self.options, first_step + i));
-            let blocks: Vec<Vec<Vec<ArrayRef>>> =
-                (0..self.slots.len()).map(|s| self.take(s, takes[s], wanted)).collect();
+            // The splits' rows one after another, and the stream's row of each.
+            let mut origin = Runs::identity();
+            let mut block_rows = 0u64;
+            let blocks: Vec<Vec<Vec<ArrayRef>>> = (0..self.slots.len())
+                .map(|s| {
+                    let (columns, runs) = self.take(s, takes[s], wanted);
+                    for (len, at) in runs {
+                        origin.push(block_rows, at);
+                        block_rows += len;
+                    }
+                    columns
+                })
+                .collect();
             if !wanted {
                 continue;
             }
+            let origin = Arc::new(origin);
             // The splits' rows one after another, per column.
             let columns: Vec<Vec<ArrayRef>> = (0..self.fields.len())
                 .map(|c| blocks.iter().flat_map(|b| b[c].iter().cloned()).collect())
@@ -369,7 +402,7 @@ impl Batcher {
                 }
                 let columns =
                     if (lo, hi) == (0, total) { columns } else { slice_chunks(&columns, lo, hi - lo) };
-                return Some(self.window(Arc::new(columns), None));
+                return Some(self.window(Arc::new(columns), origin, lo as u64, None));
             }
             let mut offset = 0u32;
             let mut slots = Vec::with_capacity(takes.len());
@@ -388,7 +421,8 @@ impl Batcher {
                 slots.push((offset, parts, seed));
                 offset += rows as u32;
             }
-            self.group = Some(Group { columns: Arc::new(columns), slots, first_step, steps, next: 0 });
+            self.group =
+                Some(Group { columns: Arc::new(columns), origin, slots, first_step, steps, next: 0 });
         }
     }
 
@@ -432,25 +466,44 @@ impl Batcher {
             if rows.is_empty() || (self.options.drop_last && rows.len() < self.options.batch_size) {
                 continue;
             }
-            let columns = group.columns.clone();
-            return Some(self.window(columns, Some(Picks { rows, order })));
+            let (columns, origin) = (group.columns.clone(), group.origin.clone());
+            return Some(self.window(columns, origin, 0, Some(Picks { rows, order })));
         }
     }
 
-    fn window(&self, columns: Arc<Vec<Vec<ArrayRef>>>, rows: Option<Picks>) -> Window {
-        Window { fields: self.fields.clone(), table: self.table, options: self.options, columns, rows }
+    /// A window over `columns` (a block), whose row 0 is the block's row `first` unless `rows`
+    /// picks them; `origin` gives the stream's row of each of the block's.
+    fn window(
+        &self,
+        columns: Arc<Vec<Vec<ArrayRef>>>,
+        origin: Arc<Runs>,
+        first: u64,
+        rows: Option<Picks>,
+    ) -> Window {
+        let rows_of = Origin { block: origin, sources: self.sources.clone(), first };
+        Window {
+            fields: self.fields.clone(),
+            table: self.table,
+            options: self.options,
+            columns,
+            rows,
+            rows_of,
+        }
     }
 
     /// Cuts the next `rows` rows off split `slot`'s pending input: per column, the slices (no
-    /// copy) of the input batches they span, or nothing when `keep` is false.
-    fn take(&mut self, slot: usize, rows: usize, keep: bool) -> Vec<Vec<ArrayRef>> {
+    /// copy) of the input batches they span, or nothing when `keep` is false; and the runs of
+    /// them, `(rows, stream's row of the first)`.
+    fn take(&mut self, slot: usize, rows: usize, keep: bool) -> (Vec<Vec<ArrayRef>>, Vec<(u64, u64)>) {
         let q = &mut self.slots[slot];
         let mut window = vec![Vec::new(); if keep { self.fields.len() } else { 0 }];
+        let mut runs = Vec::new();
         let mut left = rows;
         while left > 0 {
-            let front = q.pending.front().expect("buffered rows are pending");
+            let (at, front) = q.pending.front().expect("buffered rows are pending");
             let len = front[0].len();
             let n = left.min(len - q.offset);
+            runs.push((n as u64, at + q.offset as u64));
             for (w, c) in window.iter_mut().zip(front) {
                 w.push(if q.offset == 0 && n == len { c.clone() } else { c.slice(q.offset, n) });
             }
@@ -462,7 +515,7 @@ impl Batcher {
             }
         }
         q.buffered -= rows;
-        window
+        (window, runs)
     }
 }
 
@@ -493,6 +546,16 @@ pub struct Window {
     options: BatchOptions,
     columns: Arc<Vec<Vec<ArrayRef>>>,
     rows: Option<Picks>,
+    rows_of: Origin,
+}
+
+/// Where a window's rows come from: its block's row of its row 0 (unless picked), the stream's
+/// row of each of the block's rows, and the source's of each of the stream's.
+#[derive(Debug)]
+struct Origin {
+    block: Arc<Runs>,
+    sources: Arc<Runs>,
+    first: u64,
 }
 
 impl Window {
@@ -504,6 +567,22 @@ impl Window {
     /// # Errors
     /// The conversion's errors (nulls under the error policy, values that do not fit a cast).
     pub fn convert(&self) -> Result<TableTensors> {
+        self.converted().map_err(|e| e.at_rows(|row| (self.source_row(row), Rows::Source)))
+    }
+
+    /// The source's row of the batch's row `row`.
+    fn source_row(&self, row: u64) -> u64 {
+        let in_block = match &self.rows {
+            None => self.rows_of.first + row,
+            Some(Picks { rows, order }) => {
+                let to = order.positions();
+                to.iter().position(|&t| u64::from(t) == row).map_or(row, |i| u64::from(rows[i]))
+            }
+        };
+        self.rows_of.sources.map(self.rows_of.block.map(in_block))
+    }
+
+    fn converted(&self) -> Result<TableTensors> {
         let BatchOptions { columns: layout, export, device, .. } = &self.options;
         let Some(Picks { rows, order }) = &self.rows else { return self.convert_columns(&self.columns) };
         // Where each picked row goes in the batch.
@@ -596,13 +675,19 @@ mod tests {
             .unwrap()
             .on_course(plan.course(start))
             .unwrap()
-            .routing(Router::new(runs(&reads, plan.unit_rows())));
+            .routing(Router::new(runs(&reads, plan.unit_rows())))
+            .from_source(Runs::of_reads(&reads, plan.unit_rows()));
         let all = units(sizes);
         let mut input = reads.iter().flat_map(|r| all[r.unit].clone());
         let mut out = Vec::new();
         loop {
-            while let Some(t) = b.next_ready() {
-                out.push(ids(t.unwrap()));
+            while let Some(w) = b.next_window() {
+                let batch = ids(w.convert().unwrap());
+                // Every row of every batch knows its row of the source, shuffled or not.
+                for (r, &id) in batch.iter().enumerate() {
+                    assert_eq!(w.source_row(r as u64), id as u64, "row {r} of {batch:?}");
+                }
+                out.push(batch);
             }
             if b.ended() && b.buffered() == 0 {
                 return out;

@@ -48,6 +48,7 @@
 
 mod ahead;
 mod batcher;
+mod origin;
 pub mod pass;
 pub mod plan;
 pub mod readers;
@@ -58,6 +59,7 @@ pub mod stream;
 
 pub use ahead::Ahead;
 pub use batcher::{Batcher, InputColumns, Window};
+pub use origin::Runs;
 pub use plan::{Course, Even, Layout, Rank, Read, Shuffle, SlotCourse, Training, TrainingPlan};
 pub use select::Router;
 pub use state::{Resume, State};

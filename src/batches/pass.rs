@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use arrow_array::ArrayRef;
 use arrow_schema::{ArrowError, FieldRef};
 
+use super::origin::Runs;
 use super::plan::runs;
 use super::{Ahead, BatchOptions, Batcher, Course, Read, Router, TrainingPlan};
 use crate::error::{Error, Result};
@@ -35,12 +36,19 @@ pub struct Setup {
     pub course: Course,
     /// Which rows of the units read go to which split; None keeps every row.
     pub router: Option<Router>,
+    /// The source's row of each row read, for errors that name a row.
+    pub sources: Runs,
 }
 
 impl Setup {
     /// Every row, in order.
     pub fn in_order(options: BatchOptions) -> Self {
-        Setup { options, course: Course::in_order(options.batch_size), router: None }
+        Setup {
+            options,
+            course: Course::in_order(options.batch_size),
+            router: None,
+            sources: Runs::identity(),
+        }
     }
 }
 
@@ -63,11 +71,12 @@ impl Epoch {
     pub fn setup(&self, options: BatchOptions) -> (Setup, Option<TableSlices>) {
         let course = self.plan.course(self.start);
         let Some(total) = self.plan.total_rows() else {
-            return (Setup { options, course, router: None }, None);
+            return (Setup { options, course, router: None, sources: Runs::identity() }, None);
         };
         let reads = self.reads();
         let router = Some(Router::new(runs(&reads, self.plan.unit_rows())));
-        let setup = Setup { options, course, router };
+        let sources = Runs::of_reads(&reads, self.plan.unit_rows());
+        let setup = Setup { options, course, router, sources };
         let Some(unit) = self.plan.table_unit() else { return (setup, None) };
         // A table's units are ranges of its rows; ranges that follow each other are one.
         let mut ranges: VecDeque<(u64, u64)> = VecDeque::new();
@@ -234,7 +243,9 @@ fn push(batcher: &mut Option<Batcher>, field: FieldRef, array: ArrayRef, setup: 
     let b = match batcher {
         Some(b) => b,
         None => {
-            let b = Batcher::new(fields, table, setup.options)?.on_course(setup.course.clone())?;
+            let b = Batcher::new(fields, table, setup.options)?
+                .on_course(setup.course.clone())?
+                .from_source(std::mem::take(&mut setup.sources));
             batcher.insert(match setup.router.take() {
                 Some(router) => b.routing(router),
                 None => b,

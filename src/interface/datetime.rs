@@ -19,7 +19,7 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, TimeUnit};
 
 use super::typestr::TypeStr;
-use crate::error::{Error, Result};
+use crate::error::{Error, Place, Result};
 use crate::kernels::contiguous_copy;
 use crate::options::CopyPolicy;
 use crate::tensor::Tensor;
@@ -105,7 +105,7 @@ pub fn with_units(t: Tensor, typestr: &TypeStr, copy: CopyPolicy) -> Result<Tens
     let counts = source.as_slice::<i64>()?;
     let bad = |i: usize, v: i64| Error::ValueOutOfRange {
         value: v.to_string(),
-        place: format!("at index {i} of the numpy {} array", numpy_name(typestr)),
+        place: Place::Index { index: i as u64, array: numpy_name(typestr) },
         target: target(&units),
     };
     let shape = t.shape().to_vec();

@@ -15,7 +15,7 @@ use half::{bf16, f16};
 use super::round::{bf16_from_f64, f16_from_f64, odd_f64};
 
 use crate::dtype::{DType, F8E4M3FN, F8E5M2, Kind};
-use crate::error::{Error, Result};
+use crate::error::{Error, Place, Result};
 use crate::options::{Inexact, Scalar};
 
 /// A value on its way between element types: an exact integer, or a float.
@@ -286,7 +286,7 @@ pub fn fill_value<D: Element>(s: Scalar) -> Result<D> {
             Scalar::Float(f) => format!("{f:?}"),
             Scalar::Bool(b) => b.to_string(),
         },
-        place: "(fill_value)".into(),
+        place: Place::Fill,
         target: D::DTYPE.to_string(),
     })
 }

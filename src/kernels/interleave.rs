@@ -13,7 +13,7 @@ use super::cast::{Element, always_fits, cast, fails_only_by_overflow, is_infinit
 use super::column::{Column, ColumnRef, Typed, each_ref};
 use super::fill::fill_nulls;
 use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
-use crate::error::{Error, Result};
+use crate::error::{Error, Place, Result, Rows};
 use crate::options::{Inexact, Order};
 
 /// Writes `cols` as the columns of `out` (`n` rows, `k = cols.len()`) in `order`, casting
@@ -251,7 +251,7 @@ fn refused<S: Element, D: Element>(value: S, row: usize, col: &Column, j: usize)
     // Debug, not Display: 1e300 as "1e300", not as 301 digits.
     let (value_text, place, target) = (
         format!("{value:?}"),
-        format!("at row {} of column {}", col.first_row + row, col.label(j)),
+        Place::Cell { row: (col.first_row + row) as u64, column: col.label(j), rows: Rows::Source },
         D::DTYPE.to_string(),
     );
     if D::from_num(value.to_num()).is_some() {

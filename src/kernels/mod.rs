@@ -61,7 +61,7 @@ pub use stream::stream_copy;
 pub use take::{chunk_rows, take_rows};
 
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Place, Result};
 use crate::options::{Inexact, Order, Scalar};
 
 /// Outputs at least this large (in bytes) are split over rayon's threads; smaller ones stay
@@ -177,7 +177,7 @@ pub fn check_fill_exact(dtype: DType, fill: Scalar, inexact: Inexact) -> Result<
         if cast::<i64, D>(i, inexact).is_none() && D::from_num(Num::Int(i)).is_some() {
             return Err(Error::InexactCast {
                 value: i.to_string(),
-                place: "(fill_value)".into(),
+                place: Place::Fill,
                 target: dtype.to_string(),
             });
         }

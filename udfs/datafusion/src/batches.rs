@@ -88,6 +88,7 @@ pub fn epoch_batches(
     let fields = plan.schema().fields().iter().cloned().collect();
     let batcher = Batcher::new(fields, true, setup.options)
         .and_then(|b| b.on_course(setup.course))
+        .map(|b| b.from_source(setup.sources))
         .map(|b| match setup.router {
             Some(router) => b.routing(router),
             None => b,

@@ -1,7 +1,7 @@
 //! The session options of dlframe's SQL functions, set as DataFusion's own are:
 //! `SET dlframe.inexact = 'round'`.
 
-use datafusion::common::config::{ConfigExtension, ConfigOptions};
+use datafusion::common::config::{ConfigExtension, ConfigOptions, DATAFUSION_FFI_CONFIG_NAMESPACE};
 use datafusion::common::{Result, extensions_options, plan_datafusion_err};
 use datafusion::prelude::SessionContext;
 use dlframe::options::Inexact;
@@ -30,10 +30,28 @@ pub fn add_options(ctx: &SessionContext) {
 }
 
 /// The `inexact` mode of a session: its `dlframe.inexact`, or the default where the options
-/// were not added (a host that registers the functions without [`crate::register`]).
+/// were not added (a host that registers the functions without [`crate::register`]). Options
+/// that crossed datafusion-ffi (a datafusion-python session made with dlframe's options) arrive
+/// as entries of the FFI namespace, under their own key or under the namespace's.
 pub fn inexact(config: &ConfigOptions) -> Result<Inexact> {
-    match config.extensions.get::<DlframeOptions>() {
-        Some(o) => Inexact::parse(&o.inexact).map_err(|e| plan_datafusion_err!("dlframe.inexact: {e}")),
+    let key = format!("{}.inexact", DlframeOptions::PREFIX);
+    let value = match config.extensions.get::<DlframeOptions>() {
+        Some(o) => Some(o.inexact.clone()),
+        None => config
+            .extensions
+            .iter()
+            .filter(|(prefix, _)| *prefix == DATAFUSION_FFI_CONFIG_NAMESPACE)
+            .flat_map(|(_, e)| e.entries())
+            .find(|e| {
+                let k = e.key.as_str();
+                k == key
+                    || k.strip_prefix(DATAFUSION_FFI_CONFIG_NAMESPACE).and_then(|k| k.strip_prefix('.'))
+                        == Some(&key)
+            })
+            .and_then(|e| e.value),
+    };
+    match value {
+        Some(v) => Inexact::parse(&v).map_err(|e| plan_datafusion_err!("dlframe.inexact: {e}")),
         None => Ok(Inexact::default()),
     }
 }

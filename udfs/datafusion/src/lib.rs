@@ -144,8 +144,22 @@ pub fn to_df_err(e: dlframe::Error) -> DataFusionError {
             "column {column} has {null_count} null(s); fill them in the same pass with \
              to_tensor_fill(0, ...), or drop those rows with WHERE ... IS NOT NULL"
         )),
+        // SET works only where the session has dlframe's options and takes SET (not a served
+        // one); a cast in the query rounds on every route.
+        dlframe::Error::InexactCast { value, place, target } => DataFusionError::Execution(format!(
+            "{value} {place} has no exact {target}; round it in the query as numpy does, \
+             CAST(x AS DOUBLE), or SET dlframe.inexact = 'round' in a session with dlframe's \
+             options (dlframe --inexact round; in datafusion-python, a context made with \
+             SessionConfig().with_extension(dlframe.datafusion.options()))"
+        )),
         e => DataFusionError::Execution(e.to_string()),
     }
+}
+
+/// A conversion error of a SQL function over a batch of `rows` rows: its rows count from the
+/// batch's start, since where DataFusion's batch lies in the result is not known.
+pub(crate) fn batch_err(e: dlframe::Error, rows: usize) -> DataFusionError {
+    to_df_err(e.at_rows(|row| (row, dlframe::Rows::Batch { len: rows as u64 })))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use dlframe::{DType, Tensor};
 
 use crate::args;
 use crate::tensor_type::{item_field, tensor_field, tensor_type};
-use crate::to_df_err;
+use crate::{batch_err, to_df_err};
 use dlframe::arrow::CellLayout;
 
 /// Which options precede the data arguments.
@@ -184,14 +184,14 @@ fn invoke(func: &str, options: Options, args: ScalarFunctionArgs) -> Result<Colu
             data_fields[0].is_nullable(),
         ));
         check_row_lengths(func, &plain, first.as_ref(), &out)?;
-        let converted = dlframe::arrow::to_tensor(&plain, &[first], &opts).map_err(to_df_err)?;
+        let converted = dlframe::arrow::to_tensor(&plain, &[first], &opts).map_err(|e| batch_err(e, n))?;
         converted.values
     } else {
         let mut columns = vec![vec![first]];
         for a in &args.args[skip + 1..] {
             columns.push(vec![a.clone().into_array(n)?]);
         }
-        dlframe::arrow::columns_to_tensor(data_fields, &columns, &opts).map_err(to_df_err)?.values
+        dlframe::arrow::columns_to_tensor(data_fields, &columns, &opts).map_err(|e| batch_err(e, n))?.values
     };
     let array = fixed_list(&tensor, &out, n)?;
     Ok(ColumnarValue::Array(array))
@@ -207,9 +207,11 @@ fn check_row_lengths(func: &str, field: &Field, array: &dyn Array, out: &CellLay
     for (row, len) in lengths.enumerate() {
         if len != out.cell && array.is_valid(row) {
             return datafusion::common::exec_err!(
-                "{func}: row {row} of list column '{}' has {len} elements, but the shape {:?} needs {}; \
-                 for rows of different lengths use to_tensor_padded({0}, max_len, pad)",
+                "{func}: row {row} of list column '{}' (in a batch of {} rows, counted from its start) has \
+                 {len} elements, but the shape {:?} needs {}; for rows of different lengths use \
+                 to_tensor_padded({0}, max_len, pad)",
                 field.name(),
+                array.len(),
                 out.physical().shape,
                 out.cell
             );

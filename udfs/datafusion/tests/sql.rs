@@ -127,9 +127,11 @@ async fn inexact_integers_are_refused_unless_the_session_asks_for_rounding() {
         ("big", Arc::new(Int64Array::from(vec![2, big]))),
     ])]);
     let e = error(&ctx, "SELECT to_tensor_as('float64', a, big) FROM t").await;
-    assert!(e.contains("9007199254740993 at row 1 of column 'big' has no exact float64"), "{e}");
+    assert!(e.contains("9007199254740993 at row 1 of a batch of 2 rows, column 'big'"), "{e}");
+    assert!(e.contains("has no exact float64"), "{e}");
     let e = error(&ctx, "SELECT to_tensor_as('float32', a) FROM t").await;
-    assert!(e.contains("16777217") && e.contains("inexact='round'"), "{e}");
+    assert!(e.contains("16777217") && e.contains("SET dlframe.inexact = 'round'"), "{e}");
+    assert!(e.contains("CAST(x AS DOUBLE)") && !e.contains("inexact='round'"), "{e}");
     // int64 holds every int32 and float64 every int32: the default promotion passes.
     let t = tensor(&ctx, "SELECT to_tensor(a, CAST(a AS DOUBLE)) FROM t").await;
     assert_eq!(f64s(&t), vec![1.0, 1.0, 16_777_217.0, 16_777_217.0]);
@@ -213,7 +215,8 @@ async fn lists_become_tensors_and_ragged_rows_are_named() {
     let e = error(&ctx, "SELECT to_tensor(l) FROM t").await;
     assert!(e.contains("to_tensor(l, d)"), "{e}");
     let e = error(&ctx, "SELECT to_tensor(l, 3) FROM t").await;
-    assert!(e.contains("row 0 of list column 'l' has 2 elements, but the shape [3] needs 3"), "{e}");
+    assert!(e.contains("row 0 of list column 'l' (in a batch of 2 rows"), "{e}");
+    assert!(e.contains("has 2 elements, but the shape [3] needs 3"), "{e}");
     let e = error(&ctx, "SELECT to_tensor(n, 2) FROM t").await;
     assert!(e.contains("null"), "{e}");
     let t = tensor(&ctx, "SELECT to_tensor_fill(9, n, 2) FROM t").await;

@@ -17,7 +17,7 @@ use dlframe::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Order, Ra
 use dlframe::polars::{
     cell_layout, polars_dtype, polars_dtype_of, series_to_matrix, series_to_tensor, tensor_to_series,
 };
-use dlframe::{DType, Error, kernels};
+use dlframe::{DType, Error, Rows, kernels};
 use polars_core::prelude::*;
 use serde::Deserialize;
 
@@ -89,9 +89,12 @@ pub fn polars_error(e: Error) -> PolarsError {
     let msg = e.to_string();
     match e {
         Error::LengthMismatch { .. } => PolarsError::ShapeMismatch(msg.into()),
-        Error::UnsupportedArrowType { .. } | Error::UnsupportedDType { .. } | Error::InvalidArgument(_) => {
-            PolarsError::InvalidOperation(msg.into())
-        }
+        // A value that does not fit the dtype: what Polars' own strict cast raises.
+        Error::UnsupportedArrowType { .. }
+        | Error::UnsupportedDType { .. }
+        | Error::InvalidArgument(_)
+        | Error::ValueOutOfRange { .. }
+        | Error::InexactCast { .. } => PolarsError::InvalidOperation(msg.into()),
         // The expression returns one column, so it offers no nulls='mask'.
         Error::Nulls { column, null_count } => PolarsError::ComputeError(
             format!(
@@ -197,9 +200,11 @@ pub fn to_tensor_impl(inputs: &[Series], kwargs: &ToTensorKwargs) -> PolarsResul
         return Ok(Series::new_empty(name, &out_dtype));
     }
     let opts = kwargs.options()?;
+    // Polars hands over a batch (a morsel on the streaming engine), whose place in the frame
+    // it does not say: a row counts from the batch's start.
     let converted =
         if one_cell { series_to_tensor(&inputs[0], &opts) } else { series_to_matrix(inputs, &opts) }
-            .map_err(polars_error)?;
+            .map_err(|e| polars_error(e.at_rows(|row| (row, Rows::Batch { len: len as u64 }))))?;
     if let (Some(width), Some(&found)) = (kwargs.width, converted.values.shape().get(1))
         && one_cell
         && found != width as i64
@@ -290,7 +295,8 @@ pub fn to_tensor_padded_impl(input: &Series, kwargs: &PaddedKwargs) -> PolarsRes
         ragged: Ragged::Pad { pad, max_len: Some(kwargs.max_len) },
         ..Default::default()
     };
-    let converted = series_to_tensor(input, &opts).map_err(polars_error)?;
+    let converted = series_to_tensor(input, &opts)
+        .map_err(|e| polars_error(e.at_rows(|row| (row, Rows::Batch { len: input.len() as u64 }))))?;
     let out = tensor_to_series(&converted.values, input.name().as_str(), CopyPolicy::IfNeeded)
         .map_err(polars_error)?;
     polars_ensure!(
