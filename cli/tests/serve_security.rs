@@ -672,3 +672,78 @@ async fn a_client_that_stops_reading_loses_its_slot_at_the_deadline() {
     drop(stalled);
     assert!(server.alive());
 }
+
+/// Seconds of CPU that process `pid` has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_that_never_yields_ends_at_its_deadline_and_starves_no_one() {
+    // A three-way cross join whose filter keeps no row: each poll of the join runs for a long
+    // time without a row to send, and without its operators handing the thread back.
+    let dir = TempDir::new("serve-deadline");
+    write_parquet(&dir.join("t.parquet"), 0..20_000, 20_000);
+    let spec = format!("t={}", dir.join("t.parquet").display());
+    let mut server = Server::start(&["--table", &spec, "--timeout", "8"]);
+    let pid = server.pid();
+    let cross = "SELECT count(*) FROM t x, t y, t z WHERE x.id + y.id + z.id = -1";
+    let mut client = server.sql(None).await;
+    let started = Instant::now();
+    let long = tokio::spawn(async move { query(&mut client, cross).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Another client connects and is answered while the join runs (before the fix it could not
+    // connect: the join held every thread of the server).
+    let asked = Instant::now();
+    let mut other = server.sql(None).await;
+    let b = query(&mut other, "SELECT 1 AS one").await.unwrap();
+    assert_eq!(b.num_rows(), 1);
+    assert!(asked.elapsed() < Duration::from_secs(5), "a small query waited {:?}", asked.elapsed());
+    // The deadline ends the join (before the fix it never fired).
+    let e = long.await.unwrap().expect_err("past the deadline");
+    assert!(e.contains("timeout of 8 s"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+
+    // A client that goes away while the join has no row to send: the server hears it then,
+    // not at the deadline.
+    let mut gone = server.sql(None).await;
+    let info = gone.execute(cross.into(), None).await.unwrap();
+    let reading = tokio::spawn(async move {
+        if let Ok(stream) = gone.do_get(info.endpoint[0].ticket.clone().unwrap()).await {
+            let _ = stream.try_collect::<Vec<_>>().await;
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    reading.abort();
+    // A line is written when the query lets go of its slot: the two may come in either order.
+    let mut lines: Vec<String> = (0..2).map(|_| server.process.line_with(&format!("\"{cross}\""))).collect();
+    lines.sort_by_key(|l| !l.contains("timeout of 8 s"));
+    assert!(lines[0].contains("timeout of 8 s"), "{lines:?}");
+    assert!(lines[1].contains("the client went away"), "{lines:?}");
+    let ms: u64 = lines[1].split(" ms=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(ms > 1500, "the second one ran until its client went away: {lines:?}");
+
+    // Then the join stops once the poll it is inside ends (seconds in a debug build): the
+    // server goes idle (before the fix it ran on at 200% CPU for minutes after its client was
+    // killed).
+    let waited = Instant::now();
+    let mut used = Vec::new();
+    loop {
+        let before = cpu_seconds(pid);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        used.push(cpu_seconds(pid) - before);
+        if used.last() < Some(&0.25) {
+            break;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(30), "CPU seconds per second since: {used:?}");
+    }
+    // And SIGTERM stops it at once.
+    let asked = Instant::now();
+    server.process.signal("TERM");
+    assert!(server.process.wait_exit().success());
+    assert!(asked.elapsed() < Duration::from_secs(10), "{:?}", asked.elapsed());
+}

@@ -1,6 +1,7 @@
 //! `dlframe serve`'s Flight SQL service and what keeps it safe to expose: the read-only rule
 //! and the limits on a query's shape (`guard`), the threads whose stacks planning runs on
-//! (`planning`), the bounds on running queries (`run`), the functions exposed and the
+//! (`planning`), the bounds on running queries (`run`) and the pace of each of their operators
+//! (`paced`), the functions exposed and the
 //! constants a plan may build (`functions`), the bounds on each call's result (`bounded`,
 //! `growth`), the prepared
 //! statements and their parameters (`prepared`), the token (`auth`), the connections
@@ -13,6 +14,7 @@ pub(crate) mod error;
 pub(crate) mod functions;
 pub(crate) mod growth;
 pub(crate) mod guard;
+pub(crate) mod paced;
 pub(crate) mod planning;
 pub(crate) mod prepared;
 pub(crate) mod run;

@@ -141,59 +141,113 @@ impl Runner {
         }
     }
 
-    /// Runs a query's stream on a task of its own, which holds `slot` and hands the batches to
-    /// the client through a channel of two. The deadline and a cancel end the query there,
+    /// Runs a query's stream (which `start` makes) on threads of its own, apart from the ones
+    /// that answer calls and from other queries' (the system shares the cores among them, so
+    /// a query that holds its threads for long starves no other client), on a task that holds
+    /// `slot` and hands the batches to the client through a channel of two. The deadline and a cancel end the query there,
     /// whether the client reads or has stopped reading (then only the channel waits); a client
     /// that goes away closes the channel, which ends it too. One log line is written when it
     /// ends. Returns the client's side: the batches, then the reason if the query was ended.
-    pub(crate) fn run<S>(
+    pub(crate) fn run<S, F>(
         self: &Arc<Self>,
         id: QueryId,
-        stream: S,
+        start: F,
         slot: OwnedSemaphorePermit,
         log: QueryLog,
     ) -> impl Stream<Item = Result<RecordBatch, ServeError>> + Send + 'static
     where
         S: Stream<Item = DFResult<RecordBatch>> + Send + Unpin + 'static,
+        F: FnOnce() -> DFResult<S> + Send + 'static,
     {
         let signal = Arc::new(Notify::new());
         let nonce = self.next_run.fetch_add(1, Ordering::Relaxed);
         self.running.lock().expect("not poisoned").entry(id).or_default().push((nonce, signal.clone()));
         let deadline = tokio::time::Instant::from_std(log.started + self.limits.timeout);
         let secs = self.limits.timeout.as_secs();
-        let mut watched =
-            Watched { inner: stream, runner: self.clone(), id, nonce, _slot: slot, log, done: false };
+        let runner = self.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, ServeError>>(2);
         let ended: Arc<Mutex<Option<ServeError>>> = Arc::new(Mutex::new(None));
         let verdict = ended.clone();
+        let why = Arc::new(Mutex::new(None));
+        let threads = match query_threads() {
+            Ok(t) => t,
+            Err(e) => {
+                let e = ServeError::Query(DataFusionError::Execution(format!(
+                    "cannot start the query's threads: {e}"
+                )));
+                let mut log = log;
+                log.error = Some(e.to_string());
+                log.write();
+                *ended.lock().expect("not poisoned") = Some(e);
+                drop(tx);
+                return Self::answer(rx, ended);
+            }
+        };
+        // The stream is made and polled on the query's own threads, where the tasks it spawns
+        // run too; this task, on the server's, keeps the deadline, a cancel and the client in
+        // view even while an operator is inside a long poll there.
+        let (fwd, mut forwarded) = tokio::sync::mpsc::channel(1);
+        let held = why.clone();
+        let pump = threads.spawn(async move {
+            // An error of the start is the stream's one item.
+            let inner = match start() {
+                Ok(s) => futures::future::Either::Left(s),
+                Err(e) => futures::future::Either::Right(futures::stream::iter([Err(e)])),
+            };
+            let mut watched = Watched { inner, why: held, runner, id, nonce, _slot: slot, log, done: false };
+            while let Some(item) = watched.next().await {
+                if fwd.send(item).await.is_err() {
+                    break;
+                }
+            }
+        });
         tokio::spawn(async move {
             let cancelled = signal.notified();
             tokio::pin!(cancelled);
-            let stop = loop {
+            let gone = || "the client went away".to_string();
+            let stop: Option<Result<ServeError, String>> = loop {
                 let item = tokio::select! {
                     biased;
-                    () = &mut cancelled => break Some(ServeError::Cancelled),
-                    () = tokio::time::sleep_until(deadline) => break Some(ServeError::Timeout(secs)),
-                    item = watched.next() => item,
+                    () = &mut cancelled => break Some(Ok(ServeError::Cancelled)),
+                    () = tokio::time::sleep_until(deadline) => break Some(Ok(ServeError::Timeout(secs))),
+                    // A client that went away is heard while the query has no row to send yet.
+                    () = tx.closed() => break Some(Err(gone())),
+                    item = forwarded.recv() => item,
                 };
                 let Some(item) = item else { break None };
                 tokio::select! {
                     biased;
-                    () = &mut cancelled => break Some(ServeError::Cancelled),
-                    () = tokio::time::sleep_until(deadline) => break Some(ServeError::Timeout(secs)),
-                    sent = tx.send(item) => if sent.is_err() {
-                        watched.finish(Some("the client went away".into()));
-                        break None;
-                    },
+                    () = &mut cancelled => break Some(Ok(ServeError::Cancelled)),
+                    () = tokio::time::sleep_until(deadline) => break Some(Ok(ServeError::Timeout(secs))),
+                    sent = tx.send(item) => if sent.is_err() { break Some(Err(gone())) },
                 }
             };
-            if let Some(e) = stop {
-                watched.finish(Some(e.to_string()));
+            if let Some(stopped) = &stop {
+                let reason = match stopped {
+                    Ok(e) => e.to_string(),
+                    Err(gone) => gone.clone(),
+                };
+                *why.lock().expect("not poisoned") = Some(reason);
+                pump.abort();
+            }
+            drop(forwarded);
+            // The query's stream, its memory and its slot go when its task next yields, before
+            // the client hears, unless an operator is inside a poll that does not end sooner.
+            let _ = tokio::time::timeout(LET_GO, pump).await;
+            threads.shutdown_background();
+            if let Some(Ok(e)) = stop {
                 *verdict.lock().expect("not poisoned") = Some(e);
             }
-            // The query's stream, its memory and its slot go here, before the client hears.
-            drop(watched);
+            drop(tx);
         });
+        Self::answer(rx, ended)
+    }
+
+    /// The client's side of a run: the batches, then the reason if the query was ended.
+    fn answer(
+        rx: tokio::sync::mpsc::Receiver<Result<RecordBatch, ServeError>>,
+        ended: Arc<Mutex<Option<ServeError>>>,
+    ) -> impl Stream<Item = Result<RecordBatch, ServeError>> + Send + 'static {
         futures::stream::unfold((rx, Some(ended)), |(mut rx, ended)| async move {
             match rx.recv().await {
                 Some(item) => Some((item, (rx, ended))),
@@ -204,6 +258,24 @@ impl Runner {
             }
         })
     }
+}
+
+/// How long a query's end waits for its stream to let go of its slot and memory before the
+/// client hears (an operator may be inside a poll that does not return sooner).
+const LET_GO: Duration = Duration::from_millis(250);
+
+/// A runtime of its own for one query, whose workers (one per core) poll its stream and the
+/// tasks DataFusion spawns for it: the system shares the cores among the queries and the
+/// server's own threads, so a query that holds its threads starves no other client. It is shut
+/// down without waiting for a task still inside a long poll (its query is over, and the task
+/// stops at its next await).
+fn query_threads() -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .thread_name("dlframe-query")
+        .enable_all()
+        .build()
 }
 
 /// What the log line of a query says.
@@ -250,6 +322,9 @@ impl QueryLog {
 /// (see [`Runner::run`]).
 struct Watched<S> {
     inner: S,
+    /// Why the query was ended from outside (the deadline, a cancel, the client gone), for
+    /// the log line written when it is dropped.
+    why: Arc<Mutex<Option<String>>>,
     runner: Arc<Runner>,
     id: QueryId,
     nonce: u64,
@@ -314,7 +389,8 @@ impl<S> Drop for Watched<S> {
             }
         }
         drop(running);
-        self.finish(Some("the client went away".into()));
+        let why = self.why.lock().expect("not poisoned").take();
+        self.finish(Some(why.unwrap_or_else(|| "the client went away".into())));
     }
 }
 

@@ -51,6 +51,7 @@ use super::bounded::{QueryMemory, Rules};
 use super::error::{Scrub, ServeError};
 use super::functions::{bound_plan, check_constants};
 use super::guard::{self, SqlLimits};
+use super::paced::pace;
 use super::planning;
 use super::prepared::{PARAMETER_TIME, PreparedStatements, parameter_schema, read_parameters};
 use super::run::{QueryId, QueryLog, Runner, new_id};
@@ -267,31 +268,37 @@ impl Served {
                 options.execution.batch_size.get(),
                 self.runner.limits().query_memory,
             )?;
+            // Every operator yields often and ends at the deadline, however little it emits.
+            let physical = pace(physical, started + self.runner.limits().timeout)?;
             // The rows' copies of the constants are the query's memory while it runs.
             let held = MemoryConsumer::new("constants").register(&state.runtime_env().memory_pool);
             held.try_grow(constants as usize)?;
-            let (stream, sql) = match body.partition {
-                None => (execute_stream(physical, state.task_ctx())?, sql),
-                Some(i) => {
-                    let n = physical.output_partitioning().partition_count();
-                    if n != body.partitions as usize || i as usize >= n {
-                        return Err(ServeError::BadRequest(format!(
-                            "the query's plan has {n} partitions now, not the {} of its FlightInfo (the \
-                             tables changed): ask for the FlightInfo again",
-                            body.partitions
-                        )));
-                    }
-                    (physical.execute(i as usize, state.task_ctx())?, sql)
+            if let Some(i) = body.partition {
+                let n = physical.output_partitioning().partition_count();
+                if n != body.partitions as usize || i as usize >= n {
+                    return Err(ServeError::BadRequest(format!(
+                        "the query's plan has {n} partitions now, not the {} of its FlightInfo (the \
+                         tables changed): ask for the FlightInfo again",
+                        body.partitions
+                    )));
                 }
+            }
+            // Executed on the runner's threads, where the tasks it spawns run too.
+            let task = state.task_ctx();
+            let start = move || {
+                let stream = match body.partition {
+                    None => execute_stream(physical, task)?,
+                    Some(i) => physical.execute(i as usize, task)?,
+                };
+                Ok(stream.map(move |batch| {
+                    let _constants = &held;
+                    batch
+                }))
             };
-            let stream = stream.map(move |batch| {
-                let _constants = &held;
-                batch
-            });
-            Ok::<_, ServeError>((slot, sql, schema, stream))
+            Ok::<_, ServeError>((slot, sql, schema, start))
         }
         .await;
-        let (slot, sql, schema, stream) = match outcome {
+        let (slot, sql, schema, start) = match outcome {
             Ok(x) => x,
             Err(e) => {
                 log.error = Some(e.to_string());
@@ -300,7 +307,7 @@ impl Served {
             }
         };
         log.what = QueryLog::new(peer, &sql, started).what;
-        let watched = self.runner.run(id, stream, slot, log);
+        let watched = self.runner.run(id, start, slot, log);
         let scrub = self.scrub.clone();
         let batches = watched.map_err(move |e| FlightError::Tonic(Box::new(e.to_status(&scrub))));
         let data = FlightDataEncoderBuilder::new().with_schema(schema).build(batches).map_err(|e| match e {
