@@ -314,3 +314,22 @@ def test_polars_says_its_row_counts_in_the_batch_it_passed_and_raises_compute_er
         # The batch's own row, counted from its start: never passed off as the frame's row.
         row, rows = (int(w) for w in msg.split("at row ")[1].split(" rows")[0].split(" of a batch of "))
         assert row < rows <= t.num_rows and (row == BIG_ROW) == (rows == t.num_rows), msg
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_batches_of_a_polars_file_of_an_extension_dtype_shuffle_too(dtype, tmp_path):
+    pl = pytest.importorskip("polars", reason="polars is in the test requirements")
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes comes with jax in the test requirements")
+    values = np.arange(40, dtype=np.float32).astype(getattr(ml_dtypes, dtype))
+    s = dlframe.polars.from_dlpack(dlframe.tensor(values))
+    # y holds x's values as float32 (float8 rounds 17 to 16), and the row ids' order in z.
+    y = values.astype(np.float32)
+    frame = {"x": s, "y": y, "z": np.arange(40, dtype=np.float32)}
+    pl.DataFrame(frame).write_parquet(tmp_path / "f.parquet")
+    for source in [str(tmp_path / "f.parquet"), pq.read_table(tmp_path / "f.parquet")]:
+        rows = []
+        for b in dlframe.batches(source, 8, shuffle=True, seed=4, dtype="float32"):
+            rows.extend(np.from_dlpack(b).tolist())
+        # Every row once, and x beside its own y.
+        assert sorted(rows) == sorted([[float(v), float(v), float(i)] for i, v in enumerate(y)]), rows
+        assert [r[2] for r in rows] != list(range(40))

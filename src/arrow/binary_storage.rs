@@ -26,6 +26,11 @@ fn named_dtype(field: &Field) -> Option<DType> {
     DType::ALL.into_iter().find(|d| d.arrow_extension() == Some(name.as_str()))
 }
 
+/// True for an extension over variable-width binary, which is laid out before it converts.
+pub(crate) fn needs_laying_out(field: &Field) -> bool {
+    named_dtype(field).is_some()
+}
+
 /// The column as `FixedSizeBinary` of its dtype's width (copies: refused under `copy=False`);
 /// None for a column that is not an extension over variable-width binary.
 ///

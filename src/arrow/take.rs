@@ -28,6 +28,10 @@ pub fn take_matrix(
     to: &[u32],
     opts: &ExportOptions,
 ) -> Result<Option<Converted>> {
+    // bfloat16 or float8 over variable-width binary: gathered, then laid out by the caller.
+    if fields.iter().any(|f| super::binary_storage::needs_laying_out(f)) {
+        return Ok(None);
+    }
     let spec = MatrixSpec::new(fields, columns, opts)?;
     let chunks = columns.first().map_or(0, Vec::len);
     let plain = opts.order == Order::C
