@@ -747,3 +747,25 @@ async fn a_query_that_never_yields_ends_at_its_deadline_and_starves_no_one() {
     assert!(server.process.wait_exit().success());
     assert!(asked.elapsed() < Duration::from_secs(10), "{:?}", asked.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_for_a_flight_info_counts_toward_the_query_deadline() {
+    let (_dir, spec) = table();
+    let server = Server::start(&["--table", &spec, "--max-queries", "1", "--timeout", "6"]);
+    let long = "SELECT count(*) FROM generate_series(1, 10000000000)";
+    // A holds the only slot until its deadline, 6 s on.
+    let mut a = server.sql(None).await;
+    let holder = tokio::spawn(async move { query(&mut a, long).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // B's GetFlightInfo waits about 5 s of its 6 for that slot; its DoGet has what is left
+    // (before, the deadline began again there: 5 s of waiting and 6 more of running).
+    let started = Instant::now();
+    let mut b = server.sql(None).await;
+    let e = query(&mut b, long).await.expect_err("past the deadline");
+    assert!(e.contains("timeout of 6 s"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(9), "B took {:?}", started.elapsed());
+    assert!(holder.await.unwrap().unwrap_err().contains("timeout of 6 s"));
+    // A ticket that claims more waiting only shortens its own deadline, and a fresh query runs.
+    let mut c = server.sql(None).await;
+    assert_eq!(count(&mut c).await, 3000);
+}

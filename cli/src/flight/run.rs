@@ -215,6 +215,10 @@ impl Runner {
                     item = forwarded.recv() => item,
                 };
                 let Some(item) = item else { break None };
+                // The operators end with their own error at the deadline (see `paced`).
+                if item.is_err() && tokio::time::Instant::now() >= deadline {
+                    break Some(Ok(ServeError::Timeout(secs)));
+                }
                 tokio::select! {
                     biased;
                     () = &mut cancelled => break Some(Ok(ServeError::Cancelled)),

@@ -12,7 +12,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
@@ -76,6 +76,10 @@ struct TicketBody {
     /// How many partitions the plan had when the FlightInfo was made.
     #[prost(uint32, tag = "6")]
     partitions: u32,
+    /// Milliseconds the query already spent waiting and planning in its GetFlightInfo call,
+    /// which its run's deadline counts. A client that changes it can only shorten its own.
+    #[prost(uint64, optional, tag = "7")]
+    waited_ms: Option<u64>,
 }
 
 /// The Flight SQL service.
@@ -190,6 +194,7 @@ impl Served {
         plan: &LogicalPlan,
         mut body: TicketBody,
         descriptor: FlightDescriptor,
+        asked: Instant,
     ) -> Result<FlightInfo, Status> {
         let partitions = if self.partitioned {
             let physical = self.state.create_physical_plan(plan).await.map_err(|e| self.status(e.into()))?;
@@ -200,6 +205,7 @@ impl Served {
             None
         };
         let mut info = FlightInfo::new();
+        body.waited_ms = Some(asked.elapsed().as_millis() as u64);
         for partition in 0..partitions.unwrap_or(1) {
             body.id = new_id().to_vec();
             body.partition = partitions.map(|_| partition as u32);
@@ -249,7 +255,10 @@ impl Served {
         body: TicketBody,
         peer: Option<std::net::SocketAddr>,
     ) -> Result<DoGetStream, ServeError> {
-        let started = Instant::now();
+        // The deadline counts the time its GetFlightInfo call already spent waiting.
+        let now = Instant::now();
+        let waited = Duration::from_millis(body.waited_ms.unwrap_or(0)).min(self.runner.limits().timeout);
+        let started = now.checked_sub(waited).unwrap_or(now);
         let id: QueryId =
             body.id.as_slice().try_into().map_err(|_| ServeError::BadRequest("a malformed ticket".into()))?;
         let mut log = QueryLog::new(peer, body.sql.as_deref().unwrap_or("<prepared or substrait>"), started);
@@ -393,11 +402,12 @@ impl FlightSqlService for Served {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        let asked = Instant::now();
         // Planning takes a slot as running does: the limits on running queries bound it too.
-        let _slot = self.runner.slot(Instant::now()).await.map_err(|e| self.status(e))?;
+        let _slot = self.runner.slot(asked).await.map_err(|e| self.status(e))?;
         let plan = self.plan_sql(&self.state, &query.query, None).await.map_err(|e| self.status(e))?;
         let body = TicketBody { sql: Some(query.query), ..TicketBody::default() };
-        Ok(Response::new(self.flight_info(&plan, body, request.into_inner()).await?))
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner(), asked).await?))
     }
 
     async fn get_flight_info_substrait_plan(
@@ -405,12 +415,13 @@ impl FlightSqlService for Served {
         query: CommandStatementSubstraitPlan,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        let asked = Instant::now();
         let bytes = query.plan.map(|p| p.plan).unwrap_or_default();
         // Planning takes a slot as running does: the limits on running queries bound it too.
-        let _slot = self.runner.slot(Instant::now()).await.map_err(|e| self.status(e))?;
+        let _slot = self.runner.slot(asked).await.map_err(|e| self.status(e))?;
         let plan = self.plan_substrait(&self.state, &bytes).await.map_err(|e| self.status(e))?;
         let body = TicketBody { substrait: Some(bytes.to_vec()), ..TicketBody::default() };
-        Ok(Response::new(self.flight_info(&plan, body, request.into_inner()).await?))
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner(), asked).await?))
     }
 
     async fn get_flight_info_prepared_statement(
@@ -418,13 +429,14 @@ impl FlightSqlService for Served {
         cmd: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        let asked = Instant::now();
         // Planning takes a slot as running does: the limits on running queries bound it too.
-        let _slot = self.runner.slot(Instant::now()).await.map_err(|e| self.status(e))?;
+        let _slot = self.runner.slot(asked).await.map_err(|e| self.status(e))?;
         let p = self.prepared.get(&cmd.prepared_statement_handle).map_err(|e| self.status(e))?;
         let plan = self.plan_sql(&self.state, &p.sql, p.params).await.map_err(|e| self.status(e))?;
         let body =
             TicketBody { prepared: Some(cmd.prepared_statement_handle.to_vec()), ..TicketBody::default() };
-        Ok(Response::new(self.flight_info(&plan, body, request.into_inner()).await?))
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner(), asked).await?))
     }
 
     async fn do_get_statement(
