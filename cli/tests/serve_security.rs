@@ -242,21 +242,13 @@ async fn fuzzed_prepared_handles_and_parameters_are_errors() {
     let mut server = Server::start(&["--table", &spec]);
     let mut client = server.sql(None).await;
     let prepared = client.prepare("SELECT id FROM t WHERE id < $1".to_string(), None).await.unwrap();
-    let handle = {
-        // The handle is the server's: 16 random bytes, no SQL and no parameters in it.
-        let mut raw = FlightServiceClient::new(server.channel().await);
-        let req = ActionCreatePreparedStatementRequest { query: "SELECT 1".into(), transaction_id: None };
-        let action =
-            Action { r#type: "CreatePreparedStatement".into(), body: req.as_any().encode_to_vec().into() };
-        let mut results = raw.do_action(action).await.unwrap().into_inner();
-        let result = results.message().await.unwrap().unwrap();
-        let any = Any::decode(result.body).unwrap();
-        let r: arrow_flight::sql::ActionCreatePreparedStatementResult = any.unpack().unwrap().unwrap();
-        r.prepared_statement_handle.to_vec()
-    };
+    // The handle is the server's: 16 random bytes, no SQL and no parameters in it. The
+    // mutations are sent on the connection that owns it.
+    let channel = server.channel().await;
+    let handle = prepare_raw(&channel, "SELECT 1").await;
     assert_eq!(handle.len(), 16);
     assert!(!handle.windows(6).any(|w| w == b"SELECT"));
-    let mut raw = FlightServiceClient::new(server.channel().await);
+    let mut raw = FlightServiceClient::new(channel);
     // A small deterministic generator: bit flips, truncations, extensions and random bytes.
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
@@ -329,9 +321,10 @@ async fn a_substrait_plan_is_held_to_the_limits_of_sql() {
     assert_eq!(count(&mut client).await, 3000);
 }
 
-/// A prepared statement's handle, made through the raw Flight RPC.
-async fn prepare_raw(server: &Server, sql: &str) -> Vec<u8> {
-    let mut raw = FlightServiceClient::new(server.channel().await);
+/// A prepared statement's handle, made through the raw Flight RPC on `channel` (the
+/// connection that owns it).
+async fn prepare_raw(channel: &Channel, sql: &str) -> Vec<u8> {
+    let mut raw = FlightServiceClient::new(channel.clone());
     let req = ActionCreatePreparedStatementRequest { query: sql.into(), transaction_id: None };
     let action =
         Action { r#type: "CreatePreparedStatement".into(), body: req.as_any().encode_to_vec().into() };
@@ -351,7 +344,8 @@ async fn parameters_whose_compressed_buffers_claim_800_gb_are_refused_before_the
     let (_dir, spec) = table();
     let mut server = Server::start(&["--table", &spec]);
     let mut client = server.sql(None).await;
-    let handle = prepare_raw(&server, "SELECT id FROM t WHERE id < $1").await;
+    let channel = server.channel().await;
+    let handle = prepare_raw(&channel, "SELECT id FROM t WHERE id < $1").await;
     let batch =
         RecordBatch::try_from_iter([("$1", Arc::new(Int64Array::from(vec![5i64; 64])) as _)]).unwrap();
     let options = IpcWriteOptions::default().try_with_compression(Some(CompressionType::LZ4_FRAME)).unwrap();
@@ -370,7 +364,7 @@ async fn parameters_whose_compressed_buffers_claim_800_gb_are_refused_before_the
     let schema = arrow_flight::FlightData::from(arrow_flight::SchemaAsIpc::new(&batch.schema(), &options))
         .with_descriptor(descriptor);
     let data = arrow_flight::FlightData::new().with_data_header(header).with_data_body(body);
-    let mut raw = FlightServiceClient::new(server.channel().await);
+    let mut raw = FlightServiceClient::new(channel);
     let put = raw.do_put(futures::stream::iter([schema, data])).await;
     let e = match put {
         Err(e) => e,
@@ -594,9 +588,11 @@ async fn bounds_memory_timeout_cancellation_and_connections() {
     assert!(e.contains("timeout of 3 s"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
 
-    // CancelFlightInfo stops a running query.
+    // CancelFlightInfo stops a running query, asked on the connection that asked for it.
+    let channel = server.channel().await;
+    let mut asker = FlightSqlServiceClient::new(channel.clone());
     let info =
-        client.execute("SELECT count(*) FROM generate_series(1, 10000000000)".into(), None).await.unwrap();
+        asker.execute("SELECT count(*) FROM generate_series(1, 10000000000)".into(), None).await.unwrap();
     let ticket = info.endpoint[0].ticket.clone().unwrap();
     let mut reader = server.sql(None).await;
     let running = tokio::spawn(async move {
@@ -608,7 +604,7 @@ async fn bounds_memory_timeout_cancellation_and_connections() {
         (r, started.elapsed())
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut raw = FlightServiceClient::new(server.channel().await);
+    let mut raw = FlightServiceClient::new(channel);
     let action = Action {
         r#type: "CancelFlightInfo".into(),
         body: CancelFlightInfoRequest { info: Some(info) }.encode_to_vec().into(),
@@ -768,4 +764,80 @@ async fn the_wait_for_a_flight_info_counts_toward_the_query_deadline() {
     // A ticket that claims more waiting only shortens its own deadline, and a fresh query runs.
     let mut c = server.sql(None).await;
     assert_eq!(count(&mut c).await, 3000);
+}
+
+/// `raw`'s answer to a CancelFlightInfo of `info`.
+async fn cancel_info(
+    raw: &mut FlightServiceClient<Channel>,
+    info: &arrow_flight::FlightInfo,
+) -> arrow_flight::CancelStatus {
+    let action = Action {
+        r#type: "CancelFlightInfo".into(),
+        body: CancelFlightInfoRequest { info: Some(info.clone()) }.encode_to_vec().into(),
+    };
+    let mut results = raw.do_action(action).await.unwrap().into_inner();
+    let body = results.message().await.unwrap().unwrap().body;
+    arrow_flight::CancelFlightInfoResult::decode(body).unwrap().status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_and_cancels_belong_to_the_connection_that_made_them() {
+    let (_dir, spec) = table();
+    let server = Server::start(&["--table", &spec, "--timeout", "60"]);
+    let (a, b) = (server.channel().await, server.channel().await);
+    let handle = prepare_raw(&a, "SELECT id FROM t WHERE id < 5").await;
+    let descriptor = || {
+        let cmd = CommandPreparedStatementQuery { prepared_statement_handle: handle.clone().into() };
+        FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec())
+    };
+    let (mut raw_a, mut raw_b) = (FlightServiceClient::new(a.clone()), FlightServiceClient::new(b.clone()));
+    // Another connection that knows the handle can neither run it, bind it nor close it.
+    let e = raw_b.get_flight_info(descriptor()).await.expect_err("another's handle");
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+    let schema = arrow_flight::FlightData::from(arrow_flight::SchemaAsIpc::new(
+        &datafusion::arrow::datatypes::Schema::empty(),
+        &datafusion::arrow::ipc::writer::IpcWriteOptions::default(),
+    ))
+    .with_descriptor(descriptor());
+    let put = raw_b.do_put(futures::stream::iter([schema])).await;
+    let e = match put {
+        Err(e) => e,
+        Ok(r) => r.into_inner().message().await.expect_err("another's handle is not bound"),
+    };
+    assert_eq!(e.code(), Code::NotFound, "{e}");
+    let close = Action {
+        r#type: "ClosePreparedStatement".into(),
+        body: arrow_flight::sql::ActionClosePreparedStatementRequest {
+            prepared_statement_handle: handle.clone().into(),
+        }
+        .as_any()
+        .encode_to_vec()
+        .into(),
+    };
+    let _ = raw_b.do_action(close).await;
+    // Nor can it evict it by making a thousand of its own.
+    for _ in 0..1100 {
+        prepare_raw(&b, "SELECT 1").await;
+    }
+    let info = raw_a.get_flight_info(descriptor()).await.unwrap().into_inner();
+    let mut a_sql = FlightSqlServiceClient::new(a.clone());
+    assert_eq!(fetch(&mut a_sql, info).await.unwrap().num_rows(), 5);
+
+    // Another connection holding A's FlightInfo cannot cancel A's query; A can.
+    let info =
+        a_sql.execute("SELECT count(*) FROM generate_series(1, 10000000000)".into(), None).await.unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let mut reader = FlightSqlServiceClient::new(a.clone());
+    let running = tokio::spawn(async move {
+        match reader.do_get(ticket).await {
+            Ok(s) => s.try_collect::<Vec<_>>().await.map(|_| ()).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(cancel_info(&mut raw_b, &info).await, arrow_flight::CancelStatus::NotCancellable);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!running.is_finished(), "another connection cancelled the query");
+    assert_eq!(cancel_info(&mut raw_a, &info).await, arrow_flight::CancelStatus::Cancelled);
+    assert!(running.await.unwrap().unwrap_err().contains("cancelled"));
 }

@@ -9,7 +9,7 @@ use tonic::service::Interceptor;
 use tonic::transport::server::TlsConnectInfo;
 use tonic::{Request, Status};
 
-use super::conn::ConnInfo;
+use super::conn::{Caller, ConnInfo};
 
 /// Checks a token given at start: refuses an empty one and one with whitespace or control
 /// characters.
@@ -72,6 +72,11 @@ fn conn_info<T>(request: &Request<T>) -> Option<&ConnInfo> {
 /// Compares two byte strings in time that depends on their lengths only, not on where they differ.
 pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The caller of a call: its connection's id (None only where no connection info is kept).
+pub(crate) fn caller<T>(request: &Request<T>) -> Option<Caller> {
+    conn_info(request).map(|c| c.caller)
 }
 
 /// The peer of a call, from its connection.

@@ -18,6 +18,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// The bounds on connections.
+/// A connection's random id (see [`ConnInfo::caller`]).
+pub(crate) type Caller = [u8; 16];
+
+/// Who holds a prepared statement or asked for a query: its caller (None where calls come
+/// without connection info).
+pub(crate) type Owner = Option<Caller>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConnLimits {
     /// Connections open at once.
@@ -36,6 +43,9 @@ impl Default for ConnLimits {
 #[derive(Debug, Clone)]
 pub(crate) struct ConnInfo {
     pub tcp: TcpConnectInfo,
+    /// A random id of the connection: the caller that owns its prepared statements and may
+    /// cancel its queries (callers share the token, so the connection is what tells them apart).
+    pub caller: Caller,
     pub authenticated: Arc<AtomicBool>,
 }
 
@@ -114,7 +124,10 @@ pub(crate) fn incoming(listener: TcpListener, limits: ConnLimits) -> impl Stream
                         local_addr: stream.local_addr().ok(),
                         remote_addr: stream.peer_addr().ok(),
                     };
-                    let info = ConnInfo { tcp, authenticated: Arc::new(AtomicBool::new(false)) };
+                    let mut caller = [0u8; 16];
+                    // The system's random source; `serve` checks at start that there is one.
+                    getrandom::fill(&mut caller).expect("the system's random source");
+                    let info = ConnInfo { tcp, authenticated: Arc::new(AtomicBool::new(false)), caller };
                     let conn = Conn {
                         stream,
                         info,

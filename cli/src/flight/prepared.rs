@@ -15,15 +15,21 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::scalar::ScalarValue;
 use futures::{StreamExt, TryStreamExt};
 
+use super::conn::Owner;
 use super::error::ServeError;
 use super::run::{QueryId, new_id};
 
-/// The most prepared statements the server holds; past it, the oldest is dropped.
+/// The most prepared statements the server holds; past it, the oldest of the caller that
+/// holds the most is dropped.
 const MAX_PREPARED: usize = 1024;
+/// The most prepared statements one caller (connection) holds; past it, its oldest is dropped.
+const MAX_PER_CALLER: usize = 128;
 /// The most parameters one prepared statement takes.
 const MAX_PARAMETERS: usize = 1024;
 /// The most bytes of parameter values one prepared statement keeps.
 const MAX_PARAMETER_BYTES: usize = 1 << 20;
+/// The most bytes of parameter values all prepared statements keep together.
+const MAX_ALL_PARAMETER_BYTES: usize = 64 << 20;
 /// The most messages a client may send to bind parameters.
 const MAX_PARAMETER_MESSAGES: usize = 64;
 /// How long a client may take to send its parameters.
@@ -36,53 +42,122 @@ pub(crate) struct Prepared {
     pub params: Option<ParamValues>,
 }
 
-/// The prepared statements, by handle, with the order they were made in (for eviction).
-#[derive(Default)]
-struct Table {
-    by_handle: HashMap<QueryId, Prepared>,
-    order: VecDeque<QueryId>,
+/// One statement, its owner, and the bytes of its bound parameters.
+struct Entry {
+    prepared: Prepared,
+    owner: Owner,
+    bytes: usize,
 }
 
-/// The server's prepared statements: at most [`MAX_PREPARED`], the oldest dropped past that.
+/// The prepared statements, by handle, with the order they were made in (for eviction) and
+/// the bytes of their parameters.
+#[derive(Default)]
+struct Table {
+    by_handle: HashMap<QueryId, Entry>,
+    order: VecDeque<QueryId>,
+    bytes: usize,
+}
+
+impl Table {
+    fn remove(&mut self, key: &QueryId) {
+        if let Some(e) = self.by_handle.remove(key) {
+            self.bytes -= e.bytes;
+            self.order.retain(|k| k != key);
+        }
+    }
+
+    /// The oldest statement of `owner`.
+    fn oldest_of(&self, owner: &Owner) -> Option<QueryId> {
+        self.order.iter().find(|k| self.by_handle.get(*k).is_some_and(|e| e.owner == *owner)).copied()
+    }
+
+    /// The statement under `handle`, if `owner` holds it: another's is as unknown as none.
+    fn owned(&mut self, handle: &[u8], owner: &Owner) -> Result<&mut Entry, ServeError> {
+        let key: QueryId = handle.try_into().map_err(|_| ServeError::UnknownHandle)?;
+        self.by_handle.get_mut(&key).filter(|e| e.owner == *owner).ok_or(ServeError::UnknownHandle)
+    }
+}
+
+/// The server's prepared statements, each held by the caller that made it and usable by it
+/// alone: at most [`MAX_PER_CALLER`] each and [`MAX_PREPARED`] in all, where the caller that
+/// holds the most loses its oldest, so a caller that makes thousands evicts only its own.
 #[derive(Default)]
 pub(crate) struct PreparedStatements(Mutex<Table>);
 
 impl PreparedStatements {
-    /// The statement under `handle`.
-    pub(crate) fn get(&self, handle: &[u8]) -> Result<Prepared, ServeError> {
-        let key: QueryId = handle.try_into().map_err(|_| ServeError::UnknownHandle)?;
-        self.0.lock().expect("not poisoned").by_handle.get(&key).cloned().ok_or(ServeError::UnknownHandle)
+    /// The statement under `handle`, if `owner` holds it.
+    pub(crate) fn get(&self, handle: &[u8], owner: &Owner) -> Result<Prepared, ServeError> {
+        Ok(self.0.lock().expect("not poisoned").owned(handle, owner)?.prepared.clone())
     }
 
-    /// Keeps `sql` (already checked) and returns its new handle.
-    pub(crate) fn insert(&self, sql: String) -> QueryId {
+    /// Keeps `sql` (already checked) for `owner` and returns its new handle.
+    pub(crate) fn insert(&self, sql: String, owner: Owner) -> QueryId {
         let handle = new_id();
         let mut table = self.0.lock().expect("not poisoned");
-        while table.by_handle.len() >= MAX_PREPARED {
-            let Some(oldest) = table.order.pop_front() else { break };
-            table.by_handle.remove(&oldest);
+        let own = table.by_handle.values().filter(|e| e.owner == owner).count();
+        if own >= MAX_PER_CALLER
+            && let Some(oldest) = table.oldest_of(&owner)
+        {
+            table.remove(&oldest);
         }
-        table.by_handle.insert(handle, Prepared { sql, params: None });
+        while table.by_handle.len() >= MAX_PREPARED {
+            let mut counts: HashMap<Owner, usize> = HashMap::new();
+            for e in table.by_handle.values() {
+                *counts.entry(e.owner).or_default() += 1;
+            }
+            let most = counts.into_iter().max_by_key(|&(_, n)| n).map(|(o, _)| o);
+            let Some(oldest) = most.and_then(|o| table.oldest_of(&o)) else { break };
+            table.remove(&oldest);
+        }
+        table.by_handle.insert(handle, Entry { prepared: Prepared { sql, params: None }, owner, bytes: 0 });
         table.order.push_back(handle);
         handle
     }
 
-    /// Binds `params` to the statement under `handle`.
-    pub(crate) fn bind(&self, handle: &[u8], params: Option<ParamValues>) -> Result<(), ServeError> {
-        let key: QueryId = handle.try_into().map_err(|_| ServeError::UnknownHandle)?;
+    /// Binds `params` to `owner`'s statement under `handle`.
+    ///
+    /// # Errors
+    /// [`ServeError::UnknownHandle`] for a handle `owner` does not hold; [`ServeError::Limit`]
+    /// when the parameters of all statements would pass [`MAX_ALL_PARAMETER_BYTES`].
+    pub(crate) fn bind(
+        &self,
+        handle: &[u8],
+        owner: &Owner,
+        params: Option<ParamValues>,
+    ) -> Result<(), ServeError> {
+        let bytes = params.as_ref().map_or(0, param_bytes);
         let mut table = self.0.lock().expect("not poisoned");
-        table.by_handle.get_mut(&key).ok_or(ServeError::UnknownHandle)?.params = params;
+        let held = table.bytes;
+        let entry = table.owned(handle, owner)?;
+        let after = held - entry.bytes + bytes;
+        if after > MAX_ALL_PARAMETER_BYTES {
+            return Err(ServeError::Limit(format!(
+                "the prepared statements' parameters would take {after} bytes, past the server's \
+                 {MAX_ALL_PARAMETER_BYTES}: close statements you no longer need"
+            )));
+        }
+        entry.prepared.params = params;
+        entry.bytes = bytes;
+        table.bytes = after;
         Ok(())
     }
 
-    /// Drops the statement under `handle`, if the server holds one.
-    pub(crate) fn close(&self, handle: &[u8]) {
-        if let Ok(key) = QueryId::try_from(handle) {
-            let mut table = self.0.lock().expect("not poisoned");
-            if table.by_handle.remove(&key).is_some() {
-                table.order.retain(|k| *k != key);
-            }
+    /// Drops `owner`'s statement under `handle`, if it holds one.
+    pub(crate) fn close(&self, handle: &[u8], owner: &Owner) {
+        let mut table = self.0.lock().expect("not poisoned");
+        if table.owned(handle, owner).is_ok()
+            && let Ok(key) = QueryId::try_from(handle)
+        {
+            table.remove(&key);
         }
+    }
+}
+
+/// The bytes bound parameters keep.
+fn param_bytes(params: &ParamValues) -> usize {
+    match params {
+        ParamValues::List(values) => values.iter().map(|v| v.value.size()).sum(),
+        ParamValues::Map(values) => values.iter().map(|(k, v)| k.len() + v.value.size()).sum(),
     }
 }
 
@@ -199,6 +274,38 @@ mod tests {
     use datafusion::arrow::ipc::{CompressionType, root_as_message};
 
     use super::*;
+
+    #[test]
+    fn a_caller_that_makes_thousands_evicts_its_own_and_parameters_have_a_budget() {
+        let store = PreparedStatements::default();
+        let (a, b): (Owner, Owner) = (Some([1; 16]), Some([2; 16]));
+        let mine: Vec<QueryId> = (0..10).map(|i| store.insert(format!("SELECT {i}"), a)).collect();
+        let theirs: Vec<QueryId> = (0..5000).map(|_| store.insert("SELECT 1".into(), b)).collect();
+        // B keeps its newest MAX_PER_CALLER; A keeps all of its own.
+        assert!(mine.iter().all(|h| store.get(h, &a).is_ok()));
+        let kept = theirs.iter().filter(|h| store.get(*h, &b).is_ok()).count();
+        assert_eq!(kept, MAX_PER_CALLER);
+        assert!(store.get(&theirs[4999], &b).is_ok() && store.get(&theirs[0], &b).is_err());
+        // Another's handle is unknown, for reading, binding and closing.
+        assert!(matches!(store.get(&mine[0], &b), Err(ServeError::UnknownHandle)));
+        assert!(matches!(store.bind(&mine[0], &b, None), Err(ServeError::UnknownHandle)));
+        store.close(&mine[0], &b);
+        assert!(store.get(&mine[0], &a).is_ok());
+        // 1 MB of parameters each: the 65th statement's would pass the server's 64 MB.
+        let big = || {
+            let value = ScalarValue::Utf8(Some("x".repeat(MAX_PARAMETER_BYTES - 200)));
+            Some(ParamValues::List(vec![value.into()]))
+        };
+        let handles: Vec<QueryId> = (0..70).map(|_| store.insert("SELECT $1".into(), a)).collect();
+        let bound = handles.iter().take_while(|h| store.bind(*h, &a, big()).is_ok()).count();
+        assert_eq!(bound, MAX_ALL_PARAMETER_BYTES / MAX_PARAMETER_BYTES);
+        assert!(matches!(store.bind(&handles[bound], &a, big()), Err(ServeError::Limit(_))));
+        // Rebinding smaller, or closing, gives the bytes back.
+        store.bind(&handles[0], &a, None).unwrap();
+        store.bind(&handles[bound], &a, big()).unwrap();
+        store.close(&handles[1], &a);
+        store.bind(&handles[bound + 1], &a, big()).unwrap();
+    }
 
     /// A record batch of `n` int64 values as an IPC message, LZ4-compressed when asked.
     fn encoded(n: i64, lz4: bool) -> (Vec<u8>, Vec<u8>) {

@@ -21,6 +21,7 @@ use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservat
 use futures::{Stream, StreamExt};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
+use super::conn::Owner;
 use super::error::ServeError;
 
 /// The bounds on running queries.
@@ -64,7 +65,7 @@ pub(crate) fn new_id() -> QueryId {
 }
 
 /// Each running query's runs: a nonce and the signal that cancels it.
-type Running = HashMap<QueryId, Vec<(u64, Arc<Notify>)>>;
+type Running = HashMap<QueryId, Vec<(u64, Owner, Arc<Notify>)>>;
 
 /// The queries of one server: the slots, the memory, and the running ones by id.
 pub(crate) struct Runner {
@@ -130,15 +131,24 @@ impl Runner {
         })
     }
 
-    /// Cancels the running queries under `id`; false when none runs under that id.
-    pub(crate) fn cancel(&self, id: &QueryId) -> bool {
-        match self.running.lock().expect("not poisoned").remove(id) {
-            Some(runs) => {
-                runs.iter().for_each(|(_, signal)| signal.notify_one());
-                true
+    /// Cancels the runs under `id` that `caller` asked for (another caller's are left alone);
+    /// false when none of them runs.
+    pub(crate) fn cancel(&self, id: &QueryId, caller: &Owner) -> bool {
+        let mut running = self.running.lock().expect("not poisoned");
+        let Some(runs) = running.get_mut(id) else { return false };
+        let mut any = false;
+        runs.retain(|(_, owner, signal)| {
+            let theirs = owner == caller;
+            if theirs {
+                signal.notify_one();
+                any = true;
             }
-            None => false,
+            !theirs
+        });
+        if runs.is_empty() {
+            running.remove(id);
         }
+        any
     }
 
     /// Runs a query's stream (which `start` makes) on threads of its own, apart from the ones
@@ -151,6 +161,7 @@ impl Runner {
     pub(crate) fn run<S, F>(
         self: &Arc<Self>,
         id: QueryId,
+        owner: Owner,
         start: F,
         slot: OwnedSemaphorePermit,
         log: QueryLog,
@@ -161,7 +172,11 @@ impl Runner {
     {
         let signal = Arc::new(Notify::new());
         let nonce = self.next_run.fetch_add(1, Ordering::Relaxed);
-        self.running.lock().expect("not poisoned").entry(id).or_default().push((nonce, signal.clone()));
+        self.running.lock().expect("not poisoned").entry(id).or_default().push((
+            nonce,
+            owner,
+            signal.clone(),
+        ));
         let deadline = tokio::time::Instant::from_std(log.started + self.limits.timeout);
         let secs = self.limits.timeout.as_secs();
         let runner = self.clone();
@@ -387,7 +402,7 @@ impl<S> Drop for Watched<S> {
     fn drop(&mut self) {
         let mut running = self.runner.running.lock().expect("not poisoned");
         if let Some(runs) = running.get_mut(&self.id) {
-            runs.retain(|(nonce, _)| *nonce != self.nonce);
+            runs.retain(|(nonce, _, _)| *nonce != self.nonce);
             if runs.is_empty() {
                 running.remove(&self.id);
             }

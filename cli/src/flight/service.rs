@@ -47,7 +47,9 @@ use prost::Message;
 use prost::bytes::Bytes;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::auth::caller;
 use super::bounded::{QueryMemory, Rules};
+use super::conn::Owner;
 use super::error::{Scrub, ServeError};
 use super::functions::{bound_plan, check_constants};
 use super::guard::{self, SqlLimits};
@@ -80,6 +82,16 @@ struct TicketBody {
     /// which its run's deadline counts. A client that changes it can only shorten its own.
     #[prost(uint64, optional, tag = "7")]
     waited_ms: Option<u64>,
+    /// The caller that asked for the FlightInfo: its prepared statement is the one the ticket
+    /// runs, and it alone may cancel the query.
+    #[prost(bytes = "vec", optional, tag = "8")]
+    owner: Option<Vec<u8>>,
+}
+
+impl TicketBody {
+    fn asked_by(&self) -> Owner {
+        self.owner.as_deref().and_then(|o| o.try_into().ok())
+    }
 }
 
 /// The Flight SQL service.
@@ -176,7 +188,7 @@ impl Served {
         match (&body.sql, &body.prepared, &body.substrait) {
             (Some(sql), None, None) => Ok((self.plan_sql(state, sql, None).await?, sql.clone())),
             (None, Some(handle), None) => {
-                let p = self.prepared.get(handle)?;
+                let p = self.prepared.get(handle, &body.asked_by())?;
                 Ok((self.plan_sql(state, &p.sql, p.params).await?, p.sql))
             }
             (None, None, Some(bytes)) => {
@@ -195,6 +207,7 @@ impl Served {
         mut body: TicketBody,
         descriptor: FlightDescriptor,
         asked: Instant,
+        owner: Owner,
     ) -> Result<FlightInfo, Status> {
         let partitions = if self.partitioned {
             let physical = self.state.create_physical_plan(plan).await.map_err(|e| self.status(e.into()))?;
@@ -206,6 +219,7 @@ impl Served {
         };
         let mut info = FlightInfo::new();
         body.waited_ms = Some(asked.elapsed().as_millis() as u64);
+        body.owner = owner.map(|o| o.to_vec());
         for partition in 0..partitions.unwrap_or(1) {
             body.id = new_id().to_vec();
             body.partition = partitions.map(|_| partition as u32);
@@ -263,6 +277,7 @@ impl Served {
             body.id.as_slice().try_into().map_err(|_| ServeError::BadRequest("a malformed ticket".into()))?;
         let mut log = QueryLog::new(peer, body.sql.as_deref().unwrap_or("<prepared or substrait>"), started);
         log.partition = body.partition.map(|i| (i.saturating_add(1), body.partitions));
+        let body_owner = body.asked_by();
         let outcome = async {
             let slot = self.runner.slot(started).await?;
             let state = self.query_state()?;
@@ -316,7 +331,7 @@ impl Served {
             }
         };
         log.what = QueryLog::new(peer, &sql, started).what;
-        let watched = self.runner.run(id, start, slot, log);
+        let watched = self.runner.run(id, body_owner, start, slot, log);
         let scrub = self.scrub.clone();
         let batches = watched.map_err(move |e| FlightError::Tonic(Box::new(e.to_status(&scrub))));
         let data = FlightDataEncoderBuilder::new().with_schema(schema).build(batches).map_err(|e| match e {
@@ -403,11 +418,12 @@ impl FlightSqlService for Served {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let asked = Instant::now();
+        let owner = caller(&request);
         // Planning takes a slot as running does: the limits on running queries bound it too.
         let _slot = self.runner.slot(asked).await.map_err(|e| self.status(e))?;
         let plan = self.plan_sql(&self.state, &query.query, None).await.map_err(|e| self.status(e))?;
         let body = TicketBody { sql: Some(query.query), ..TicketBody::default() };
-        Ok(Response::new(self.flight_info(&plan, body, request.into_inner(), asked).await?))
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner(), asked, owner).await?))
     }
 
     async fn get_flight_info_substrait_plan(
@@ -416,12 +432,13 @@ impl FlightSqlService for Served {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let asked = Instant::now();
+        let owner = caller(&request);
         let bytes = query.plan.map(|p| p.plan).unwrap_or_default();
         // Planning takes a slot as running does: the limits on running queries bound it too.
         let _slot = self.runner.slot(asked).await.map_err(|e| self.status(e))?;
         let plan = self.plan_substrait(&self.state, &bytes).await.map_err(|e| self.status(e))?;
         let body = TicketBody { substrait: Some(bytes.to_vec()), ..TicketBody::default() };
-        Ok(Response::new(self.flight_info(&plan, body, request.into_inner(), asked).await?))
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner(), asked, owner).await?))
     }
 
     async fn get_flight_info_prepared_statement(
@@ -430,13 +447,14 @@ impl FlightSqlService for Served {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let asked = Instant::now();
+        let owner = caller(&request);
         // Planning takes a slot as running does: the limits on running queries bound it too.
         let _slot = self.runner.slot(asked).await.map_err(|e| self.status(e))?;
-        let p = self.prepared.get(&cmd.prepared_statement_handle).map_err(|e| self.status(e))?;
+        let p = self.prepared.get(&cmd.prepared_statement_handle, &owner).map_err(|e| self.status(e))?;
         let plan = self.plan_sql(&self.state, &p.sql, p.params).await.map_err(|e| self.status(e))?;
         let body =
             TicketBody { prepared: Some(cmd.prepared_statement_handle.to_vec()), ..TicketBody::default() };
-        Ok(Response::new(self.flight_info(&plan, body, request.into_inner(), asked).await?))
+        Ok(Response::new(self.flight_info(&plan, body, request.into_inner(), asked, owner).await?))
     }
 
     async fn do_get_statement(
@@ -616,28 +634,29 @@ impl FlightSqlService for Served {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
         let handle = query.prepared_statement_handle;
-        self.prepared.get(&handle).map_err(|e| self.status(e))?;
+        let owner = caller(&request);
+        self.prepared.get(&handle, &owner).map_err(|e| self.status(e))?;
         let params = tokio::time::timeout(PARAMETER_TIME, read_parameters(request.into_inner()))
             .await
             .map_err(|_| {
                 self.status(ServeError::BadRequest("prepared statement parameters: sent too slowly".into()))
             })?
             .map_err(|e| self.status(e))?;
-        self.prepared.bind(&handle, params).map_err(|e| self.status(e))?;
+        self.prepared.bind(&handle, &owner, params).map_err(|e| self.status(e))?;
         Ok(DoPutPreparedStatementResult { prepared_statement_handle: Some(handle) })
     }
 
     async fn do_action_create_prepared_statement(
         &self,
         query: ActionCreatePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         // Planning takes a slot as running does: the limits on running queries bound it too.
         let _slot = self.runner.slot(Instant::now()).await.map_err(|e| self.status(e))?;
         let plan = self.plan_sql(&self.state, &query.query, None).await.map_err(|e| self.status(e))?;
         let parameters = parameter_schema(&plan).map_err(|e| self.status(e))?;
         let dataset = plan.schema().as_arrow().clone();
-        let handle = self.prepared.insert(query.query);
+        let handle = self.prepared.insert(query.query, caller(&request));
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.to_vec().into(),
             dataset_schema: schema_bytes(&dataset)?,
@@ -648,9 +667,9 @@ impl FlightSqlService for Served {
     async fn do_action_close_prepared_statement(
         &self,
         query: ActionClosePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<(), Status> {
-        self.prepared.close(&query.prepared_statement_handle);
+        self.prepared.close(&query.prepared_statement_handle, &caller(&request));
         Ok(())
     }
 
@@ -681,13 +700,13 @@ impl FlightSqlService for Served {
     async fn do_action_cancel_query(
         &self,
         query: ActionCancelQueryRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<ActionCancelQueryResult, Status> {
         let info =
             FlightInfo::decode(query.info).map_err(|_| Status::invalid_argument("a malformed FlightInfo"))?;
         // The deprecated action's result codes: CANCEL_RESULT_CANCELLED (1) and
         // CANCEL_RESULT_NOT_CANCELLABLE (3), which arrow-flight does not export by name.
-        let result = match self.cancel_all(&info) {
+        let result = match self.cancel_all(&info, &caller(&request)) {
             CancelStatus::Cancelled => 1,
             _ => 3,
         };
@@ -698,6 +717,7 @@ impl FlightSqlService for Served {
         &self,
         request: Request<Action>,
     ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let owner = caller(&request);
         let action = request.into_inner();
         if action.r#type != "CancelFlightInfo" {
             return Err(Status::invalid_argument(format!("unknown action {:?}", action.r#type)));
@@ -706,7 +726,7 @@ impl FlightSqlService for Served {
             .map_err(|_| Status::invalid_argument("a malformed CancelFlightInfoRequest"))?;
         let info =
             req.info.ok_or_else(|| Status::invalid_argument("CancelFlightInfo without a FlightInfo"))?;
-        let result = CancelFlightInfoResult { status: self.cancel_all(&info).into() };
+        let result = CancelFlightInfoResult { status: self.cancel_all(&info, &owner).into() };
         let out = arrow_flight::Result { body: result.encode_to_vec().into() };
         Ok(Response::new(Box::pin(futures::stream::iter([Ok(out)]))))
     }
@@ -715,15 +735,15 @@ impl FlightSqlService for Served {
 }
 
 impl Served {
-    /// Cancels the running queries of `info`'s tickets.
-    fn cancel_all(&self, info: &FlightInfo) -> CancelStatus {
+    /// Cancels the running queries of `info`'s tickets that `caller` asked for.
+    fn cancel_all(&self, info: &FlightInfo, caller: &Owner) -> CancelStatus {
         let ids = Self::ids_of(info);
         if ids.is_empty() {
             return CancelStatus::NotCancellable;
         }
         let mut any = false;
         for id in &ids {
-            any |= self.runner.cancel(id);
+            any |= self.runner.cancel(id, caller);
         }
         if any { CancelStatus::Cancelled } else { CancelStatus::NotCancellable }
     }
