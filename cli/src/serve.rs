@@ -217,15 +217,37 @@ pub(crate) fn parse(
     Ok(Some(args))
 }
 
-/// The TLS configuration of `files`: rustls, TLS 1.2 and 1.3.
+/// The TLS configuration of `files`: rustls, TLS 1.2 and 1.3. Each file is checked to hold a
+/// PEM block of its kind first, so that a wrong file is named (rustls says only what failed).
 fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, String> {
-    let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
-    let mut config =
-        ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
+    let read = |p: &PathBuf, option: &str, kind: &str| {
+        let bytes = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let found = text.lines().any(|l| l.starts_with("-----BEGIN ") && l.contains(kind));
+        match found {
+            true => Ok(bytes),
+            false => Err(format!("{option} {}: no PEM {kind} in the file", p.display())),
+        }
+    };
+    let cert = read(&files.cert, "--tls-cert", "CERTIFICATE")?;
+    let key = read(&files.key, "--tls-key", "PRIVATE KEY")?;
+    let mut config = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
     if let Some(ca) = &files.client_ca {
-        config = config.client_ca_root(Certificate::from_pem(read(ca)?));
+        config = config.client_ca_root(Certificate::from_pem(read(ca, "--tls-client-ca", "CERTIFICATE")?));
     }
     Ok(config)
+}
+
+/// An error and its causes, as one line: tonic's own says only "transport error".
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// Registers the tables and serves until a stop signal, printing `listening on ADDR` (with the
@@ -286,7 +308,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .tcp_keepalive(Some(Duration::from_secs(60)));
     if let Some(files) = &args.tls {
-        builder = builder.tls_config(tls_config(files)?).map_err(|e| format!("TLS: {e}"))?;
+        builder = builder.tls_config(tls_config(files)?).map_err(|e| format!("TLS: {}", with_causes(&e)))?;
     }
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let server =

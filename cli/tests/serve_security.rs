@@ -841,3 +841,39 @@ async fn prepared_statements_and_cancels_belong_to_the_connection_that_made_them
     assert_eq!(cancel_info(&mut raw_a, &info).await, arrow_flight::CancelStatus::Cancelled);
     assert!(running.await.unwrap().unwrap_err().contains("cancelled"));
 }
+
+#[test]
+fn wrong_tls_files_are_named_with_what_is_wrong() {
+    let dir = TempDir::new("serve-tls-files");
+    let (_, cert, key, _, client_key) = certificates();
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (cert, key, other_key) =
+        (file("cert.pem", &cert), file("key.pem", &key), file("other.pem", &client_key));
+    let junk = file("junk.pem", "not a PEM file\n");
+    let broken = file("broken.pem", "-----BEGIN CERTIFICATE-----\nabc\n-----END CERTIFICATE-----\n");
+    let serve = |tls: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlframe"))
+            .args([&["serve", "--listen", "127.0.0.1:0"][..], tls].concat())
+            .env_remove("DLFRAME_TOKEN")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{tls:?} was served");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let cases: [(&[&str], &str); 5] = [
+        (&["--tls-cert", &cert, "--tls-key", &junk], "--tls-key"),
+        (&["--tls-cert", &junk, "--tls-key", &key], "--tls-cert"),
+        (&["--tls-cert", &cert, "--tls-key", &key, "--tls-client-ca", &junk], "--tls-client-ca"),
+        (&["--tls-cert", &cert, "--tls-key", &other_key], "KeyMismatch"),
+        (&["--tls-cert", &broken, "--tls-key", &key], "BadEncoding"),
+    ];
+    for (tls, named) in cases {
+        let err = serve(tls);
+        // Before, each was "TLS: transport error" and nothing more.
+        assert!(err.contains(named) && err.trim() != "dlframe serve: TLS: transport error", "{tls:?}: {err}");
+    }
+}

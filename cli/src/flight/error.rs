@@ -4,6 +4,7 @@
 //! root and written with `Display`, and the paths of the served tables are replaced by the
 //! table's name, so an error does not tell a client where the server keeps its files.
 
+use datafusion::arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 use tonic::Status;
 
@@ -51,7 +52,11 @@ impl std::fmt::Display for ServeError {
             ),
             ServeError::Timeout(secs) => write!(f, "the query ran past the server's timeout of {secs} s"),
             ServeError::Cancelled => f.write_str("the query was cancelled"),
-            ServeError::Query(e) => write!(f, "{}", e.find_root()),
+            ServeError::Query(e) => match e.find_root() {
+                // sqlparser's own text, not its Debug form (`ParserError("...")`).
+                DataFusionError::SQL(p, _) => write!(f, "SQL error: {p}"),
+                root => write!(f, "{root}"),
+            },
         }
     }
 }
@@ -74,6 +79,19 @@ impl ServeError {
                 | DataFusionError::SchemaError(..)
                 | DataFusionError::NotImplemented(_)
                 | DataFusionError::Substrait(_) => Status::invalid_argument(text),
+                // Values the query itself cannot take: a client's error, not the server's.
+                DataFusionError::ArrowError(a, _)
+                    if matches!(
+                        **a,
+                        ArrowError::CastError(_)
+                            | ArrowError::ParseError(_)
+                            | ArrowError::InvalidArgumentError(_)
+                            | ArrowError::DivideByZero
+                            | ArrowError::ArithmeticOverflow(_)
+                    ) =>
+                {
+                    Status::invalid_argument(text)
+                }
                 _ => Status::internal(text),
             },
         }
@@ -148,6 +166,16 @@ mod tests {
         let s = ServeError::Query(DataFusionError::Plan("table 'x' not found".into())).to_status(&scrub);
         assert_eq!(s.code(), tonic::Code::InvalidArgument);
         assert!(!s.message().contains("Plan("), "{}", s.message());
+        // A parse error is sqlparser's text, not its Debug form.
+        let parse =
+            datafusion::sql::sqlparser::parser::ParserError::ParserError("Expected: ), found: EOF".into());
+        let s = ServeError::Query(DataFusionError::SQL(Box::new(parse), None)).to_status(&scrub);
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert_eq!(s.message(), "SQL error: sql parser error: Expected: ), found: EOF");
+        // A value the query cannot cast is the client's error.
+        let cast = ArrowError::CastError("Cannot cast string 'x' to value of Int32 type".into());
+        let s = ServeError::Query(DataFusionError::ArrowError(Box::new(cast), None)).to_status(&scrub);
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{}", s.message());
     }
 
     #[test]
