@@ -315,6 +315,40 @@ async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "{sql}: {e}");
     }
     assert!(!out.exists(), "COPY wrote a file");
+    // A flat union of 100,000 inputs (2 MB of protobuf): refused before it is converted (it
+    // overflowed the scheduler's stack, or held it for minutes); the scheduler goes on.
+    {
+        use datafusion_proto::protobuf::logical_plan_node::LogicalPlanType;
+        use datafusion_proto::protobuf::{EmptyRelationNode, UnionNode};
+        let empty = LogicalPlanNode {
+            logical_plan_type: Some(LogicalPlanType::EmptyRelation(EmptyRelationNode {
+                produce_one_row: true,
+            })),
+        };
+        let union = LogicalPlanNode {
+            logical_plan_type: Some(LogicalPlanType::Union(UnionNode { inputs: vec![empty; 100_000] })),
+        };
+        let mut bytes = vec![];
+        union.try_encode(&mut bytes).unwrap();
+        let params = protobuf::ExecuteQueryParams {
+            query: Some(protobuf::execute_query_params::Query::LogicalPlan(bytes)),
+            ..Default::default()
+        };
+        // As a Ballista 55 client sends it, so that only the plan's size can refuse it.
+        let mut request = with_token(params);
+        request.metadata_mut().insert("ballista-version", "55.0.0".parse().unwrap());
+        let e = tokio::time::timeout(LIMIT, scheduler.execute_query(request))
+            .await
+            .expect("answered in time")
+            .expect_err("a 100,000-input union");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+        assert!(e.message().contains("too large"), "{e}");
+        let n = tokio::time::timeout(LIMIT, collect_one(&ctx, "SELECT count(*) AS n FROM t"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(n.num_rows(), 1);
+    }
 
     // The executor's result server: the token, and no job id that leaves the work directory.
     let flight = cluster.served_at[0].clone();

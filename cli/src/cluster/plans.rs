@@ -86,6 +86,44 @@ pub(crate) fn check_job(plan: &LogicalPlan, roots: &DataRoots) -> Result<(), Str
     refused.map_or(Ok(()), Err)
 }
 
+/// The most relations (plan nodes, subqueries' included) a job's plan may hold. DataFusion
+/// builds a union of n inputs as n - 1 nested unions, which every later pass recurses through:
+/// a flat union of 400,000 inputs (9 MB of protobuf) overflowed the scheduler's stack, and one
+/// of 200,000 held it for minutes.
+const MAX_PLAN_NODES: usize = 1024;
+
+/// The relations of a decoded plan, counted up to `max + 1` without converting it: prost's
+/// Debug form names each `LogicalPlanNode`, and the sink only counts the names, keeping
+/// nothing. Protobuf's decoder bounds the nesting (100 levels), so the formatting's recursion
+/// is bounded too, and it stops at the first name past `max`.
+fn relations(node: &LogicalPlanNode, max: usize) -> usize {
+    struct Count {
+        tail: String,
+        found: usize,
+        max: usize,
+    }
+    const NAME: &str = "LogicalPlanNode {";
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.tail.push_str(s);
+            self.found += self.tail.matches(NAME).count();
+            if self.found > self.max {
+                return Err(std::fmt::Error);
+            }
+            // Keep only what may begin a name that the next piece ends.
+            let mut keep = self.tail.len().saturating_sub(NAME.len() - 1);
+            while !self.tail.is_char_boundary(keep) {
+                keep -= 1;
+            }
+            self.tail.drain(..keep);
+            Ok(())
+        }
+    }
+    let mut count = Count { tail: String::new(), found: 0, max };
+    let _ = std::fmt::write(&mut count, format_args!("{node:?}"));
+    count.found
+}
+
 /// Ballista's scheduler service with every submitted job checked first.
 #[derive(Clone)]
 pub(crate) struct PlanGuard {
@@ -110,14 +148,19 @@ impl PlanGuard {
             }
             None => return Err(Status::invalid_argument("a job without a plan")),
         };
-        let plan = LogicalPlanNode::try_decode(bytes)
-            .and_then(|n| {
-                n.try_into_logical_plan(
-                    &self.decode.task_ctx(),
-                    self.inner.state.codec.logical_extension_codec(),
-                )
-            })
-            .map_err(|e| Status::invalid_argument(format!("cannot decode the plan: {}", e.find_root())))?;
+        let decode_error = |e: datafusion::error::DataFusionError| {
+            Status::invalid_argument(format!("cannot decode the plan: {}", e.find_root()))
+        };
+        let node = LogicalPlanNode::try_decode(bytes).map_err(decode_error)?;
+        if relations(&node, MAX_PLAN_NODES) > MAX_PLAN_NODES {
+            return Err(Status::invalid_argument(format!(
+                "the plan is too large: over this cluster's limit of {MAX_PLAN_NODES} relations (a union \
+                 counts each of its inputs)"
+            )));
+        }
+        let plan = node
+            .try_into_logical_plan(&self.decode.task_ctx(), self.inner.state.codec.logical_extension_codec())
+            .map_err(decode_error)?;
         check_job(&plan, &self.roots).map_err(Status::permission_denied)
     }
 }
@@ -291,7 +334,38 @@ mod tests {
             assert!(e.contains("read-only"), "{sql}: {e}");
         }
         assert!(!roots.allows(&inside.join("../other/b.csv")));
+        // Relations are counted in the protobuf before it is converted, nested ones too.
+        let mut bytes = vec![];
+        let sql = "SELECT x FROM (SELECT x FROM a UNION ALL SELECT 1 UNION ALL SELECT 2) AS s";
+        let node = LogicalPlanNode::try_from_logical_plan(
+            &plan(&ctx, sql).await,
+            &datafusion_proto::logical_plan::DefaultLogicalExtensionCodec {},
+        )
+        .unwrap();
+        node.try_encode(&mut bytes).unwrap();
+        let n = relations(&LogicalPlanNode::try_decode(&bytes).unwrap(), 100);
+        assert!(n >= 6, "{n} relations");
         assert!(DataRoots::new(&[dir.join("missing")]).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_flat_union_is_counted_without_being_converted_and_the_count_stops_past_the_limit() {
+        use datafusion_proto::protobuf::logical_plan_node::LogicalPlanType;
+        use datafusion_proto::protobuf::{EmptyRelationNode, UnionNode};
+        let empty = LogicalPlanNode {
+            logical_plan_type: Some(LogicalPlanType::EmptyRelation(EmptyRelationNode {
+                produce_one_row: true,
+            })),
+        };
+        let union = |n: usize| LogicalPlanNode {
+            logical_plan_type: Some(LogicalPlanType::Union(UnionNode { inputs: vec![empty.clone(); n] })),
+        };
+        assert_eq!(relations(&union(10), 100), 11);
+        assert_eq!(relations(&union(1000), MAX_PLAN_NODES), 1001);
+        // 400,000 inputs: counting stops at the first past the limit.
+        let started = std::time::Instant::now();
+        assert!(relations(&union(400_000), MAX_PLAN_NODES) > MAX_PLAN_NODES);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
     }
 }
