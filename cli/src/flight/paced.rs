@@ -22,7 +22,10 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    ReplaceChildrenOptions,
+};
 use futures::Stream;
 
 /// The longest an operator's stream runs before it hands the thread back.
@@ -33,8 +36,8 @@ pub(crate) const SLICE: Duration = Duration::from_millis(20);
 pub(crate) fn pace(plan: Arc<dyn ExecutionPlan>, deadline: Instant) -> Result<Arc<dyn ExecutionPlan>> {
     let children =
         plan.children().into_iter().map(|c| pace(c.clone(), deadline)).collect::<Result<Vec<_>>>()?;
-    #[expect(deprecated, reason = "the same properties, new children: what replace_children(Keep) does")]
-    let plan = if children.is_empty() { plan } else { plan.with_new_children_and_same_properties(children)? };
+    let keep = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Keep);
+    let plan = if children.is_empty() { plan } else { plan.replace_children(children, keep)? };
     Ok(Arc::new(Paced { input: plan, deadline }))
 }
 
