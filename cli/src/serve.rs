@@ -19,6 +19,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::flight::auth::{Bearer, check_token};
+use crate::flight::calls::CountCalls;
 use crate::flight::conn::{ConnLimits, incoming, raise_open_files};
 use crate::flight::error::Scrub;
 use crate::flight::guard::SqlLimits;
@@ -32,7 +33,8 @@ usage: dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]
                      [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--insecure]
                      [--memory BYTES] [--query-memory BYTES] [--max-queries N] [--max-queued N]
                      [--timeout SECS] [--max-sql-bytes N] [--max-depth N] [--max-blocks N]
-                     [--max-connections N] [--idle-timeout SECS] [--partitions N]
+                     [--max-connections N] [--max-connections-per-peer N]
+                     [--idle-timeout SECS] [--partitions N]
        dlframe serve --functions
 
 Serves SQL with dlframe's tensor functions over Arrow Flight SQL, for ADBC, pyarrow.flight or
@@ -60,7 +62,12 @@ accepts connections, and one line per query; stops on SIGINT or SIGTERM.
   --max-sql-bytes N      the longest query text (default 65536)
   --max-depth N          the deepest nesting of expressions (default 256)
   --max-blocks N         the most SELECTs, CTEs, subqueries and tables in a query (default 256)
-  --max-connections N    connections open at once (default 256)
+  --max-connections N    connections open at once (default 256). When the cap, or a peer's
+                         cap, is reached, a new connection takes the place of one with no call
+                         open: first one that has not authenticated, else the one quiet the
+                         longest; it is closed only when all in its way are busy
+  --max-connections-per-peer N
+                         connections open at once from one address (default 128)
   --idle-timeout SECS    close a connection without an authenticated call after this (default 10)
   --partitions N         plan each query in N partitions and answer with one endpoint per
                          partition of its plan, so that several readers fetch disjoint parts
@@ -185,6 +192,10 @@ pub(crate) fn parse(
             "--max-connections" => {
                 args.conn.max_connections = count("--max-connections", &value("--max-connections")?)?;
             }
+            "--max-connections-per-peer" => {
+                args.conn.max_per_peer =
+                    count("--max-connections-per-peer", &value("--max-connections-per-peer")?)?;
+            }
             "--idle-timeout" => {
                 args.conn.idle =
                     Duration::from_secs(count("--idle-timeout", &value("--idle-timeout")?)? as u64);
@@ -302,6 +313,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     );
     // Calls at once on one connection, and keepalives that find a peer that vanished.
     let mut builder = Server::builder()
+        .layer(CountCalls)
         .max_concurrent_streams(Some(CALLS_PER_CONNECTION))
         .concurrency_limit_per_connection(CALLS_PER_CONNECTION as usize)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -332,13 +344,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let r = &args.run;
     say(&format!(
         "dlframe serve: limits: {} queries at once ({} waiting), {} s each, {} MB per query, {} MB in all, \
-         {} connections, open files {}",
+         {} connections ({} per peer), open files {}",
         r.max_queries,
         r.max_queued,
         r.timeout.as_secs(),
         r.query_memory >> 20,
         r.memory >> 20,
         args.conn.max_connections,
+        args.conn.max_per_peer,
         files.map_or_else(|| "unknown".to_string(), |f| f.to_string())
     ));
     say(&format!("dlframe serve: listening on {addr}"));

@@ -634,8 +634,8 @@ async fn bounds_memory_timeout_cancellation_and_connections() {
     assert!(threads1 <= threads0 + 4, "threads {threads0} -> {threads1}");
     assert!(fds1 <= fds0 + 8, "descriptors {fds0} -> {fds1}");
 
-    // A flood of idle connections past the cap: a real client is still served once the idle
-    // ones are closed (after --idle-timeout 1).
+    // A flood of idle connections past the cap: a real client is still served (a silent socket
+    // gives way to it, and --idle-timeout 1 closes the rest).
     let flood: Vec<_> = (0..200).filter_map(|_| std::net::TcpStream::connect(&server.addr).ok()).collect();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut late = server.sql(None).await;
@@ -876,4 +876,122 @@ fn wrong_tls_files_are_named_with_what_is_wrong() {
         // Before, each was "TLS: transport error" and nothing more.
         assert!(err.contains(named) && err.trim() != "dlframe serve: TLS: transport error", "{tls:?}: {err}");
     }
+}
+
+/// Keeps `n` raw TCP connections from `from` (an address on loopback) to `addr` open, each
+/// sending only HTTP/2's preface where `speak` and nothing at all otherwise, and reopens each as
+/// the server closes it, until `stop`; returns how many it opened in all.
+async fn churn(
+    addr: String,
+    from: &str,
+    n: usize,
+    speak: bool,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> usize {
+    use tokio::io::AsyncWriteExt;
+    let from: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let open = || async move {
+        let socket = tokio::net::TcpSocket::new_v4().ok()?;
+        socket.bind(from).ok()?;
+        let mut s = socket.connect(addr).await.ok()?;
+        if speak {
+            s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.ok()?;
+        }
+        Some(s)
+    };
+    let mut socks = Vec::new();
+    for _ in 0..n {
+        socks.push(open().await);
+    }
+    let mut opened = n;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for s in &mut socks {
+            let closed = match s {
+                Some(sock) => match sock.try_read(&mut [0u8; 256]) {
+                    Ok(0) => true,
+                    Ok(_) => false,
+                    Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                },
+                None => true,
+            };
+            if closed {
+                *s = open().await;
+                opened += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    opened
+}
+
+/// A client with the token on a connection of its own, and the count it reads, or why not.
+async fn fresh_count(server: &Server) -> Result<i64, String> {
+    let channel = Channel::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut c = FlightSqlServiceClient::new(channel);
+    c.set_token(TOKEN.into());
+    let b = query(&mut c, "SELECT count(*) AS n FROM t").await?;
+    Ok(b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_caller_cannot_lock_out_the_rest() {
+    let (_dir, spec) = table();
+    let mut server = Server::start(&[
+        "--table",
+        &spec,
+        "--token",
+        TOKEN,
+        "--max-connections",
+        "16",
+        "--max-connections-per-peer",
+        "8",
+        "--idle-timeout",
+        "60",
+    ]);
+    // A holder of the token takes every slot its address may have with one call each, and keeps
+    // the connections.
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let mut c = server.sql(Some(TOKEN)).await;
+        c.get_catalogs().await.unwrap();
+        held.push(c);
+    }
+    // Five clients in turn are served: each takes the place of an idle connection.
+    for i in 0..5 {
+        assert_eq!(fresh_count(&server).await, Ok(3000), "client {i} after 8 idle connections");
+    }
+    drop(held);
+
+    // Unauthenticated sockets from another address, reopened as fast as the server closes
+    // them, silent or sending HTTP/2's preface, do not lock clients out either: that address
+    // holds at most its own cap, and its new sockets push out its old ones. (From the clients'
+    // own address, such a flood can win the race with a client whose first bytes have not
+    // arrived yet; docs/serve.md says so.)
+    for (from, speak) in [("127.0.0.2", false), ("127.0.0.2", true)] {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churner = tokio::spawn(churn(server.addr.clone(), from, 32, speak, stop.clone()));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut served = 0;
+        for _ in 0..10 {
+            match fresh_count(&server).await {
+                Ok(3000) => served += 1,
+                other => eprintln!("a client from 127.0.0.1 while {from} churned: {other:?}"),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let opened = churner.await.unwrap();
+        eprintln!(
+            "{served} of 10 clients served while {opened} sockets from {from} were opened (speaking: {speak})"
+        );
+        assert_eq!(served, 10, "{opened} sockets opened from {from}");
+        assert!(opened > 32, "the server never closed a socket from {from}: {opened}");
+    }
+    assert!(server.alive());
 }

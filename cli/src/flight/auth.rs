@@ -3,7 +3,6 @@
 //! no client could send in a header).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use tonic::service::Interceptor;
 use tonic::transport::server::TlsConnectInfo;
@@ -40,9 +39,8 @@ impl Interceptor for Bearer {
                 return Err(Status::unauthenticated("dlframe serve: wrong bearer token"));
             }
         }
-        let conn = conn_info(&request);
-        if let Some(conn) = conn {
-            conn.authenticated.store(true, Ordering::Relaxed);
+        if let Some(conn) = conn_info(request.extensions()) {
+            conn.state.authenticate();
         }
         Ok(request)
     }
@@ -63,9 +61,8 @@ pub(crate) fn bearer<'a>(
     Ok(first.map(|v| v.as_bytes().strip_prefix(b"Bearer ").unwrap_or_default()))
 }
 
-/// The connection a call came on, through TLS or not.
-fn conn_info<T>(request: &Request<T>) -> Option<&ConnInfo> {
-    let extensions = request.extensions();
+/// The connection a call came on, through TLS or not, from the call's extensions.
+pub(crate) fn conn_info(extensions: &tonic::Extensions) -> Option<&ConnInfo> {
     extensions.get::<ConnInfo>().or_else(|| extensions.get::<TlsConnectInfo<ConnInfo>>().map(|t| t.get_ref()))
 }
 
@@ -76,12 +73,12 @@ pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 
 /// The caller of a call: its connection's id (None only where no connection info is kept).
 pub(crate) fn caller<T>(request: &Request<T>) -> Option<Caller> {
-    conn_info(request).map(|c| c.caller)
+    conn_info(request.extensions()).map(|c| c.caller)
 }
 
 /// The peer of a call, from its connection.
 pub(crate) fn peer<T>(request: &Request<T>) -> Option<std::net::SocketAddr> {
-    conn_info(request).and_then(|c| c.tcp.remote_addr)
+    conn_info(request.extensions()).and_then(|c| c.tcp.remote_addr)
 }
 
 #[cfg(test)]

@@ -5,10 +5,11 @@
 //! constants a plan may build (`functions`), the bounds on each call's result (`bounded`,
 //! `growth`), the prepared
 //! statements and their parameters (`prepared`), the token (`auth`), the connections
-//! (`conn`), and the errors clients read (`error`).
+//! (`conn`) and the calls open on each (`calls`), and the errors clients read (`error`).
 
 pub(crate) mod auth;
 pub(crate) mod bounded;
+pub(crate) mod calls;
 pub(crate) mod conn;
 pub(crate) mod error;
 pub(crate) mod functions;
