@@ -32,8 +32,11 @@ fn table(dir: &TempDir, files: i64, rows: i64) -> PathBuf {
     t
 }
 
-/// The cluster token of the process tests.
+/// The cluster (clients') token of the process tests.
 const TOKEN: &str = "cluster-s3cret";
+
+/// The executors' token of the process tests.
+const EXECUTOR_TOKEN: &str = "executor-s3cret";
 
 /// A session configuration that splits a scan of `files` files into one partition per file,
 /// whatever the machine's core count.
@@ -132,6 +135,8 @@ impl Cluster {
             dir.path().to_str().unwrap(),
             "--token",
             TOKEN,
+            "--executor-token",
+            EXECUTOR_TOKEN,
         ]);
         let address = scheduler.address("listening on ");
         let mut served_at = vec![];
@@ -149,6 +154,8 @@ impl Cluster {
                     "1",
                     "--token",
                     TOKEN,
+                    "--executor-token",
+                    EXECUTOR_TOKEN,
                     "--work-dir",
                     work.to_str().unwrap(),
                 ]);
@@ -251,6 +258,23 @@ async fn an_executor_killed_mid_query_gives_an_error_or_the_right_result() {
     }
 }
 
+/// A job as a client sends it: `sql`'s logical plan in `ctx`, as protobuf.
+async fn job(ctx: &SessionContext, sql: &str) -> ballista_core::serde::protobuf::ExecuteQueryParams {
+    use ballista_core::serde::protobuf;
+    use datafusion_proto::logical_plan::{AsLogicalPlan, DefaultLogicalExtensionCodec};
+    use datafusion_proto::protobuf::LogicalPlanNode;
+    let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+    let mut bytes = vec![];
+    LogicalPlanNode::try_from_logical_plan(&plan, &DefaultLogicalExtensionCodec {})
+        .unwrap()
+        .try_encode(&mut bytes)
+        .unwrap();
+    protobuf::ExecuteQueryParams {
+        query: Some(protobuf::execute_query_params::Query::LogicalPlan(bytes)),
+        ..Default::default()
+    }
+}
+
 /// A raw gRPC request with the cluster token as a bearer header.
 fn with_token<T>(message: T) -> tonic::Request<T> {
     let mut r = tonic::Request::new(message);
@@ -262,7 +286,7 @@ fn with_token<T>(message: T) -> tonic::Request<T> {
 async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
     use ballista_core::serde::protobuf;
     use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
-    use datafusion_proto::logical_plan::{AsLogicalPlan, DefaultLogicalExtensionCodec};
+    use datafusion_proto::logical_plan::AsLogicalPlan;
     use datafusion_proto::protobuf::LogicalPlanNode;
 
     let dir = TempDir::new("ballista-guard");
@@ -298,16 +322,7 @@ async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
         format!("COPY (SELECT 1 AS a) TO '{}' STORED AS CSV", out.display()),
         "CREATE EXTERNAL TABLE pw (line VARCHAR) STORED AS CSV LOCATION '/etc/passwd'".to_string(),
     ] {
-        let plan = local.state().create_logical_plan(&sql).await.unwrap();
-        let mut bytes = vec![];
-        LogicalPlanNode::try_from_logical_plan(&plan, &DefaultLogicalExtensionCodec {})
-            .unwrap()
-            .try_encode(&mut bytes)
-            .unwrap();
-        let params = protobuf::ExecuteQueryParams {
-            query: Some(protobuf::execute_query_params::Query::LogicalPlan(bytes)),
-            ..Default::default()
-        };
+        let params = job(&local, &sql).await;
         let e = scheduler.execute_query(with_token(params.clone())).await.expect_err(&sql);
         assert_eq!(e.code(), tonic::Code::PermissionDenied, "{sql}: {e}");
         assert!(e.message().contains("read-only"), "{sql}: {e}");
@@ -349,6 +364,61 @@ async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
             .unwrap();
         assert_eq!(n.num_rows(), 1);
     }
+
+    // A client's token asks for no work: a made-up executor id with it gets no task, and
+    // reports nothing (before, it received another job's task).
+    let registration = protobuf::ExecutorRegistration {
+        id: "made-up".into(),
+        host: Some("127.0.0.1".into()),
+        port: 1,
+        grpc_port: 2,
+        specification: Some(protobuf::ExecutorSpecification { resources: vec![] }),
+        os_info: Some(Default::default()),
+        ballista_protocol_version: ballista_core::BALLISTA_PROTOCOL_VERSION,
+    };
+    let poll = protobuf::PollWorkParams {
+        metadata: Some(registration.clone()),
+        num_free_vcores: 4,
+        task_status: vec![],
+    };
+    let e = scheduler.poll_work(with_token(poll)).await.expect_err("a client polling for work");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+    let register = protobuf::RegisterExecutorParams { metadata: Some(registration) };
+    let e = scheduler.register_executor(with_token(register)).await.expect_err("a client registering");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+    let update = protobuf::UpdateTaskStatusParams { executor_id: "made-up".into(), task_status: vec![] };
+    let e = scheduler.update_task_status(with_token(update)).await.expect_err("a client reporting");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+
+    // A job belongs to the connection that made it: on another, its status, its cancellation
+    // and its data are as of a job that does not exist (before, CleanJobData deleted it).
+    let mut request = with_token(job(&local, "SELECT 1 AS a").await);
+    request.metadata_mut().insert("ballista-version", "55.0.0".parse().unwrap());
+    let made = scheduler.execute_query(request).await.unwrap().into_inner();
+    let Some(protobuf::execute_query_result::Result::Success(made)) = made.result else {
+        panic!("the job was not accepted: {made:?}")
+    };
+    let job_id = made.job_id;
+    let mut other = SchedulerGrpcClient::connect(format!("http://{}", cluster.address)).await.unwrap();
+    let status = protobuf::GetJobStatusParams { job_id: job_id.clone() };
+    let e = other.get_job_status(with_token(status.clone())).await.expect_err("another's job status");
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    let cancel = protobuf::CancelJobParams { job_id: job_id.clone() };
+    let e = other.cancel_job(with_token(cancel)).await.expect_err("another's cancel");
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    let clean = protobuf::CleanJobDataParams { job_id: job_id.clone(), remove_stage_ids: vec![] };
+    let e = other.clean_job_data(with_token(clean)).await.expect_err("another's clean");
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    let unknown = protobuf::GetJobStatusParams { job_id: "nosuchjob".into() };
+    let e2 = other.get_job_status(with_token(unknown)).await.unwrap_err();
+    assert_eq!(
+        e2.message().replace("nosuchjob", &job_id),
+        e.message(),
+        "another's job and no job read alike"
+    );
+    // On its own connection, the job is known.
+    let own = scheduler.get_job_status(with_token(status)).await.unwrap().into_inner();
+    assert_eq!(own.status.unwrap().job_id, job_id);
 
     // The executor's result server: the token, and no job id that leaves the work directory.
     let flight = cluster.served_at[0].clone();

@@ -1,11 +1,11 @@
-//! The cluster token of `dlframe scheduler` and `dlframe executor`: every call to either
-//! process must carry it, and every call they make carries it.
+//! Who may call `dlframe scheduler` and `dlframe executor`: clients with the cluster token, and
+//! executors with a token of their own, so that a client cannot ask for work or report results.
 //!
 //! Ballista's own outgoing channels (executor to scheduler, executor to executor, client to
 //! executor) can only be customised through their tonic `Endpoint`, which sets no header but
-//! the user agent. So the token travels either as `authorization: Bearer TOKEN` (what a client
+//! the user agent. So a token travels either as `authorization: Bearer TOKEN` (what a client
 //! sends to the scheduler) or as a user agent whose first word is `dlframe-token/TOKEN` (what
-//! Ballista's channels send). The cluster has no TLS yet, so the token crosses the network in
+//! Ballista's channels send). The cluster has no TLS yet, so tokens cross the network in
 //! clear text: beyond loopback that takes `--insecure` (see docs/serve.md).
 
 use std::sync::Arc;
@@ -20,27 +20,71 @@ use crate::flight::auth::{bearer, same_bytes};
 /// The environment variable that sets the cluster token when `--token` is not given.
 pub(crate) const CLUSTER_TOKEN_ENV: &str = "DLFRAME_CLUSTER_TOKEN";
 
+/// The environment variable that sets the executors' token when `--executor-token` is not given.
+pub(crate) const EXECUTOR_TOKEN_ENV: &str = "DLFRAME_EXECUTOR_TOKEN";
+
 /// The user agent's first word that carries the token.
 const AGENT_PREFIX: &[u8] = b"dlframe-token/";
 
-/// Refuses every call without the cluster token (when one is set).
+/// Who a call comes from, as its token says; put into the call's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A client: it runs jobs and reads their results.
+    Client,
+    /// An executor: it asks for work, reports it, and reads other executors' results.
+    Executor,
+    /// Any caller of an open cluster (`--insecure`, no tokens).
+    Open,
+}
+
+impl Role {
+    /// Refuses a call that only `want` may make.
+    pub(crate) fn need<T>(request: &Request<T>, want: Role) -> Result<(), Status> {
+        match request.extensions().get::<Role>() {
+            Some(Role::Open) => Ok(()),
+            Some(r) if *r == want => Ok(()),
+            _ => Err(Status::permission_denied(match want {
+                Role::Executor => {
+                    "dlframe cluster: only an executor, with the executors' token, makes this call"
+                }
+                _ => "dlframe cluster: only a client, with the cluster token, makes this call",
+            })),
+        }
+    }
+}
+
+/// The tokens a cluster's processes check: the clients' and the executors'. Both or neither.
 #[derive(Clone)]
-pub(crate) struct ClusterAuth(pub(crate) Option<Arc<str>>);
+pub(crate) struct ClusterAuth {
+    pub(crate) client: Option<Arc<str>>,
+    pub(crate) executor: Option<Arc<str>>,
+}
 
 impl Interceptor for ClusterAuth {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(token) = &self.0 else { return Ok(request) };
-        let md = request.metadata();
-        let bearer = bearer(md, "dlframe cluster")?;
-        let agent = md
-            .get("user-agent")
-            .and_then(|v| v.as_bytes().split(|b| *b == b' ').next())
-            .and_then(|w| w.strip_prefix(AGENT_PREFIX));
-        if [bearer, agent].into_iter().flatten().any(|t| same_bytes(t, token.as_bytes())) {
-            Ok(request)
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let role = if self.client.is_none() && self.executor.is_none() {
+            Role::Open
         } else {
-            Err(Status::unauthenticated("dlframe cluster: this process needs the cluster token"))
-        }
+            let md = request.metadata();
+            let bearer = bearer(md, "dlframe cluster")?;
+            let agent = md
+                .get("user-agent")
+                .and_then(|v| v.as_bytes().split(|b| *b == b' ').next())
+                .and_then(|w| w.strip_prefix(AGENT_PREFIX));
+            let given = || [bearer, agent].into_iter().flatten();
+            let is = |token: &Option<Arc<str>>| {
+                token.as_ref().is_some_and(|t| given().any(|g| same_bytes(g, t.as_bytes())))
+            };
+            if is(&self.executor) {
+                Role::Executor
+            } else if is(&self.client) {
+                Role::Client
+            } else {
+                return Err(Status::unauthenticated("dlframe cluster: this process needs the cluster token"));
+            }
+        };
+        request.extensions_mut().insert(role);
+        Ok(request)
     }
 }
 
@@ -64,11 +108,21 @@ mod tests {
         r
     }
 
+    fn auth(client: &str, executor: &str) -> ClusterAuth {
+        ClusterAuth { client: Some(Arc::from(client)), executor: Some(Arc::from(executor)) }
+    }
+
+    fn role(auth: &mut ClusterAuth, headers: &[(&'static str, &str)]) -> Result<Role, tonic::Code> {
+        auth.call(with(headers)).map(|r| *r.extensions().get::<Role>().unwrap()).map_err(|e| e.code())
+    }
+
     #[test]
-    fn the_token_comes_as_a_bearer_header_or_in_the_user_agent() {
-        let mut auth = ClusterAuth(Some(Arc::from("tok")));
-        assert!(auth.call(with(&[("authorization", "Bearer tok")])).is_ok());
-        assert!(auth.call(with(&[("user-agent", "dlframe-token/tok tonic/0.14.5")])).is_ok());
+    fn a_token_comes_as_a_bearer_header_or_in_the_user_agent_and_names_the_role() {
+        let mut a = auth("tok", "exe");
+        assert_eq!(role(&mut a, &[("authorization", "Bearer tok")]), Ok(Role::Client));
+        assert_eq!(role(&mut a, &[("user-agent", "dlframe-token/tok tonic/0.14.5")]), Ok(Role::Client));
+        assert_eq!(role(&mut a, &[("user-agent", "dlframe-token/exe tonic/0.14.5")]), Ok(Role::Executor));
+        assert_eq!(role(&mut a, &[("authorization", "Bearer exe")]), Ok(Role::Executor));
         for bad in [
             &[][..],
             &[("authorization", "Bearer to")],
@@ -76,9 +130,26 @@ mod tests {
             &[("user-agent", "dlframe-token/tokk tonic/0.14.5")],
             &[("authorization", "Bearer tok"), ("authorization", "Bearer tok")],
         ] {
-            assert_eq!(auth.call(with(bad)).unwrap_err().code(), tonic::Code::Unauthenticated, "{bad:?}");
+            assert_eq!(role(&mut a, bad), Err(tonic::Code::Unauthenticated), "{bad:?}");
         }
-        assert!(ClusterAuth(None).call(with(&[])).is_ok());
+        let mut open = ClusterAuth { client: None, executor: None };
+        assert_eq!(role(&mut open, &[]), Ok(Role::Open));
+    }
+
+    #[test]
+    fn each_role_makes_only_its_own_calls() {
+        let with_role = |r: Role| {
+            let mut q = Request::new(());
+            q.extensions_mut().insert(r);
+            q
+        };
+        assert!(Role::need(&with_role(Role::Executor), Role::Executor).is_ok());
+        assert!(Role::need(&with_role(Role::Client), Role::Client).is_ok());
+        assert!(Role::need(&with_role(Role::Open), Role::Executor).is_ok());
+        let e = Role::need(&with_role(Role::Client), Role::Executor).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert!(Role::need(&with_role(Role::Executor), Role::Client).is_err());
+        assert!(Role::need(&Request::new(()), Role::Client).is_err());
     }
 
     #[test]

@@ -10,13 +10,16 @@
 //!
 //! Nothing here copies data: the functions run inside the executors as in any DataFusion process.
 //!
-//! Both processes check a cluster token on every call (`auth`); the scheduler holds every job
-//! to the read-only rule and to its data directories before accepting it (`plans`); the
-//! executors serve results only by well-formed job ids (`fetch`). The executors pull their
+//! Both processes check a token on every call, the clients' or the executors' own, and each
+//! call is held to its caller's role (`auth`); the scheduler holds every job to the read-only
+//! rule and to its data directories before accepting it (`plans`), and a call about a job to
+//! the connection that made it (`jobs`); the executors serve results only by well-formed job
+//! ids (`fetch`). The executors pull their
 //! tasks from the scheduler, so they open no task port that anyone could call.
 
 mod auth;
 mod fetch;
+mod jobs;
 mod plans;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -38,14 +41,14 @@ use datafusion::execution::SessionState;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 
-use self::auth::{CLUSTER_TOKEN_ENV, ClusterAuth, token_endpoint};
+use self::auth::{CLUSTER_TOKEN_ENV, ClusterAuth, EXECUTOR_TOKEN_ENV, token_endpoint};
 use self::plans::{DataRoots, PlanGuard, serve_scheduler};
 use crate::flight::auth::check_token;
 use crate::service::{command_main, parse_listen, say, stop_signal};
 
 pub(crate) const SCHEDULER_USAGE: &str = "\
-usage: dlframe scheduler [--listen ADDR] [--data DIR]... [--token TOKEN] [--insecure]
-                         [--executor-timeout SECS]
+usage: dlframe scheduler --token TOKEN --executor-token TOKEN [--listen ADDR] [--data DIR]...
+                         [--executor-timeout SECS] [--insecure]
 
 Runs an Apache Ballista scheduler that knows dlframe's functions (to_tensor and friends), so
 Ballista clients can use them in SQL and the work runs on `dlframe executor` processes. Jobs
@@ -56,16 +59,19 @@ Prints 'listening on ADDR' once it accepts connections; stops on SIGINT or SIGTE
                             free one); beyond loopback it needs --insecure (no TLS)
   --data DIR                a directory whose files jobs may read (repeat for more); without
                             one, jobs read no files
-  --token TOKEN             the cluster token every call must carry (the executors' and the
-                            clients'); DLFRAME_CLUSTER_TOKEN does the same, out of `ps`
-  --insecure                listen beyond loopback, where the token travels in clear text
+  --token TOKEN             the clients' token: running jobs and following them takes it;
+                            DLFRAME_CLUSTER_TOKEN does the same, out of `ps`
+  --executor-token TOKEN    the executors' token, another than the clients': asking for work
+                            and reporting it takes it; DLFRAME_EXECUTOR_TOKEN does the same
+  --insecure                run without tokens (anyone may run jobs and ask for work), or
+                            listen beyond loopback, where tokens travel in clear text
   --executor-timeout SECS   an executor silent this long is taken as lost, and its tasks run
                             again elsewhere (default 180)
   -h, --help                print this help";
 
 pub(crate) const EXECUTOR_USAGE: &str = "\
-usage: dlframe executor --scheduler HOST:PORT [--listen ADDR] [--work-dir DIR] [--slots N]
-                        [--token TOKEN] [--insecure]
+usage: dlframe executor --scheduler HOST:PORT --token TOKEN --executor-token TOKEN
+                        [--listen ADDR] [--work-dir DIR] [--slots N] [--insecure]
 
 Runs an Apache Ballista executor with dlframe's functions registered. It registers with the
 scheduler, asks it for tasks, runs them, and serves their results to the other executors and
@@ -78,9 +84,12 @@ after the tasks it is running.
                          beyond loopback it needs --insecure (no TLS)
   --work-dir DIR         where task results are written (default: a new temporary directory)
   --slots N              tasks run at once (default: the number of cores)
-  --token TOKEN          the cluster token (as the scheduler's); DLFRAME_CLUSTER_TOKEN does
-                         the same, out of `ps`
-  --insecure             listen beyond loopback, where the token travels in clear text
+  --token TOKEN          the clients' token (as the scheduler's), which their fetches of
+                         results carry; DLFRAME_CLUSTER_TOKEN does the same, out of `ps`
+  --executor-token TOKEN the executors' token (as the scheduler's), this executor's
+                         credential; DLFRAME_EXECUTOR_TOKEN does the same
+  --insecure             run without tokens, or listen beyond loopback, where tokens travel
+                         in clear text
   -h, --help             print this help";
 
 /// How long an executor waits for its scheduler to answer before it gives up.
@@ -95,7 +104,7 @@ pub(crate) struct SchedulerArgs {
     listen: SocketAddr,
     executor_timeout: u64,
     data: Vec<PathBuf>,
-    token: Option<String>,
+    tokens: Tokens,
 }
 
 /// What `dlframe executor` was asked to do.
@@ -105,24 +114,81 @@ pub(crate) struct ExecutorArgs {
     listen: SocketAddr,
     work_dir: Option<PathBuf>,
     slots: usize,
-    token: Option<String>,
+    tokens: Tokens,
 }
 
-/// The rules both processes share: the token is one a header can carry, and listening beyond
-/// loopback (the cluster has no TLS yet) takes `--insecure`.
-fn check_exposure(
-    what: &str,
-    listen: &SocketAddr,
-    token: &Option<String>,
-    insecure: bool,
-) -> Result<(), String> {
-    if let Some(t) = token {
-        check_token(t).map_err(|e| format!("{what}: --token or {CLUSTER_TOKEN_ENV}: {e}"))?;
+/// The clients' token and the executors' token: both, or neither with `--insecure`.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Tokens {
+    client: Option<String>,
+    executor: Option<String>,
+}
+
+impl Tokens {
+    /// The tokens from the environment, before the command line overrides them.
+    fn from_env(env: &impl Fn(&str) -> Option<String>) -> Tokens {
+        Tokens { client: env(CLUSTER_TOKEN_ENV), executor: env(EXECUTOR_TOKEN_ENV) }
+    }
+
+    /// Reads `--token` and `--executor-token`; false for another flag.
+    fn flag(
+        &mut self,
+        flag: &str,
+        value: &mut dyn FnMut(&str) -> Result<String, String>,
+    ) -> Result<bool, String> {
+        match flag {
+            "--token" => self.client = Some(value(flag)?),
+            "--executor-token" => self.executor = Some(value(flag)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn auth(&self) -> ClusterAuth {
+        ClusterAuth {
+            client: self.client.as_deref().map(Arc::from),
+            executor: self.executor.as_deref().map(Arc::from),
+        }
+    }
+}
+
+/// The rules both processes share: both tokens are ones a header can carry, and they differ; a
+/// cluster without them, or listening beyond loopback (the cluster has no TLS yet), takes
+/// `--insecure`.
+fn check_exposure(what: &str, listen: &SocketAddr, tokens: &Tokens, insecure: bool) -> Result<(), String> {
+    let named = [
+        (&tokens.client, "--token", CLUSTER_TOKEN_ENV),
+        (&tokens.executor, "--executor-token", EXECUTOR_TOKEN_ENV),
+    ];
+    for (token, flag, env) in named {
+        match token {
+            Some(t) => check_token(t).map_err(|e| format!("{what}: {flag} or {env}: {e}"))?,
+            None if !insecure => {
+                return Err(format!(
+                    "{what}: {flag} TOKEN (or {env}) is required: without it {}; --insecure runs an open \
+                     cluster",
+                    if flag == "--token" {
+                        "anyone could run jobs"
+                    } else {
+                        "anyone could ask for work and report it"
+                    }
+                ));
+            }
+            None => {}
+        }
+    }
+    if tokens.client.is_some() != tokens.executor.is_some() {
+        return Err(format!("{what}: give both --token and --executor-token, or neither (with --insecure)"));
+    }
+    if tokens.client.is_some() && tokens.client == tokens.executor {
+        return Err(format!(
+            "{what}: --executor-token must differ from --token, or a client could act as an executor"
+        ));
     }
     if !listen.ip().is_loopback() && !insecure {
         return Err(format!(
             "{what}: --listen {listen} takes connections from other machines, and the cluster has no TLS \
-             yet, so the token would cross the network in clear text; --insecure serves it anyway"
+             yet, so the tokens would cross the network in clear text; --insecure serves it anyway"
         ));
     }
     Ok(())
@@ -138,13 +204,13 @@ fn parse_number<T: std::str::FromStr + PartialOrd + Default>(flag: &str, v: &str
 /// Reads `dlframe scheduler`'s arguments; `Ok(None)` asks for the help.
 pub(crate) fn parse_scheduler(
     mut it: impl Iterator<Item = String>,
-    env_token: Option<String>,
+    env: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<SchedulerArgs>, String> {
     let mut args = SchedulerArgs {
         listen: "127.0.0.1:50050".parse().expect("an address"),
         executor_timeout: 180,
         data: vec![],
-        token: env_token,
+        tokens: Tokens::from_env(&env),
     };
     let mut insecure = false;
     while let Some(a) = it.next() {
@@ -153,22 +219,25 @@ pub(crate) fn parse_scheduler(
             "-h" | "--help" => return Ok(None),
             "--listen" => args.listen = parse_listen(&value("--listen")?)?,
             "--data" => args.data.push(PathBuf::from(value("--data")?)),
-            "--token" => args.token = Some(value("--token")?),
             "--insecure" => insecure = true,
             "--executor-timeout" => {
                 args.executor_timeout = parse_number("--executor-timeout", &value("--executor-timeout")?)?;
             }
-            other => return Err(format!("scheduler: unexpected argument {other}")),
+            other => {
+                if !args.tokens.flag(other, &mut value)? {
+                    return Err(format!("scheduler: unexpected argument {other}"));
+                }
+            }
         }
     }
-    check_exposure("scheduler", &args.listen, &args.token, insecure)?;
+    check_exposure("scheduler", &args.listen, &args.tokens, insecure)?;
     Ok(Some(args))
 }
 
 /// Reads `dlframe executor`'s arguments; `Ok(None)` asks for the help.
 pub(crate) fn parse_executor(
     mut it: impl Iterator<Item = String>,
-    env_token: Option<String>,
+    env: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<ExecutorArgs>, String> {
     let mut scheduler = None;
     let mut insecure = false;
@@ -177,7 +246,7 @@ pub(crate) fn parse_executor(
         listen: "127.0.0.1:50051".parse().expect("an address"),
         work_dir: None,
         slots: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        token: env_token,
+        tokens: Tokens::from_env(&env),
     };
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -196,9 +265,12 @@ pub(crate) fn parse_executor(
             "--listen" => args.listen = parse_listen(&value("--listen")?)?,
             "--work-dir" => args.work_dir = Some(PathBuf::from(value("--work-dir")?)),
             "--slots" => args.slots = parse_number("--slots", &value("--slots")?)?,
-            "--token" => args.token = Some(value("--token")?),
             "--insecure" => insecure = true,
-            other => return Err(format!("executor: unexpected argument {other}")),
+            other => {
+                if !args.tokens.flag(other, &mut value)? {
+                    return Err(format!("executor: unexpected argument {other}"));
+                }
+            }
         }
     }
     args.scheduler = scheduler.ok_or("executor: --scheduler HOST:PORT is required")?;
@@ -209,7 +281,7 @@ pub(crate) fn parse_executor(
             args.listen
         ));
     }
-    check_exposure("executor", &args.listen, &args.token, insecure)?;
+    check_exposure("executor", &args.listen, &args.tokens, insecure)?;
     Ok(Some(args))
 }
 
@@ -256,8 +328,9 @@ async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
     config.override_session_builder = Some(Arc::new(scheduler_session));
     // The executors ask for tasks: the scheduler never calls them, so they open no task port.
     config.scheduling_policy = TaskSchedulingPolicy::PullStaged;
-    let token: Option<Arc<str>> = args.token.as_deref().map(Arc::from);
-    if let Some(t) = &token {
+    let auth = args.tokens.auth();
+    // Where the scheduler calls out (to executors), it is cluster infrastructure.
+    if let Some(t) = &auth.executor {
         config.override_create_grpc_client_endpoint = Some(token_endpoint(t.clone()));
     }
     config.validate().map_err(|e| e.to_string())?;
@@ -270,12 +343,13 @@ async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let data: Vec<String> = args.data.iter().map(|d| d.display().to_string()).collect();
-    let auth = if token.is_some() { "cluster token required" } else { "no token" };
-    say(&format!("dlframe scheduler: data [{}], {auth}, read-only jobs", data.join(", ")));
+    let tokens =
+        if auth.client.is_some() { "client and executor tokens required" } else { "open: no tokens" };
+    say(&format!("dlframe scheduler: data [{}], {tokens}, read-only jobs", data.join(", ")));
     say(&format!("dlframe scheduler: listening on {addr}"));
     let guard = PlanGuard::new(scheduler, decode, roots);
     tokio::select! {
-        served = serve_scheduler(listener, guard, ClusterAuth(token)) => {
+        served = serve_scheduler(listener, guard, auth) => {
             served.map_err(|e| format!("serving on {addr}: {e}"))?;
         }
         () = stop_signal() => {}
@@ -288,10 +362,10 @@ async fn run_executor(args: ExecutorArgs) -> Result<(), String> {
     let ip = args.listen.ip();
     let port = if args.listen.port() == 0 { free_port(ip)? } else { args.listen.port() };
     let health = ExecutorHealth::new();
-    let token: Option<Arc<str>> = args.token.as_deref().map(Arc::from);
+    let auth = args.tokens.auth();
     // Every channel the executor opens (to the scheduler, to other executors' results) carries
-    // the token; its own result server checks it.
-    let endpoint = token.clone().map(token_endpoint);
+    // the executors' token; its own result server takes the clients' and the executors'.
+    let endpoint = auth.executor.clone().map(token_endpoint);
     let task_endpoint = endpoint.clone();
     let config = ExecutorProcessConfig {
         bind_host: ip.to_string(),
@@ -310,15 +384,15 @@ async fn run_executor(args: ExecutorArgs) -> Result<(), String> {
                 .with_ballista_override_create_grpc_client_endpoint(e.clone()),
             None => SessionConfig::new_with_ballista(),
         })),
-        override_arrow_flight_service: Some(fetch::flight_server(ClusterAuth(token.clone()), MAX_MESSAGE)),
+        override_arrow_flight_service: Some(fetch::flight_server(auth.clone(), MAX_MESSAGE)),
         health: health.clone(),
         ..ExecutorProcessConfig::default()
     };
     let id = config.executor_id.clone();
     let addr = SocketAddr::new(ip, port);
     let (host, sport) = &args.scheduler;
-    let auth = if token.is_some() { "cluster token required" } else { "no token" };
-    say(&format!("dlframe executor {id}: serving on {addr}, scheduler {host}:{sport}, {auth}"));
+    let tokens = if auth.client.is_some() { "tokens required" } else { "open: no tokens" };
+    say(&format!("dlframe executor {id}: serving on {addr}, scheduler {host}:{sport}, {tokens}"));
     let ready = async {
         while !health.is_ready() {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -340,7 +414,7 @@ pub(crate) fn scheduler_main(args: impl Iterator<Item = String>) -> ExitCode {
     command_main(
         "scheduler",
         SCHEDULER_USAGE,
-        parse_scheduler(args, std::env::var(CLUSTER_TOKEN_ENV).ok()),
+        parse_scheduler(args, |name| std::env::var(name).ok()),
         run_scheduler,
     )
 }
@@ -350,7 +424,7 @@ pub(crate) fn executor_main(args: impl Iterator<Item = String>) -> ExitCode {
     command_main(
         "executor",
         EXECUTOR_USAGE,
-        parse_executor(args, std::env::var(CLUSTER_TOKEN_ENV).ok()),
+        parse_executor(args, |name| std::env::var(name).ok()),
         run_executor,
     )
 }
@@ -363,18 +437,58 @@ mod tests {
         a.iter().map(|s| s.to_string()).collect::<Vec<_>>().into_iter()
     }
 
+    /// The environment of these tests: both tokens set, as most runs set them.
+    fn env(name: &str) -> Option<String> {
+        match name {
+            CLUSTER_TOKEN_ENV => Some("client-tok".into()),
+            EXECUTOR_TOKEN_ENV => Some("executor-tok".into()),
+            _ => None,
+        }
+    }
+
     fn parse_scheduler(a: impl Iterator<Item = String>) -> Result<Option<SchedulerArgs>, String> {
-        super::parse_scheduler(a, None)
+        super::parse_scheduler(a, env)
     }
 
     fn parse_executor(a: impl Iterator<Item = String>) -> Result<Option<ExecutorArgs>, String> {
-        super::parse_executor(a, None)
+        super::parse_executor(a, env)
+    }
+
+    #[test]
+    fn a_cluster_needs_both_tokens_unless_it_is_insecure() {
+        fn scheduler(a: &[&str]) -> Result<(), String> {
+            super::parse_scheduler(args(a), |_: &str| None).map(|_| ())
+        }
+        fn executor(a: &[&str]) -> Result<(), String> {
+            super::parse_executor(args(a), |_: &str| None).map(|_| ())
+        }
+        type Parse = fn(&[&str]) -> Result<(), String>;
+        let parsers: [(Parse, &[&str]); 2] = [(scheduler, &[]), (executor, &["--scheduler", "h:1"])];
+        for (parse, base) in parsers {
+            let with = |extra: &[&str]| parse(&[base, extra].concat());
+            let e = with(&[]).unwrap_err();
+            assert!(
+                e.contains("--token TOKEN") && e.contains("is required") && e.contains("--insecure"),
+                "{e}"
+            );
+            let e = with(&["--token", "a"]).unwrap_err();
+            assert!(e.contains("--executor-token TOKEN") && e.contains("is required"), "{e}");
+            let e = with(&["--token", "a", "--executor-token", "a"]).unwrap_err();
+            assert!(e.contains("must differ"), "{e}");
+            let e = with(&["--token", "a", "--insecure"]).unwrap_err();
+            assert!(e.contains("both"), "{e}");
+            assert!(with(&["--token", "a", "--executor-token", "b"]).is_ok());
+            assert!(with(&["--insecure"]).is_ok());
+        }
+        let a = super::parse_scheduler(args(&[]), env).unwrap().unwrap();
+        assert_eq!(a.tokens.client.as_deref(), Some("client-tok"));
+        assert_eq!(a.tokens.executor.as_deref(), Some("executor-tok"));
     }
 
     #[test]
     fn scheduler_arguments() {
         let a = parse_scheduler(args(&[])).unwrap().unwrap();
-        assert!(a.token.is_none() && a.data.is_empty());
+        assert!(a.data.is_empty());
         assert_eq!(a.listen.to_string(), "127.0.0.1:50050");
         assert_eq!(a.executor_timeout, 180);
         let a =
@@ -415,7 +529,7 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(a.scheduler, ("localhost".to_string(), 7000));
-        assert_eq!((a.listen.port(), a.slots, a.token.as_deref()), (0, 2, Some("tok")));
+        assert_eq!((a.listen.port(), a.slots, a.tokens.client.as_deref()), (0, 2, Some("tok")));
         assert_eq!(a.work_dir, Some(PathBuf::from("/tmp/w")));
         let a = parse_executor(args(&["--scheduler", "[::1]:7000"])).unwrap().unwrap();
         assert_eq!(a.scheduler.0, "::1");
@@ -432,8 +546,8 @@ mod tests {
         );
         let e = parse_executor(args(&["--scheduler", "h:1", "--token", "a b"])).unwrap_err();
         assert!(e.contains("character"), "{e}");
-        let a = super::parse_executor(args(&["--scheduler", "h:1"]), Some("env".into())).unwrap().unwrap();
-        assert_eq!(a.token.as_deref(), Some("env"));
+        let a = parse_executor(args(&["--scheduler", "h:1"])).unwrap().unwrap();
+        assert_eq!(a.tokens.client.as_deref(), Some("client-tok"));
         let e = parse_executor(args(&["--scheduler", "h:1", "--slots", "0"])).unwrap_err();
         assert!(e.contains("positive"), "{e}");
     }

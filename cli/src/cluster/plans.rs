@@ -1,5 +1,7 @@
 //! The scheduler's door: every job is held to the same read-only rule as `dlframe serve`, and
 //! its file scans to the data directories the operator named, before the scheduler accepts it.
+//! Each call is held to its caller's role (a client's calls, an executor's calls: `auth`), and
+//! a call about a job to the connection that made it (`jobs`).
 //!
 //! A Ballista client sends its plan, with the tables it registered (their paths included), as
 //! protobuf. The check decodes it once more with the scheduler's own functions and codec:
@@ -25,11 +27,13 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion_proto::logical_plan::AsLogicalPlan;
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
+use futures::StreamExt;
 use tonic::service::RoutesBuilder;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
-use super::auth::ClusterAuth;
+use super::auth::{ClusterAuth, Role};
+use super::jobs::{Jobs, peer};
 use crate::flight::guard::check_plan;
 
 type Inner = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
@@ -130,12 +134,13 @@ pub(crate) struct PlanGuard {
     inner: Inner,
     decode: Arc<SessionContext>,
     roots: Arc<DataRoots>,
+    jobs: Arc<Jobs>,
 }
 
 impl PlanGuard {
     /// `decode`: a session with the scheduler's functions, to decode plans with.
     pub(crate) fn new(inner: Inner, decode: SessionContext, roots: DataRoots) -> PlanGuard {
-        PlanGuard { inner, decode: Arc::new(decode), roots: Arc::new(roots) }
+        PlanGuard { inner, decode: Arc::new(decode), roots: Arc::new(roots), jobs: Arc::default() }
     }
 
     fn check(&self, params: &pb::ExecuteQueryParams) -> Result<(), Status> {
@@ -173,22 +178,42 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::ExecuteQueryParams>,
     ) -> Result<Response<pb::ExecuteQueryResult>, Status> {
+        Role::need(&r, Role::Client)?;
         self.check(r.get_ref())?;
-        <Inner as SchedulerGrpc>::execute_query(&self.inner, r).await
+        let from = peer(&r);
+        let answer = <Inner as SchedulerGrpc>::execute_query(&self.inner, r).await?;
+        if let Some(pb::execute_query_result::Result::Success(ok)) = &answer.get_ref().result {
+            self.jobs.made(&ok.job_id, from);
+        }
+        Ok(answer)
     }
 
     async fn execute_query_push(
         &self,
         r: Request<pb::ExecuteQueryParams>,
     ) -> Result<Response<Self::ExecuteQueryPushStream>, Status> {
+        Role::need(&r, Role::Client)?;
         self.check(r.get_ref())?;
-        <Inner as SchedulerGrpc>::execute_query_push(&self.inner, r).await
+        let from = peer(&r);
+        let jobs = self.jobs.clone();
+        let answer = <Inner as SchedulerGrpc>::execute_query_push(&self.inner, r).await?;
+        // The job's id first reaches the client in the stream's statuses: each is recorded
+        // before the client reads it, so its cancel on this connection is its own.
+        Ok(answer.map(|statuses| {
+            let recorded: Self::ExecuteQueryPushStream = Box::pin(statuses.inspect(move |item| {
+                if let Ok(pb::GetJobStatusResult { status: Some(status), .. }) = item {
+                    jobs.made(&status.job_id, from);
+                }
+            }));
+            recorded
+        }))
     }
 
     async fn poll_work(
         &self,
         r: Request<pb::PollWorkParams>,
     ) -> Result<Response<pb::PollWorkResult>, Status> {
+        Role::need(&r, Role::Executor)?;
         <Inner as SchedulerGrpc>::poll_work(&self.inner, r).await
     }
 
@@ -196,6 +221,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::RegisterExecutorParams>,
     ) -> Result<Response<pb::RegisterExecutorResult>, Status> {
+        Role::need(&r, Role::Executor)?;
         complete(r.get_ref().metadata.as_ref())?;
         <Inner as SchedulerGrpc>::register_executor(&self.inner, r).await
     }
@@ -204,6 +230,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::HeartBeatParams>,
     ) -> Result<Response<pb::HeartBeatResult>, Status> {
+        Role::need(&r, Role::Executor)?;
         if let Some(m) = r.get_ref().metadata.as_ref() {
             complete(Some(m))?;
         }
@@ -214,6 +241,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::UpdateTaskStatusParams>,
     ) -> Result<Response<pb::UpdateTaskStatusResult>, Status> {
+        Role::need(&r, Role::Executor)?;
         <Inner as SchedulerGrpc>::update_task_status(&self.inner, r).await
     }
 
@@ -221,6 +249,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::CreateUpdateSessionParams>,
     ) -> Result<Response<pb::CreateUpdateSessionResult>, Status> {
+        Role::need(&r, Role::Client)?;
         <Inner as SchedulerGrpc>::create_update_session(&self.inner, r).await
     }
 
@@ -228,6 +257,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::RemoveSessionParams>,
     ) -> Result<Response<pb::RemoveSessionResult>, Status> {
+        Role::need(&r, Role::Client)?;
         <Inner as SchedulerGrpc>::remove_session(&self.inner, r).await
     }
 
@@ -235,6 +265,8 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::GetJobStatusParams>,
     ) -> Result<Response<pb::GetJobStatusResult>, Status> {
+        Role::need(&r, Role::Client)?;
+        self.jobs.check(&r.get_ref().job_id, peer(&r), false)?;
         <Inner as SchedulerGrpc>::get_job_status(&self.inner, r).await
     }
 
@@ -242,6 +274,9 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::GetJobMetricsParams>,
     ) -> Result<Response<pb::GetJobMetricsResult>, Status> {
+        Role::need(&r, Role::Client)?;
+        // Ballista's client asks for metrics (EXPLAIN ANALYZE) on a connection of their own.
+        self.jobs.check(&r.get_ref().job_id, peer(&r), true)?;
         <Inner as SchedulerGrpc>::get_job_metrics(&self.inner, r).await
     }
 
@@ -249,6 +284,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::ExecutorStoppedParams>,
     ) -> Result<Response<pb::ExecutorStoppedResult>, Status> {
+        Role::need(&r, Role::Executor)?;
         <Inner as SchedulerGrpc>::executor_stopped(&self.inner, r).await
     }
 
@@ -256,6 +292,8 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::CancelJobParams>,
     ) -> Result<Response<pb::CancelJobResult>, Status> {
+        Role::need(&r, Role::Client)?;
+        self.jobs.check(&r.get_ref().job_id, peer(&r), false)?;
         <Inner as SchedulerGrpc>::cancel_job(&self.inner, r).await
     }
 
@@ -263,6 +301,8 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::CleanJobDataParams>,
     ) -> Result<Response<pb::CleanJobDataResult>, Status> {
+        Role::need(&r, Role::Client)?;
+        self.jobs.check(&r.get_ref().job_id, peer(&r), false)?;
         <Inner as SchedulerGrpc>::clean_job_data(&self.inner, r).await
     }
 }
