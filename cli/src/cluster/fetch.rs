@@ -7,7 +7,9 @@
 //! files outside the work directory. A job id here must be what Ballista makes (letters,
 //! digits, `-` and `_`), so the path stays inside. Only the fetch actions are served; the
 //! handshake (whose token nothing checks) and the calls Ballista leaves unimplemented are
-//! refused.
+//! refused. Ballista's errors name the work directory's files and dump the system's error in
+//! Rust's debug form: the caller reads which result failed and whether it exists, and the
+//! executor's log keeps Ballista's words.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,7 +29,10 @@ use ballista_executor::shutdown::Shutdown;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
+use futures::StreamExt;
+
 use super::auth::ClusterAuth;
+use crate::service::say;
 
 type Inner = BallistaFlightService;
 
@@ -35,20 +40,39 @@ type Inner = BallistaFlightService;
 #[derive(Clone)]
 struct CheckedFlight(Inner);
 
-/// Refuses a fetch whose job id could name a path: only letters, digits, `-` and `_`.
-fn check_fetch(bytes: &[u8]) -> Result<(), Status> {
+/// Refuses a fetch whose job id could name a path: only letters, digits, `-` and `_`. Returns
+/// what the fetch names, for messages.
+fn check_fetch(bytes: &[u8]) -> Result<String, Status> {
     let action =
         decode_protobuf(bytes).map_err(|e| Status::invalid_argument(format!("a malformed fetch: {e}")))?;
-    let BallistaAction::FetchPartition { job_id, .. } = &action;
+    let BallistaAction::FetchPartition { job_id, stage_id, partition_id, .. } = &action;
     let id = job_id.as_str();
     let plain = !id.is_empty()
         && id.len() <= 64
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if plain {
-        Ok(())
+        Ok(format!("job {id}, stage {stage_id}, partition {partition_id}"))
     } else {
         Err(Status::invalid_argument(format!("job id {id:?}: a job id is letters, digits, '-' and '_'")))
     }
+}
+
+/// Ballista's error `e` in fetching `what`, as the caller reads it: with its code, without the
+/// work directory's paths or the system's error in debug form, which go to the log.
+fn scrub(what: &str, e: Status) -> Status {
+    say(&format!("dlframe executor: the fetch of {what} failed: {}", e.message()));
+    if e.message().contains("kind: NotFound") {
+        return Status::not_found(format!("this executor holds no result of {what}"));
+    }
+    Status::new(e.code(), format!("this executor could not read the result of {what} (its log says why)"))
+}
+
+/// `stream`, with each error scrubbed as by [`scrub`].
+fn scrubbed<T: Send + 'static>(
+    what: String,
+    stream: std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>,
+) -> std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>> {
+    Box::pin(stream.map(move |item| item.map_err(|e| scrub(&what, e))))
 }
 
 #[tonic::async_trait]
@@ -62,16 +86,18 @@ impl FlightService for CheckedFlight {
     type DoExchangeStream = <Inner as FlightService>::DoExchangeStream;
 
     async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
-        check_fetch(&request.get_ref().ticket)?;
-        self.0.do_get(request).await
+        let what = check_fetch(&request.get_ref().ticket)?;
+        let answer = self.0.do_get(request).await.map_err(|e| scrub(&what, e))?;
+        Ok(answer.map(|stream| scrubbed(what, stream)))
     }
 
     async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
         if request.get_ref().r#type != "IO_BLOCK_TRANSPORT" {
             return Err(Status::unimplemented(format!("action {:?}", request.get_ref().r#type)));
         }
-        check_fetch(&request.get_ref().body)?;
-        self.0.do_action(request).await
+        let what = check_fetch(&request.get_ref().body)?;
+        let answer = self.0.do_action(request).await.map_err(|e| scrub(&what, e))?;
+        Ok(answer.map(|stream| scrubbed(what, stream)))
     }
 
     async fn list_actions(
@@ -172,11 +198,24 @@ mod tests {
 
     #[test]
     fn job_ids_that_could_name_a_path_are_refused() {
-        assert!(check_fetch(&fetch("aB3xK9_q-1")).is_ok());
+        assert_eq!(check_fetch(&fetch("aB3xK9_q-1")).unwrap(), "job aB3xK9_q-1, stage 1, partition 0");
         for bad in ["../outside", "/etc", "a/b", ".", "", "..", "a b"] {
             let e = check_fetch(&fetch(bad)).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
         }
         assert!(check_fetch(b"\xff\xff").is_err());
+    }
+
+    #[test]
+    fn ballista_errors_keep_their_code_and_lose_their_paths() {
+        let missing = Status::internal(
+            "Failed to open partition file at \"/tmp/w/j1/1/0/data.arrow\": Os { code: 2, kind: NotFound, message: \"No such file or directory\" }",
+        );
+        let e = scrub("job j1, stage 1, partition 0", missing);
+        assert_eq!(e.code(), tonic::Code::NotFound);
+        assert_eq!(e.message(), "this executor holds no result of job j1, stage 1, partition 0");
+        let other = scrub("job j1, stage 1, partition 0", Status::out_of_range("seek \"/tmp/w/j1\": bad"));
+        assert_eq!(other.code(), tonic::Code::OutOfRange);
+        assert!(!other.message().contains("/tmp/w"), "{}", other.message());
     }
 }
