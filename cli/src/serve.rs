@@ -23,7 +23,7 @@ use crate::flight::calls::CountCalls;
 use crate::flight::conn::{ConnLimits, incoming, raise_open_files};
 use crate::flight::error::Scrub;
 use crate::flight::guard::SqlLimits;
-use crate::flight::run::{RunLimits, Runner};
+use crate::flight::run::{RunLimits, Runner, query_stack_for};
 use crate::flight::service::Served;
 use crate::register::{parse_table, register_file};
 use crate::service::{command_main, parse_listen, say, stop_signal};
@@ -33,6 +33,7 @@ usage: dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]
                      [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--insecure]
                      [--memory BYTES] [--query-memory BYTES] [--max-queries N] [--max-queued N]
                      [--timeout SECS] [--max-sql-bytes N] [--max-depth N] [--max-blocks N]
+                     [--max-expressions N]
                      [--max-connections N] [--max-connections-per-peer N]
                      [--idle-timeout SECS] [--partitions N]
        dlframe serve --functions
@@ -62,6 +63,8 @@ accepts connections, and one line per query; stops on SIGINT or SIGTERM.
   --max-sql-bytes N      the longest query text (default 65536)
   --max-depth N          the deepest nesting of expressions (default 256)
   --max-blocks N         the most SELECTs, CTEs, subqueries and tables in a query (default 256)
+  --max-expressions N    the most expressions in a query's plan: its width, as select lists,
+                         IN lists, arguments and CASE arms (default 4096)
   --max-connections N    connections open at once (default 256). When the cap, or a peer's
                          cap, is reached, a new connection takes the place of one with no call
                          open: first one that has not authenticated, else the one quiet the
@@ -189,6 +192,9 @@ pub(crate) fn parse(
             }
             "--max-depth" => args.sql.max_depth = count("--max-depth", &value("--max-depth")?)?,
             "--max-blocks" => args.sql.max_blocks = count("--max-blocks", &value("--max-blocks")?)?,
+            "--max-expressions" => {
+                args.sql.max_expressions = count("--max-expressions", &value("--max-expressions")?)?;
+            }
             "--max-connections" => {
                 args.conn.max_connections = count("--max-connections", &value("--max-connections")?)?;
             }
@@ -212,6 +218,7 @@ pub(crate) fn parse(
     if args.run.query_memory > args.run.memory {
         return Err("serve: --query-memory is larger than --memory".into());
     }
+    args.run.query_stack = query_stack_for(args.sql.max_blocks);
     args.tls = match (cert, key, client_ca) {
         (Some(cert), Some(key), client_ca) => Some(TlsFiles { cert, key, client_ca }),
         (None, None, None) => None,

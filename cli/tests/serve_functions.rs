@@ -10,16 +10,19 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::client::FlightSqlServiceClient;
-use common::served::{Server, count_rows, query, rows_of, substrait_plan};
+use common::served::{Server, count_rows, query, rows_of, substrait_call, substrait_plan};
 use tonic::transport::Channel;
 
 /// The address space the server may use.
 const ADDRESS_SPACE: u64 = 2 << 30;
 
 /// The planning threads' stacks grow with the longest query text (8,192 bytes of stack a byte),
-/// and an address-space limit counts them whole: 16 KB of text keeps two stacks at 256 MB.
-const SMALL_STACKS: [&str; 4] = ["--max-sql-bytes", "16384", "--timeout", "30"];
+/// the query threads' with the most blocks (128 KB a block), and an address-space limit counts
+/// them whole: 16 KB of text keeps two stacks at 128 MB, and 64 blocks each query thread at
+/// 8 MB (four queries at once on every core).
+const SMALL_STACKS: [&str; 6] = ["--max-sql-bytes", "16384", "--max-blocks", "64", "--timeout", "30"];
 
 /// The rows each call runs over: one full batch.
 const FROM: &str = "FROM generate_series(1, 8192)";
@@ -136,7 +139,8 @@ async fn every_exposed_function_with_adversarial_sizes_on_every_route() {
         for sql in calls(name).into_iter().filter(|s| s.contains("1000000000") || s.contains("50000")).take(6)
         {
             if let Ok(plan) = substrait_plan(&ctx, &sql).await {
-                let _ = substrait_call(&server, &mut client, plan).await;
+                let mut raw = FlightServiceClient::new(server.channel().await);
+                let _ = substrait_call(&mut raw, &mut client, plan).await;
                 substrait += 1;
             }
             if let Ok(mut statement) = client.prepare(sql.clone(), None).await {
@@ -154,26 +158,6 @@ async fn every_exposed_function_with_adversarial_sizes_on_every_route() {
         query(&mut client, "SELECT count(*) FROM generate_series(1, 10)").await.unwrap().num_rows(),
         1
     );
-}
-
-/// Runs an encoded Substrait plan: its result's row count, or the error's text.
-async fn substrait_call(
-    server: &Server,
-    client: &mut FlightSqlServiceClient<Channel>,
-    plan: Vec<u8>,
-) -> Result<usize, String> {
-    use arrow_flight::FlightDescriptor;
-    use arrow_flight::flight_service_client::FlightServiceClient;
-    use arrow_flight::sql::{CommandStatementSubstraitPlan, ProstMessageExt, SubstraitPlan};
-    use prost::Message;
-    let cmd = CommandStatementSubstraitPlan {
-        plan: Some(SubstraitPlan { plan: plan.into(), version: "0.63".into() }),
-        transaction_id: None,
-    };
-    let descriptor = FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec());
-    let mut raw = FlightServiceClient::new(server.channel().await);
-    let info = raw.get_flight_info(descriptor).await.map_err(|e| e.to_string())?.into_inner();
-    rows_of(client, info).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

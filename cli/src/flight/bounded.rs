@@ -120,11 +120,18 @@ impl ExtensionOptions for QueryMemory {
 
 /// A function whose result is bounded before it is built, and charged to the query's pool
 /// while it lives.
-#[derive(Debug)]
 pub(crate) struct Bounded {
     inner: Arc<ScalarUDF>,
     growth: Growth,
     rules: Arc<Rules>,
+}
+
+/// Only the function and its rule: DataFusion writes a plan's functions into some of its errors
+/// in debug form, and the rules of every exposed function would fill the client's message.
+impl std::fmt::Debug for Bounded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bounded({}, {:?})", self.inner.name(), self.growth)
+    }
 }
 
 impl PartialEq for Bounded {

@@ -62,9 +62,10 @@ impl std::fmt::Display for ServeError {
 }
 
 impl ServeError {
-    /// The gRPC status for this error, with `scrub` applied to its text.
+    /// The gRPC status for this error, with `scrub` applied to its text, cut to
+    /// [`MAX_MESSAGE`] bytes.
     pub(crate) fn to_status(&self, scrub: &Scrub) -> Status {
-        let text = scrub.apply(&self.to_string());
+        let text = cut(scrub.apply(&self.to_string()));
         match self {
             ServeError::ReadOnly(_) => Status::permission_denied(text),
             ServeError::Limit(_) | ServeError::BadRequest(_) => Status::invalid_argument(text),
@@ -96,6 +97,23 @@ impl ServeError {
             },
         }
     }
+}
+
+/// The longest message a client reads. The message travels in an HTTP/2 trailer, and gRPC
+/// clients refuse a header list past 16 KB with a protocol error in place of the status:
+/// DataFusion writes whole expressions in debug form into some errors (15 KB were seen).
+pub(crate) const MAX_MESSAGE: usize = 4096;
+
+/// `text`, cut to [`MAX_MESSAGE`] bytes at a character boundary, saying how much was cut.
+fn cut(text: String) -> String {
+    if text.len() <= MAX_MESSAGE {
+        return text;
+    }
+    let mut end = MAX_MESSAGE;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} more bytes cut)", &text[..end], text.len() - end)
 }
 
 /// Replaces the served tables' paths in error text by the tables' names.
@@ -147,6 +165,18 @@ impl Scrub {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_message_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(MAX_MESSAGE);
+        let s = ServeError::BadRequest(long.clone()).to_status(&Scrub::default());
+        assert!(s.message().len() < MAX_MESSAGE + 40, "{}", s.message().len());
+        // 2-byte characters: the cut falls on a boundary, at MAX_MESSAGE bytes.
+        assert!(s.message().starts_with(&long[..MAX_MESSAGE]), "cut inside a character");
+        assert!(s.message().ends_with(&format!("... ({} more bytes cut)", long.len() - MAX_MESSAGE)));
+        let short = ServeError::BadRequest("x".into()).to_status(&Scrub::default());
+        assert!(!short.message().contains("cut"));
+    }
 
     #[test]
     fn errors_are_display_text_with_the_right_code() {

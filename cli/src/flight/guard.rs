@@ -38,11 +38,17 @@ pub(crate) struct SqlLimits {
     pub max_depth: usize,
     /// The most query blocks (SELECTs, CTEs, subqueries, table references) in one statement.
     pub max_blocks: usize,
+    /// The most expressions in a decoded plan, all its nodes together: the plan's width (a
+    /// select list, an IN list, a call's arguments, a CASE's arms), which neither depth nor
+    /// blocks see. Planning a projection of n columns takes time that grows as n² in DataFusion
+    /// 55 (`push_projection_dedupl` and `EquivalenceGroup::add_constant`; 6,000 literal columns
+    /// took 17 s in the debug build), within the text limit.
+    pub max_expressions: usize,
 }
 
 impl Default for SqlLimits {
     fn default() -> Self {
-        SqlLimits { max_sql_bytes: 64 * 1024, max_depth: 256, max_blocks: 256 }
+        SqlLimits { max_sql_bytes: 64 * 1024, max_depth: 256, max_blocks: 256, max_expressions: 4096 }
     }
 }
 
@@ -92,8 +98,31 @@ pub(crate) fn check_decoded(plan: &LogicalPlan, limits: &SqlLimits) -> Result<()
              block of --max-blocks)"
         )));
     }
+    let mut expressions = 0usize;
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|_| {
+                expressions += 1;
+                Ok(if expressions > limits.max_expressions {
+                    TreeNodeRecursion::Stop
+                } else {
+                    TreeNodeRecursion::Continue
+                })
+            })
+        })
+    })?;
+    if expressions > limits.max_expressions {
+        return Err(too_wide(limits.max_expressions));
+    }
     check_types(plan, limits.max_depth)?;
     check_plan(plan)
+}
+
+/// The refusal of a plan of more than `max` expressions.
+fn too_wide(max: usize) -> ServeError {
+    ServeError::Limit(format!(
+        "the plan is too wide: over the server's limit of {max} expressions (--max-expressions)"
+    ))
 }
 
 /// The refusal of a query nested past `max` levels.
@@ -166,7 +195,7 @@ fn check_types(plan: &LogicalPlan, max: usize) -> Result<(), ServeError> {
 fn check_statement(statement: &DFStatement, limits: &SqlLimits) -> Result<(), ServeError> {
     match statement {
         DFStatement::Statement(s) => {
-            let mut shape = Shape { limits, depth: 0, blocks: 0 };
+            let mut shape = Shape { limits, depth: 0, blocks: 0, expressions: 0 };
             match s.visit(&mut shape) {
                 ControlFlow::Continue(()) => Ok(()),
                 ControlFlow::Break(refusal) => Err(refusal),
@@ -197,12 +226,15 @@ pub(crate) fn check_plan(plan: &LogicalPlan) -> Result<(), ServeError> {
     })
 }
 
-/// Walks a statement, counting expression depth and query blocks; stops at the first limit
-/// passed, so the walk itself never goes deeper than the limit.
+/// Walks a statement, counting expression depth, query blocks and expressions; stops at the
+/// first limit passed, so the walk itself never goes deeper than the limit. The expressions
+/// are counted here too, before planning, because planning a wide projection is what takes
+/// the time (the decoded plan is counted again for Substrait).
 struct Shape<'a> {
     limits: &'a SqlLimits,
     depth: usize,
     blocks: usize,
+    expressions: usize,
 }
 
 impl Shape<'_> {
@@ -235,6 +267,10 @@ impl Visitor for Shape<'_> {
     }
 
     fn pre_visit_expr(&mut self, expr: &SqlExpr) -> ControlFlow<ServeError> {
+        self.expressions += 1;
+        if self.expressions > self.limits.max_expressions {
+            return ControlFlow::Break(too_wide(self.limits.max_expressions));
+        }
         // Parentheses add no depth of their own: the parser bounds them.
         if matches!(expr, SqlExpr::Nested(_)) {
             return ControlFlow::Continue(());
@@ -269,7 +305,7 @@ mod tests {
     use datafusion::prelude::SessionContext;
 
     fn limits() -> SqlLimits {
-        SqlLimits { max_sql_bytes: SqlLimits::default().max_sql_bytes, max_depth: 64, max_blocks: 32 }
+        SqlLimits { max_depth: 64, max_blocks: 32, ..SqlLimits::default() }
     }
 
     async fn plan(sql: &str) -> Result<LogicalPlan, ServeError> {
@@ -371,5 +407,17 @@ mod tests {
         }
         let long = format!("SELECT 1 {}", " ".repeat(SqlLimits::default().max_sql_bytes));
         assert!(plan(&long).await.unwrap_err().to_string().contains("too long"));
+        // Width: a select list, an IN list and a call, each past the limit by one.
+        let n = SqlLimits::default().max_expressions;
+        let items = |k: usize| (0..k).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+        for wide in [
+            format!("SELECT {}", items(n + 1)),
+            format!("SELECT 1 IN ({})", items(n)),
+            format!("SELECT concat({})", items(n)),
+        ] {
+            let e = plan(&wide).await.unwrap_err().to_string();
+            assert!(e.contains("too wide"), "{}: {e}", &wide[..30]);
+        }
+        plan(&format!("SELECT {}", items(n / 2))).await.unwrap();
     }
 }

@@ -38,6 +38,8 @@ pub(crate) struct RunLimits {
     pub memory: usize,
     /// The memory of one query, in bytes.
     pub query_memory: usize,
+    /// The stack of each thread that runs a query ([`query_stack_for`] the block limit).
+    pub query_stack: usize,
 }
 
 impl Default for RunLimits {
@@ -49,8 +51,22 @@ impl Default for RunLimits {
             timeout: Duration::from_secs(300),
             memory: 1 << 30,
             query_memory: 512 << 20,
+            query_stack: query_stack_for(256),
         }
     }
+}
+
+/// Stack bytes per query block on the threads that run a query: a plan recurses once per
+/// operator when it is executed and polled, and a flat chain of `EXCEPT`s or `INTERSECT`s (which
+/// the text's nesting limit does not see) is a join per block. 255 of them overflowed 5 MiB and
+/// held in 8 MiB in the debug build (about 32 KiB a block); this is four times that.
+const QUERY_STACK_PER_BLOCK: usize = 128 << 10;
+
+/// The stack of the threads that run queries of at most `max_blocks` blocks, at least 8 MiB:
+/// 32 MiB at the default of 256 blocks, reserved as address space and used only as deep as a
+/// plan goes.
+pub(crate) fn query_stack_for(max_blocks: usize) -> usize {
+    max_blocks.saturating_mul(QUERY_STACK_PER_BLOCK).max(8 << 20)
 }
 
 /// A query's id: the random bytes in its tickets, which CancelFlightInfo names.
@@ -184,7 +200,7 @@ impl Runner {
         let ended: Arc<Mutex<Option<ServeError>>> = Arc::new(Mutex::new(None));
         let verdict = ended.clone();
         let why = Arc::new(Mutex::new(None));
-        let threads = match query_threads() {
+        let threads = match query_threads(self.limits.query_stack) {
             Ok(t) => t,
             Err(e) => {
                 let e = ServeError::Query(DataFusionError::Execution(format!(
@@ -285,14 +301,16 @@ const LET_GO: Duration = Duration::from_millis(250);
 
 /// A runtime of its own for one query, whose workers (one per core) poll its stream and the
 /// tasks DataFusion spawns for it: the system shares the cores among the queries and the
-/// server's own threads, so a query that holds its threads starves no other client. It is shut
+/// server's own threads, so a query that holds its threads starves no other client. Their
+/// stacks are `stack` bytes, for the deepest plan the limits let through. It is shut
 /// down without waiting for a task still inside a long poll (its query is over, and the task
 /// stops at its next await).
-fn query_threads() -> std::io::Result<tokio::runtime::Runtime> {
+fn query_threads(stack: usize) -> std::io::Result<tokio::runtime::Runtime> {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cores)
         .thread_name("dlframe-query")
+        .thread_stack_size(stack)
         .enable_all()
         .build()
 }

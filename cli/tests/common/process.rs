@@ -45,6 +45,20 @@ impl Process {
     }
 
     fn start_command(mut command: Command, args: &[&str]) -> Process {
+        // Killed with the test, even when the test aborts (a stack overflow runs no destructor):
+        // the kernel sends SIGKILL when the thread that started it ends.
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure only calls prctl, which is
+            // async-signal-safe, and allocates nothing.
+            unsafe {
+                command.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+        }
         let mut child = command
             .args(args)
             .env_remove("DLFRAME_TOKEN")

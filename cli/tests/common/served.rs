@@ -101,3 +101,22 @@ pub async fn substrait_plan(ctx: &datafusion::prelude::SessionContext, sql: &str
         .map_err(|e| e.to_string())?;
     Ok(plan.encode_to_vec())
 }
+
+/// Runs an encoded Substrait plan, planned through `raw` and read through `client`: its
+/// result's row count, or the error's text.
+pub async fn substrait_call(
+    raw: &mut arrow_flight::flight_service_client::FlightServiceClient<Channel>,
+    client: &mut FlightSqlServiceClient<Channel>,
+    plan: Vec<u8>,
+) -> Result<usize, String> {
+    use arrow_flight::FlightDescriptor;
+    use arrow_flight::sql::{CommandStatementSubstraitPlan, ProstMessageExt, SubstraitPlan};
+    use prost::Message;
+    let cmd = CommandStatementSubstraitPlan {
+        plan: Some(SubstraitPlan { plan: plan.into(), version: "0.63".into() }),
+        transaction_id: None,
+    };
+    let descriptor = FlightDescriptor::new_cmd(cmd.as_any().encode_to_vec());
+    let info = raw.get_flight_info(descriptor).await.map_err(|e| e.to_string())?.into_inner();
+    rows_of(client, info).await
+}
