@@ -138,8 +138,12 @@ mod tests {
             let e = plan_sql(&ctx.state(), &sql, &limits).await.expect_err(name);
             assert!(!e.to_string().is_empty(), "{name}");
         }
-        // A query at the limit that is shallow still plans: an IN list of 130,000 values.
+        // A shallow query at the text limit is refused for its width before it is planned (an
+        // IN list of 32,000 values), and one within the width limit plans.
         let wide = format!("SELECT 1 IN ({})", vec!["1"; n(2, 20)].join(","));
-        plan_sql(&ctx.state(), &wide, &limits).await.unwrap();
+        let e = plan_sql(&ctx.state(), &wide, &limits).await.unwrap_err();
+        assert!(e.to_string().contains("too wide"), "{e}");
+        let within = format!("SELECT 1 IN ({})", vec!["1"; limits.max_expressions - 2].join(","));
+        plan_sql(&ctx.state(), &within, &limits).await.unwrap();
     }
 }
