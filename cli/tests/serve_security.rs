@@ -50,8 +50,13 @@ impl Server {
 }
 
 async fn count(client: &mut FlightSqlServiceClient<Channel>) -> i64 {
-    let b = query(client, "SELECT count(*) AS n FROM t").await.unwrap();
-    b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0)
+    try_count(client).await.unwrap()
+}
+
+/// `SELECT count(*) FROM t`'s answer, or the error's text.
+async fn try_count(client: &mut FlightSqlServiceClient<Channel>) -> Result<i64, String> {
+    let b = query(client, "SELECT count(*) AS n FROM t").await?;
+    Ok(b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0))
 }
 
 /// The table names the server lists (GetTables).
@@ -957,8 +962,7 @@ async fn fresh_count(server: &Server) -> Result<i64, String> {
         .map_err(|e| format!("connect: {e}"))?;
     let mut c = FlightSqlServiceClient::new(channel);
     c.set_token(TOKEN.into());
-    let b = query(&mut c, "SELECT count(*) AS n FROM t").await?;
-    Ok(b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0))
+    try_count(&mut c).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -157,21 +157,16 @@ impl Tokens {
 /// `--insecure`.
 fn check_exposure(what: &str, listen: &SocketAddr, tokens: &Tokens, insecure: bool) -> Result<(), String> {
     let named = [
-        (&tokens.client, "--token", CLUSTER_TOKEN_ENV),
-        (&tokens.executor, "--executor-token", EXECUTOR_TOKEN_ENV),
+        (&tokens.client, "--token", CLUSTER_TOKEN_ENV, "anyone could run jobs"),
+        (&tokens.executor, "--executor-token", EXECUTOR_TOKEN_ENV, "anyone could ask for work and report it"),
     ];
-    for (token, flag, env) in named {
+    for (token, flag, env, open) in named {
         match token {
             Some(t) => check_token(t).map_err(|e| format!("{what}: {flag} or {env}: {e}"))?,
             None if !insecure => {
                 return Err(format!(
-                    "{what}: {flag} TOKEN (or {env}) is required: without it {}; --insecure runs an open \
-                     cluster",
-                    if flag == "--token" {
-                        "anyone could run jobs"
-                    } else {
-                        "anyone could ask for work and report it"
-                    }
+                    "{what}: {flag} TOKEN (or {env}) is required: without it {open}; --insecure runs an open \
+                     cluster"
                 ));
             }
             None => {}

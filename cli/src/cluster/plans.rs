@@ -143,6 +143,13 @@ impl PlanGuard {
         PlanGuard { inner, decode: Arc::new(decode), roots: Arc::new(roots), jobs: Arc::default() }
     }
 
+    /// Refuses a call about job `job_id` unless a client makes it on the connection that made
+    /// the job (`same_host`: or from that connection's address; see [`Jobs::check`]).
+    fn own<T>(&self, r: &Request<T>, job_id: &str, same_host: bool) -> Result<(), Status> {
+        Role::need(r, Role::Client)?;
+        self.jobs.check(job_id, peer(r), same_host)
+    }
+
     fn check(&self, params: &pb::ExecuteQueryParams) -> Result<(), Status> {
         let bytes = match &params.query {
             Some(Query::LogicalPlan(bytes)) => bytes,
@@ -265,8 +272,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::GetJobStatusParams>,
     ) -> Result<Response<pb::GetJobStatusResult>, Status> {
-        Role::need(&r, Role::Client)?;
-        self.jobs.check(&r.get_ref().job_id, peer(&r), false)?;
+        self.own(&r, &r.get_ref().job_id, false)?;
         <Inner as SchedulerGrpc>::get_job_status(&self.inner, r).await
     }
 
@@ -274,9 +280,8 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::GetJobMetricsParams>,
     ) -> Result<Response<pb::GetJobMetricsResult>, Status> {
-        Role::need(&r, Role::Client)?;
         // Ballista's client asks for metrics (EXPLAIN ANALYZE) on a connection of their own.
-        self.jobs.check(&r.get_ref().job_id, peer(&r), true)?;
+        self.own(&r, &r.get_ref().job_id, true)?;
         <Inner as SchedulerGrpc>::get_job_metrics(&self.inner, r).await
     }
 
@@ -292,8 +297,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::CancelJobParams>,
     ) -> Result<Response<pb::CancelJobResult>, Status> {
-        Role::need(&r, Role::Client)?;
-        self.jobs.check(&r.get_ref().job_id, peer(&r), false)?;
+        self.own(&r, &r.get_ref().job_id, false)?;
         <Inner as SchedulerGrpc>::cancel_job(&self.inner, r).await
     }
 
@@ -301,8 +305,7 @@ impl SchedulerGrpc for PlanGuard {
         &self,
         r: Request<pb::CleanJobDataParams>,
     ) -> Result<Response<pb::CleanJobDataResult>, Status> {
-        Role::need(&r, Role::Client)?;
-        self.jobs.check(&r.get_ref().job_id, peer(&r), false)?;
+        self.own(&r, &r.get_ref().job_id, false)?;
         <Inner as SchedulerGrpc>::clean_job_data(&self.inner, r).await
     }
 }

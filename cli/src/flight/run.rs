@@ -23,6 +23,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::conn::Owner;
 use super::error::ServeError;
+use super::guard::SqlLimits;
 
 /// The bounds on running queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +52,7 @@ impl Default for RunLimits {
             timeout: Duration::from_secs(300),
             memory: 1 << 30,
             query_memory: 512 << 20,
-            query_stack: query_stack_for(256),
+            query_stack: query_stack_for(SqlLimits::default().max_blocks),
         }
     }
 }
