@@ -4,12 +4,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== Rust: cargo test --workspace (unit, integration, property and doc tests; dlframe's tests"
-echo "   turn on its cuda feature, so the CUDA layer is built and tested here too). NVRTC is not on"
-echo "   the library path yet: its test is skipped here, explicitly, and runs in the CUDA step below"
-DLFRAME_ALLOW_SKIP_NVRTC=1 cargo test --workspace --locked
-echo "== The main job: the dlframe CLI (crate dlframe-cli, cli/) on its built-in example (built by the tests above)"
-./target/debug/dlframe
+echo "== The main job: the dlframe CLI (crate dlframe-cli, cli/) on its built-in example, built as"
+echo "   the README's first command builds it: without the services (feature serve), which then say"
+echo "   how to build them"
+cargo run --locked -p dlframe-cli --bin dlframe
+if refused="$(./target/debug/dlframe serve 2>&1)"; then
+  echo "dlframe serve ran in a build without the feature serve" >&2; exit 1
+fi
+grep -q -- "--features serve" <<<"$refused" || { echo "dlframe serve said: $refused" >&2; exit 1; }
+
+echo "== Rust: cargo test --workspace, the CLI with its services (unit, integration, property and"
+echo "   doc tests; dlframe's tests turn on its cuda feature, so the CUDA layer is built and tested"
+echo "   here too). NVRTC is not on the library path yet: its test is skipped here, explicitly, and"
+echo "   runs in the CUDA step below. This leaves ./target/debug/dlframe with the services, for the"
+echo "   Python tests of the servers"
+DLFRAME_ALLOW_SKIP_NVRTC=1 cargo test --workspace --locked --features dlframe-cli/serve
 
 echo "== Python: virtualenv .venv with the real consumers (numpy, pyarrow, polars, datafusion, jax)"
 if [ ! -x .venv/bin/python ]; then
@@ -26,7 +35,7 @@ echo "   driver or GPU needed) must run and say how many cases they ran; the tes
 echo "   say why they skip. Same build as above: nothing is rebuilt"
 NVRTC_LIB="$(.venv/bin/python -c 'import os, nvidia.cuda_nvrtc as m; print(os.path.join(list(m.__path__)[0], "lib"))')"
 LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  cargo test --workspace --locked --lib -- cuda --nocapture
+  cargo test --workspace --locked --features dlframe-cli/serve --lib -- cuda --nocapture
 
 echo "== Python: maturin develop (debug build into .venv, same target/ as cargo)"
 (

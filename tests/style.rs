@@ -8,7 +8,7 @@ use common::{code, rust_files};
 
 /// The Rust sources under the repository's code folders.
 fn sources() -> Vec<std::path::PathBuf> {
-    rust_files(&["src", "python/src", "udfs", "cli", "tests", "benches", "fuzz"])
+    rust_files(&["src", "python/src", "udfs", "cli", "serve", "tests", "benches", "fuzz"])
 }
 
 /// Whether the `unsafe {` on line `i` has its `SAFETY:` comment: on the line, or in the comment

@@ -5,15 +5,13 @@
 //! Rows keep the files' order unless the query sorts them (see `collect_in_order`). The result
 //! becomes a tensor by the rule Python's `dlframe.to_dlpack` uses (see `collect_result`), or,
 //! with `--column`, one column alone. The output file is written before anything is printed,
-//! and a closed stdout (`| head`) ends the printing quietly. `dlframe serve` (the `serve` module)
-//! serves the same functions and tables over Arrow Flight SQL instead, and `dlframe scheduler` and
-//! `dlframe executor` (the `cluster` module) run them on an Apache Ballista cluster.
+//! and a closed stdout (`| head`) ends the printing quietly.
+//!
+//! With the feature `serve`, `dlframe serve` serves the same functions and tables over Arrow
+//! Flight SQL instead, and `dlframe scheduler` and `dlframe executor` run them on an Apache
+//! Ballista cluster (the crate `dlframe-serve`, `serve/`). Without it, those subcommands say how
+//! to build them.
 
-mod cluster;
-mod flight;
-mod register;
-mod serve;
-mod service;
 mod write;
 
 use std::io::Write;
@@ -30,7 +28,7 @@ use datafusion::prelude::SessionContext;
 use dlframe::options::Inexact;
 use dlframe_datafusion::{collect_in_order, collect_result, collect_tensor};
 
-use register::{parse_table, register_file};
+use dlframe_datafusion::files::{parse_table, register_file};
 use write::{write_npy, write_safetensors};
 
 const USAGE: &str = "\
@@ -40,6 +38,7 @@ usage: dlframe [--table NAME=PATH]... [--column NAME] [--out PATH] [--key NAME] 
        dlframe scheduler [--listen ADDR]                            (dlframe scheduler --help)
        dlframe executor --scheduler HOST:PORT [--listen ADDR]       (dlframe executor --help)
        dlframe --help | --version
+(serve, scheduler and executor are in a build with the feature `serve`)
 
 Runs SQL with dlframe's tensor functions (to_tensor, to_tensor_fill, to_tensor_as,
 to_tensor_padded, tensor_shape, tensor_ndim, tensor_dtype, tensor_reshape, tensor_element) and collects the
@@ -274,11 +273,8 @@ fn complain(text: &str) {
 
 fn main() -> ExitCode {
     let mut argv = std::env::args().skip(1).peekable();
-    match argv.peek().map(String::as_str) {
-        Some("serve") => return serve::main(argv.skip(1)),
-        Some("scheduler") => return cluster::scheduler_main(argv.skip(1)),
-        Some("executor") => return cluster::executor_main(argv.skip(1)),
-        _ => {}
+    if let Some(code) = service(&mut argv) {
+        return code;
     }
     let args = match parse_args(argv) {
         Ok(Command::Run(a)) => a,
@@ -309,6 +305,35 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// `dlframe serve`, `scheduler` or `executor`: the service's exit code, or `None` for any other
+/// command line.
+#[cfg(feature = "serve")]
+fn service(argv: &mut std::iter::Peekable<impl Iterator<Item = String>>) -> Option<ExitCode> {
+    let run = match argv.peek().map(String::as_str) {
+        Some("serve") => dlframe_serve::serve_main,
+        Some("scheduler") => dlframe_serve::scheduler_main,
+        Some("executor") => dlframe_serve::executor_main,
+        _ => return None,
+    };
+    Some(run(argv.skip(1)))
+}
+
+/// `dlframe serve`, `scheduler` or `executor` in a build without them: an error (2) that says how
+/// to build them, or `None` for any other command line.
+#[cfg(not(feature = "serve"))]
+fn service(argv: &mut std::iter::Peekable<impl Iterator<Item = String>>) -> Option<ExitCode> {
+    let name = argv.peek().filter(|a| SERVICES.contains(&a.as_str()))?;
+    complain(&format!(
+        "dlframe {name}: this dlframe is built without its services; build it with the feature \
+         `serve` (cargo install --locked --path cli --features serve)"
+    ));
+    Some(ExitCode::from(2))
+}
+
+/// The subcommands of the feature `serve`.
+#[cfg(not(feature = "serve"))]
+const SERVICES: &[&str] = &["serve", "scheduler", "executor"];
 
 /// The exit code after printing: `code`, or a failure when stdout could not be written.
 fn finish(printed: std::io::Result<()>, code: ExitCode) -> ExitCode {

@@ -98,7 +98,7 @@ def serve_table(table_dir: pathlib.Path, token: str):
 
     cli = cli_path()
     if not cli.exists():
-        pytest.skip(f"the dlframe CLI is not built at {cli}: run `cargo build -p dlframe-cli`")
+        pytest.skip(f"the dlframe CLI is not built at {cli}: run `cargo build -p dlframe-cli --features serve`")
     s = Served(cli, "--table", f"t={table_dir}", token=token)
     yield s
     code = s.stop()

@@ -29,7 +29,7 @@ def table_dir(tmp_path_factory):
 def server(table_dir):
     cli = cli_path()
     if not cli.exists():
-        pytest.skip(f"the dlframe CLI is not built at {cli}: run `cargo build -p dlframe-cli`")
+        pytest.skip(f"the dlframe CLI is not built at {cli}: run `cargo build -p dlframe-cli --features serve`")
     s = Served(cli, "--table", f"t={table_dir}", "--partitions", "4", token=TOKEN)
     yield s
     assert s.stop() == 0, f"stderr: {s.errors}"

@@ -32,7 +32,9 @@
 //! Errors from dlframe become DataFusion errors in one place, [`to_df_err`].
 //!
 //! Feature `sql` (default): [`sql_to_tensor`], which plans SQL text with DataFusion's parser.
-//! The `dlframe` command, which runs SQL over files, is its own crate, `dlframe-cli` (`cli/`).
+//! Feature `files`: the [`files`] module, CSV, `.csv.gz` and Parquet files registered as tables
+//! (DataFusion's Parquet reader), which the `dlframe` command (`dlframe-cli`, `cli/`) and its
+//! servers (`dlframe-serve`, `serve/`) share.
 
 /// One UDF struct: its `Signature`, `Default` -> `new()`, the SQL name, and the rest of its
 /// `ScalarUDFImpl` items.
@@ -75,6 +77,8 @@ pub(crate) use scalar_udf;
 mod args;
 mod batches;
 mod config;
+#[cfg(feature = "files")]
+pub mod files;
 mod inspect;
 mod padded;
 mod table;

@@ -25,8 +25,8 @@ use crate::flight::error::Scrub;
 use crate::flight::guard::SqlLimits;
 use crate::flight::run::{RunLimits, Runner, query_stack_for};
 use crate::flight::service::Served;
-use crate::register::{parse_table, register_file};
 use crate::service::{command_main, parse_listen, say, stop_signal};
+use dlframe_datafusion::files::{parse_table, register_file};
 
 pub(crate) const USAGE: &str = "\
 usage: dlframe serve [--table NAME=PATH]... [--listen ADDR] [--token TOKEN]
@@ -380,7 +380,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 }
 
 /// `dlframe serve ...`: the exit code after serving, or after a bad command line (2).
-pub(crate) fn main(args: impl Iterator<Item = String>) -> ExitCode {
+pub fn serve_main(args: impl Iterator<Item = String>) -> ExitCode {
     command_main("serve", USAGE, parse(args, std::env::var(TOKEN_ENV).ok()), serve)
 }
 

@@ -1,7 +1,7 @@
 //! `--table NAME=PATH`: a CSV, gzipped CSV or Parquet file, or a directory of one of these kinds,
-//! registered as a table of a `SessionContext`.
+//! registered as a table of a `SessionContext` (the `dlframe` command's and its servers').
 //!
-//! Files are read in path order (see `collect_in_order`). `.csv.gz` files are decompressed into a
+//! Files are read in path order (see [`collect_in_order`](crate::collect_in_order)). `.csv.gz` files are decompressed into a
 //! temporary directory first (copies), which is removed when its [`Staging`] is dropped.
 
 use std::path::{Path, PathBuf};
@@ -46,7 +46,7 @@ fn io_err(path: &Path, e: std::io::Error) -> DataFusionError {
 }
 
 /// Reads a `--table NAME=PATH` value (the `dlframe` command's and `dlframe serve`'s).
-pub(crate) fn parse_table(v: &str) -> std::result::Result<(String, PathBuf), String> {
+pub fn parse_table(v: &str) -> std::result::Result<(String, PathBuf), String> {
     let (name, path) = v.split_once('=').ok_or_else(|| format!("--table {v}: expected NAME=PATH"))?;
     Ok((name.to_string(), PathBuf::from(path)))
 }
@@ -105,7 +105,7 @@ fn directory_kind(dir: &Path) -> Result<(Kind, String, Vec<PathBuf>)> {
 
 /// A directory that holds decompressed copies of `.csv.gz` files while the query runs, and is
 /// removed afterwards.
-pub(crate) struct Staging(PathBuf);
+pub struct Staging(PathBuf);
 
 impl Staging {
     fn new(index: usize) -> Result<Staging> {
@@ -140,7 +140,7 @@ fn utf8(path: &Path) -> Result<&str> {
 /// Registers a file or directory as table `name`. `.csv.gz` files are decompressed into
 /// `staging` first (this build of DataFusion reads no compressed CSV), keeping their paths'
 /// order.
-pub(crate) async fn register_file(
+pub async fn register_file(
     ctx: &SessionContext,
     name: &str,
     path: &Path,

@@ -405,7 +405,7 @@ async fn run_executor(args: ExecutorArgs) -> Result<(), String> {
 }
 
 /// `dlframe scheduler ...`: the exit code after serving, or after a bad command line (2).
-pub(crate) fn scheduler_main(args: impl Iterator<Item = String>) -> ExitCode {
+pub fn scheduler_main(args: impl Iterator<Item = String>) -> ExitCode {
     command_main(
         "scheduler",
         SCHEDULER_USAGE,
@@ -415,7 +415,7 @@ pub(crate) fn scheduler_main(args: impl Iterator<Item = String>) -> ExitCode {
 }
 
 /// `dlframe executor ...`: the exit code after serving, or after a bad command line (2).
-pub(crate) fn executor_main(args: impl Iterator<Item = String>) -> ExitCode {
+pub fn executor_main(args: impl Iterator<Item = String>) -> ExitCode {
     command_main(
         "executor",
         EXECUTOR_USAGE,
