@@ -18,9 +18,10 @@ use arrow_array::RecordBatch;
 use ballista::prelude::SessionContextExt;
 use ballista_core::extension::SessionConfigExt;
 use common::process::{LIMIT, Process};
-use common::{TempDir, collect_one, local, register_table, write_parquet};
+use common::{TempDir, certificate_files, collect_one, local, register_table, write_parquet};
 use datafusion::execution::{FunctionRegistry, SessionStateBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
+use tonic::transport::{Certificate, ClientTlsConfig};
 
 /// Files of `rows` rows each, in `dir/t`, read by every process of the cluster (one machine).
 fn table(dir: &TempDir, files: i64, rows: i64) -> PathBuf {
@@ -45,14 +46,26 @@ fn config(files: usize) -> SessionConfig {
 }
 
 /// [`config`] for a client of a cluster with `token`: the header to the scheduler, and the
-/// user agent on the channels Ballista opens to the executors.
-fn client_config(files: usize, token: Option<&str>) -> SessionConfig {
-    let config = SessionConfig::new_with_ballista().with_target_partitions(files);
+/// user agent on the channels Ballista opens to the executors. With `ca` (a PEM CA), every
+/// channel goes over TLS and trusts that CA: Ballista names the scheduler `http://`, so the
+/// endpoint is made again as `https://`, as docs/serve.md shows.
+fn client_config(files: usize, token: Option<&str>, ca: Option<&str>) -> SessionConfig {
+    let config =
+        SessionConfig::new_with_ballista().with_target_partitions(files).with_ballista_use_tls(ca.is_some());
     let Some(token) = token else { return config };
     let agent = format!("dlframe-token/{token}");
+    let tls = ca.map(|ca| ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)));
     let endpoint: ballista_core::extension::EndpointOverrideFn =
         Arc::new(move |e: tonic::transport::Endpoint| {
-            e.user_agent(agent.clone()).map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+            let mut e = e;
+            if let Some(tls) = &tls {
+                if e.uri().scheme_str() == Some("http") {
+                    let at = e.uri().authority().expect("a host").to_string();
+                    e = tonic::transport::Endpoint::from_shared(format!("https://{at}"))?;
+                }
+                e = e.tls_config(tls.clone())?;
+            }
+            Ok(e.user_agent(agent.clone())?)
         });
     config
         .with_ballista_grpc_metadata(HashMap::from([(
@@ -125,40 +138,57 @@ impl Cluster {
     /// work directory under `dir`, all with the cluster token. Returns once every executor has
     /// been answered by the scheduler.
     fn start(dir: &TempDir, n: usize, timeout: u64) -> Cluster {
-        let mut scheduler = Process::start(&[
-            "scheduler",
-            "--listen",
-            "127.0.0.1:0",
-            "--executor-timeout",
-            &timeout.to_string(),
-            "--data",
-            dir.path().to_str().unwrap(),
-            "--token",
-            TOKEN,
-            "--executor-token",
-            EXECUTOR_TOKEN,
-        ]);
+        Cluster::start_with(dir, n, timeout, &[])
+    }
+
+    /// [`Cluster::start`], with `extra` arguments for every process.
+    fn start_with(dir: &TempDir, n: usize, timeout: u64, extra: &[&str]) -> Cluster {
+        let mut scheduler = Process::start(
+            &[
+                &[
+                    "scheduler",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--executor-timeout",
+                    &timeout.to_string(),
+                    "--data",
+                    dir.path().to_str().unwrap(),
+                    "--token",
+                    TOKEN,
+                    "--executor-token",
+                    EXECUTOR_TOKEN,
+                ][..],
+                extra,
+            ]
+            .concat(),
+        );
         let address = scheduler.address("listening on ");
         let mut served_at = vec![];
         let executors = (0..n)
             .map(|i| {
                 let work = dir.join(&format!("executor-{i}"));
                 std::fs::create_dir(&work).unwrap();
-                let mut e = Process::start(&[
-                    "executor",
-                    "--scheduler",
-                    &address,
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--slots",
-                    "1",
-                    "--token",
-                    TOKEN,
-                    "--executor-token",
-                    EXECUTOR_TOKEN,
-                    "--work-dir",
-                    work.to_str().unwrap(),
-                ]);
+                let mut e = Process::start(
+                    &[
+                        &[
+                            "executor",
+                            "--scheduler",
+                            &address,
+                            "--listen",
+                            "127.0.0.1:0",
+                            "--slots",
+                            "1",
+                            "--token",
+                            TOKEN,
+                            "--executor-token",
+                            EXECUTOR_TOKEN,
+                            "--work-dir",
+                            work.to_str().unwrap(),
+                        ][..],
+                        extra,
+                    ]
+                    .concat(),
+                );
                 served_at.push(e.address("serving on "));
                 e.line_with("ready");
                 (e, work)
@@ -174,13 +204,23 @@ impl Cluster {
     }
 
     async fn client_with(&self, files: usize, token: Option<&str>) -> SessionContext {
+        self.try_client(files, token, None).await.unwrap()
+    }
+
+    /// A client session with `token`, over TLS trusting `ca` when given.
+    async fn try_client(
+        &self,
+        files: usize,
+        token: Option<&str>,
+        ca: Option<&str>,
+    ) -> datafusion::common::Result<SessionContext> {
         let state = SessionStateBuilder::new()
             .with_default_features()
-            .with_config(client_config(files, token))
+            .with_config(client_config(files, token, ca))
             .build();
-        let ctx = SessionContext::remote_with_state(&format!("df://{}", self.address), state).await.unwrap();
+        let ctx = SessionContext::remote_with_state(&format!("df://{}", self.address), state).await?;
         dlframe_datafusion::register(&ctx);
-        ctx
+        Ok(ctx)
     }
 }
 
@@ -453,5 +493,88 @@ async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
     }
     for (e, _) in &mut cluster.executors {
         e.signal("TERM");
+    }
+}
+
+/// A cluster over TLS (row 15's other half: the scheduler and the executors' result servers).
+/// The real Ballista client, trusting the cluster's CA, runs the query across two executors and
+/// gets the local result; a client without TLS is refused by the scheduler, and plain text to an
+/// executor's result server gets nothing. A socket that never finishes its handshake holds up
+/// nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_runs_the_query_and_refuses_plain_text() {
+    let dir = TempDir::new("ballista-tls");
+    let t = table(&dir, 4, 2000);
+    let (ca_path, cert, key, ca) = certificate_files(dir.path());
+    let tls = [
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--tls-ca",
+        ca_path.to_str().unwrap(),
+    ];
+    let mut cluster = Cluster::start_with(&dir, 2, 180, &tls);
+    let stalled = std::net::TcpStream::connect(&cluster.address).unwrap();
+
+    let ctx = cluster.try_client(4, Some(TOKEN), Some(&ca)).await.unwrap();
+    check_query(&ctx, &t, 8000).await;
+    for (i, (_, work)) in cluster.executors.iter().enumerate() {
+        assert!(files_under(work) > 0, "executor {i} ran no task over TLS");
+    }
+    drop(stalled);
+
+    // The same client without TLS: the scheduler does not answer it.
+    let plain = match cluster.try_client(4, Some(TOKEN), None).await {
+        Err(_) => true,
+        Ok(ctx) => {
+            register_table(&ctx, &t).await;
+            tokio::time::timeout(LIMIT, collect_one(&ctx, "SELECT count(*) FROM t"))
+                .await
+                .expect("in time")
+                .is_err()
+        }
+    };
+    assert!(plain, "a plain-text client ran a query on a TLS scheduler");
+    // Plain text to an executor's result server, with the token: no answer.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", cluster.served_at[0])).unwrap();
+    let refused = match tokio::time::timeout(LIMIT, channel.connect()).await.expect("in time") {
+        Err(_) => true,
+        Ok(channel) => {
+            let mut client = arrow_flight::flight_service_client::FlightServiceClient::new(channel);
+            let ticket = arrow_flight::Ticket { ticket: b"x".to_vec().into() };
+            client.do_get(with_token(ticket)).await.is_err()
+        }
+    };
+    assert!(refused, "an executor's result server answered plain text");
+
+    for (e, _) in &mut cluster.executors {
+        e.signal("TERM");
+        assert!(e.wait_exit().success());
+    }
+    cluster.scheduler.signal("TERM");
+    assert!(cluster.scheduler.wait_exit().success());
+}
+
+/// A TLS file that is not one names itself, and the process exits at start.
+#[test]
+fn a_bad_tls_file_is_named_at_start() {
+    let dir = TempDir::new("ballista-tls-bad");
+    let (ca, cert, _, _) = certificate_files(dir.path());
+    let (ca, cert) = (ca.to_str().unwrap(), cert.to_str().unwrap());
+    for what in ["scheduler", "executor"] {
+        let mut args = vec![what, "--insecure", "--listen", "127.0.0.1:0"];
+        if what == "executor" {
+            args.extend(["--scheduler", "127.0.0.1:1"]);
+        }
+        // The certificate given as the key.
+        args.extend(["--tls-cert", cert, "--tls-key", cert, "--tls-ca", ca]);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlframe")).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what} started with a certificate as its key");
+        assert!(
+            err.contains("--tls-key") && err.contains("cert.pem") && err.contains("PRIVATE KEY"),
+            "{what}: {err}"
+        );
     }
 }

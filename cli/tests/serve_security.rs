@@ -21,7 +21,7 @@ use arrow_flight::sql::{
 use arrow_flight::{Action, CancelFlightInfoRequest, FlightDescriptor, HandshakeRequest, Ticket};
 use common::process::LIMIT;
 use common::served::{Server, fetch, query, substrait_plan};
-use common::{TempDir, write_parquet};
+use common::{TempDir, certificates, write_parquet};
 use futures::TryStreamExt;
 use prost::Message;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
@@ -447,26 +447,6 @@ async fn every_rpc_kind_needs_the_token() {
     req.metadata_mut().append("authorization", format!("Bearer {TOKEN}").parse().unwrap());
     req.metadata_mut().append("authorization", format!("Bearer {TOKEN}").parse().unwrap());
     assert_eq!(raw.do_get(req).await.expect_err("two headers").code(), Code::Unauthenticated);
-}
-
-/// A CA, a server certificate for 127.0.0.1 signed by it, and a client certificate signed by
-/// it, as PEM: (ca, server cert, server key, client cert, client key).
-fn certificates() -> (String, String, String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(vec![]).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let server_key = KeyPair::generate().unwrap();
-    let server = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
-        .unwrap()
-        .signed_by(&server_key, &issuer)
-        .unwrap();
-    let client_key = KeyPair::generate().unwrap();
-    let client =
-        CertificateParams::new(vec!["client".into()]).unwrap().signed_by(&client_key, &issuer).unwrap();
-    (ca.pem(), server.pem(), server_key.serialize_pem(), client.pem(), client_key.serialize_pem())
 }
 
 async fn tls_channel(addr: &str, ca: &str, identity: Option<(&str, &str)>) -> Result<Channel, String> {

@@ -15,6 +15,7 @@ mod cluster;
 mod flight;
 mod serve;
 mod service;
+mod tls;
 
 pub use cluster::{executor_main, scheduler_main};
 pub use serve::serve_main;

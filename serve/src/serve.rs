@@ -16,7 +16,7 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 
 use crate::flight::auth::{Bearer, check_token};
 use crate::flight::calls::CountCalls;
@@ -26,6 +26,7 @@ use crate::flight::guard::SqlLimits;
 use crate::flight::run::{RunLimits, Runner, query_stack_for};
 use crate::flight::service::Served;
 use crate::service::{command_main, parse_listen, say, stop_signal};
+use crate::tls::{Flags, TlsFiles, server_config, with_causes};
 use dlframe_datafusion::files::{parse_table, register_file};
 
 pub(crate) const USAGE: &str = "\
@@ -102,13 +103,8 @@ const CALLS_PER_CONNECTION: u32 = 32;
 /// The most spill files a server writes, in bytes, where DataFusion spills.
 const SPILL_BYTES: u64 = 4 << 30;
 
-/// TLS files.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TlsFiles {
-    cert: PathBuf,
-    key: PathBuf,
-    client_ca: Option<PathBuf>,
-}
+/// How `dlframe serve` names its TLS files: the certificate, the key, the clients' CA.
+const TLS_FLAGS: Flags<'static> = ("--tls-cert", "--tls-key", "--tls-client-ca");
 
 /// What `dlframe serve` was asked to do.
 #[derive(Debug)]
@@ -219,12 +215,7 @@ pub(crate) fn parse(
         return Err("serve: --query-memory is larger than --memory".into());
     }
     args.run.query_stack = query_stack_for(args.sql.max_blocks);
-    args.tls = match (cert, key, client_ca) {
-        (Some(cert), Some(key), client_ca) => Some(TlsFiles { cert, key, client_ca }),
-        (None, None, None) => None,
-        (_, _, Some(_)) => return Err("serve: --tls-client-ca needs --tls-cert and --tls-key".into()),
-        _ => return Err("serve: --tls-cert and --tls-key go together".into()),
-    };
+    args.tls = TlsFiles::from_flags("serve", (cert, key, client_ca), TLS_FLAGS, false)?;
     if !args.listen.ip().is_loopback() && !args.insecure && (args.token.is_none() || args.tls.is_none()) {
         return Err(format!(
             "serve: --listen {} takes connections from other machines, so it needs both a token \
@@ -233,39 +224,6 @@ pub(crate) fn parse(
         ));
     }
     Ok(Some(args))
-}
-
-/// The TLS configuration of `files`: rustls, TLS 1.2 and 1.3. Each file is checked to hold a
-/// PEM block of its kind first, so that a wrong file is named (rustls says only what failed).
-fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, String> {
-    let read = |p: &PathBuf, option: &str, kind: &str| {
-        let bytes = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-        let text = String::from_utf8_lossy(&bytes);
-        let found = text.lines().any(|l| l.starts_with("-----BEGIN ") && l.contains(kind));
-        match found {
-            true => Ok(bytes),
-            false => Err(format!("{option} {}: no PEM {kind} in the file", p.display())),
-        }
-    };
-    let cert = read(&files.cert, "--tls-cert", "CERTIFICATE")?;
-    let key = read(&files.key, "--tls-key", "PRIVATE KEY")?;
-    let mut config = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
-    if let Some(ca) = &files.client_ca {
-        config = config.client_ca_root(Certificate::from_pem(read(ca, "--tls-client-ca", "CERTIFICATE")?));
-    }
-    Ok(config)
-}
-
-/// An error and its causes, as one line: tonic's own says only "transport error".
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// Registers the tables and serves until a stop signal, printing `listening on ADDR` (with the
@@ -327,7 +285,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .tcp_keepalive(Some(Duration::from_secs(60)));
     if let Some(files) = &args.tls {
-        builder = builder.tls_config(tls_config(files)?).map_err(|e| format!("TLS: {}", with_causes(&e)))?;
+        builder = builder
+            .tls_config(server_config(files, TLS_FLAGS, true)?)
+            .map_err(|e| format!("TLS: {}", with_causes(&e)))?;
     }
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let server =
@@ -338,7 +298,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let names: Vec<&str> = args.tables.iter().map(|(n, _)| n.as_str()).collect();
     let auth = if args.token.is_some() { "bearer token required" } else { "no token" };
     let tls = match &args.tls {
-        Some(TlsFiles { client_ca: Some(_), .. }) => "mutual TLS",
+        Some(TlsFiles { ca: Some(_), .. }) => "mutual TLS",
         Some(_) => "TLS",
         None => "no TLS",
     };

@@ -98,3 +98,33 @@ pub async fn local(table: &Path, sql: &str) -> datafusion::error::Result<RecordB
     register_table(&ctx, table).await;
     collect_one(&ctx, sql).await
 }
+
+/// A CA, a server certificate for 127.0.0.1 signed by it, and a client certificate signed by
+/// it, as PEM: (ca, server cert, server key, client cert, client key).
+pub fn certificates() -> (String, String, String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(vec![]).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let client =
+        CertificateParams::new(vec!["client".into()]).unwrap().signed_by(&client_key, &issuer).unwrap();
+    (ca.pem(), server.pem(), server_key.serialize_pem(), client.pem(), client_key.serialize_pem())
+}
+
+/// [`certificates`]' CA, server certificate and key written into `dir` as `ca.pem`, `cert.pem`
+/// and `key.pem`: their paths, and the CA's PEM.
+pub fn certificate_files(dir: &Path) -> (PathBuf, PathBuf, PathBuf, String) {
+    let (ca, cert, key, _, _) = certificates();
+    for (name, text) in [("ca.pem", &ca), ("cert.pem", &cert), ("key.pem", &key)] {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"), ca)
+}

@@ -5,14 +5,16 @@
 //! executor) can only be customised through their tonic `Endpoint`, which sets no header but
 //! the user agent. So a token travels either as `authorization: Bearer TOKEN` (what a client
 //! sends to the scheduler) or as a user agent whose first word is `dlframe-token/TOKEN` (what
-//! Ballista's channels send). The cluster has no TLS yet, so tokens cross the network in
-//! clear text: beyond loopback that takes `--insecure` (see docs/serve.md).
+//! Ballista's channels send). The same hook puts those channels on TLS when the cluster has it
+//! (see `endpoint_hook`); without TLS, tokens cross the network in clear text, so beyond
+//! loopback that takes `--insecure` (see docs/serve.md).
 
 use std::sync::Arc;
 
 use ballista_core::extension::EndpointOverrideFn;
+use ballista_core::utils::{GrpcClientConfig, create_grpc_client_endpoint};
 use tonic::service::Interceptor;
-use tonic::transport::Endpoint;
+use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
 use crate::flight::auth::{bearer, same_bytes};
@@ -88,12 +90,34 @@ impl Interceptor for ClusterAuth {
     }
 }
 
-/// An endpoint hook that puts the token into the user agent of every channel Ballista opens
-/// with it.
-pub(crate) fn token_endpoint(token: Arc<str>) -> EndpointOverrideFn {
-    Arc::new(move |endpoint: Endpoint| -> Result<Endpoint, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(endpoint.user_agent(format!("dlframe-token/{token}"))?)
-    })
+/// An endpoint hook for every channel Ballista opens with it: with `tls`, the channel goes over
+/// TLS (Ballista names the scheduler `http://`, which tonic never encrypts, so the endpoint is
+/// made again as `https://` with Ballista's default channel settings); with `token`, the token
+/// goes into its user agent. `None` when there is neither.
+pub(crate) fn endpoint_hook(
+    token: Option<Arc<str>>,
+    tls: Option<ClientTlsConfig>,
+) -> Option<EndpointOverrideFn> {
+    if token.is_none() && tls.is_none() {
+        return None;
+    }
+    Some(Arc::new(move |endpoint: Endpoint| -> Result<Endpoint, Box<dyn std::error::Error + Send + Sync>> {
+        let mut endpoint = endpoint;
+        if let Some(tls) = &tls {
+            if endpoint.uri().scheme_str() != Some("https") {
+                let authority = endpoint.uri().authority().ok_or("an endpoint without a host")?.as_str();
+                endpoint = create_grpc_client_endpoint(
+                    format!("https://{authority}"),
+                    Some(&GrpcClientConfig::default()),
+                )?;
+            }
+            endpoint = endpoint.tls_config(tls.clone())?;
+        }
+        if let Some(token) = &token {
+            endpoint = endpoint.user_agent(format!("dlframe-token/{token}"))?;
+        }
+        Ok(endpoint)
+    }))
 }
 
 #[cfg(test)]
@@ -153,8 +177,13 @@ mod tests {
     }
 
     #[test]
-    fn the_endpoint_hook_sets_the_user_agent() {
-        let hook = token_endpoint(Arc::from("tok"));
-        assert!(hook(Endpoint::from_static("http://127.0.0.1:1")).is_ok());
+    fn the_endpoint_hook_sets_the_user_agent_and_moves_to_https_with_tls() {
+        assert!(endpoint_hook(None, None).is_none());
+        let hook = endpoint_hook(Some(Arc::from("tok")), None).unwrap();
+        let e = hook(Endpoint::from_static("http://127.0.0.1:1")).unwrap();
+        assert_eq!(e.uri().scheme_str(), Some("http"));
+        let hook = endpoint_hook(None, Some(ClientTlsConfig::new())).unwrap();
+        let e = hook(Endpoint::from_static("http://127.0.0.1:1")).unwrap();
+        assert_eq!(e.uri().to_string(), "https://127.0.0.1:1/");
     }
 }

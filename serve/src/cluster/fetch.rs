@@ -27,6 +27,7 @@ use ballista_executor::ArrowFlightServerProvider;
 use ballista_executor::flight_service::BallistaFlightService;
 use ballista_executor::shutdown::Shutdown;
 use tonic::service::interceptor::InterceptedService;
+use tonic::transport::ServerTlsConfig;
 use tonic::{Request, Response, Status, Streaming};
 
 use futures::StreamExt;
@@ -157,16 +158,24 @@ impl FlightService for CheckedFlight {
     }
 }
 
-/// The executor's Flight server: [`CheckedFlight`] behind `auth`, with Ballista's message
+/// The executor's Flight server: [`CheckedFlight`] behind `auth`, over TLS with `tls`, with Ballista's message
 /// size limits (`max_message`, in bytes, both ways).
-pub(crate) fn flight_server(auth: ClusterAuth, max_message: usize) -> Arc<ArrowFlightServerProvider> {
+pub(crate) fn flight_server(
+    auth: ClusterAuth,
+    tls: Option<ServerTlsConfig>,
+    max_message: usize,
+) -> Arc<ArrowFlightServerProvider> {
     Arc::new(move |work_dir: String, addr: SocketAddr, mut shutdown: Shutdown, grpc: GrpcServerConfig| {
-        let auth = auth.clone();
+        let (auth, tls) = (auth.clone(), tls.clone());
         tokio::spawn(async move {
             let service = FlightServiceServer::new(CheckedFlight(BallistaFlightService::new(work_dir)))
                 .max_decoding_message_size(max_message)
                 .max_encoding_message_size(max_message);
-            create_grpc_server(&grpc)
+            let mut server = create_grpc_server(&grpc);
+            if let Some(tls) = tls {
+                server = server.tls_config(tls).map_err(BallistaError::TonicError)?;
+            }
+            server
                 .add_service(InterceptedService::new(service, auth))
                 .serve_with_shutdown(addr, shutdown.recv())
                 .await

@@ -20,6 +20,7 @@
 mod auth;
 mod fetch;
 mod jobs;
+mod listener;
 mod plans;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -41,13 +42,15 @@ use datafusion::execution::SessionState;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 
-use self::auth::{CLUSTER_TOKEN_ENV, ClusterAuth, EXECUTOR_TOKEN_ENV, token_endpoint};
+use self::auth::{CLUSTER_TOKEN_ENV, ClusterAuth, EXECUTOR_TOKEN_ENV, endpoint_hook};
 use self::plans::{DataRoots, PlanGuard, serve_scheduler};
 use crate::flight::auth::check_token;
 use crate::service::{command_main, parse_listen, say, stop_signal};
+use crate::tls::{Flags, TlsFiles, client_config, rustls_server, server_config, with_causes};
 
 pub(crate) const SCHEDULER_USAGE: &str = "\
 usage: dlframe scheduler --token TOKEN --executor-token TOKEN [--listen ADDR] [--data DIR]...
+                         [--tls-cert FILE --tls-key FILE --tls-ca FILE]
                          [--executor-timeout SECS] [--insecure]
 
 Runs an Apache Ballista scheduler that knows dlframe's functions (to_tensor and friends), so
@@ -56,21 +59,26 @@ are read-only: DDL, DML, COPY and SET are refused, and files are read only under
 Prints 'listening on ADDR' once it accepts connections; stops on SIGINT or SIGTERM.
 
   --listen ADDR             the address to listen on (default 127.0.0.1:50050; port 0 picks a
-                            free one); beyond loopback it needs --insecure (no TLS)
+                            free one); beyond loopback it needs TLS, or --insecure
   --data DIR                a directory whose files jobs may read (repeat for more); without
                             one, jobs read no files
   --token TOKEN             the clients' token: running jobs and following them takes it;
                             DLFRAME_CLUSTER_TOKEN does the same, out of `ps`
   --executor-token TOKEN    the executors' token, another than the clients': asking for work
                             and reporting it takes it; DLFRAME_EXECUTOR_TOKEN does the same
+  --tls-cert FILE           serve TLS with this PEM certificate chain ...
+  --tls-key FILE            ... and this PEM private key ...
+  --tls-ca FILE             ... and trust this PEM CA, which signed the executors' certificates,
+                            when calling them; clients then connect with TLS
   --insecure                run without tokens (anyone may run jobs and ask for work), or
-                            listen beyond loopback, where tokens travel in clear text
+                            listen beyond loopback without TLS, where tokens travel in clear text
   --executor-timeout SECS   an executor silent this long is taken as lost, and its tasks run
                             again elsewhere (default 180)
   -h, --help                print this help";
 
 pub(crate) const EXECUTOR_USAGE: &str = "\
 usage: dlframe executor --scheduler HOST:PORT --token TOKEN --executor-token TOKEN
+                        [--tls-cert FILE --tls-key FILE --tls-ca FILE]
                         [--listen ADDR] [--work-dir DIR] [--slots N] [--insecure]
 
 Runs an Apache Ballista executor with dlframe's functions registered. It registers with the
@@ -81,15 +89,18 @@ after the tasks it is running.
   --scheduler HOST:PORT  the scheduler (a `dlframe scheduler`); waited for up to 30 s
   --listen ADDR          where the results are served (default 127.0.0.1:50051; port 0 picks a
                          free one); the host is the one the scheduler hands to the others;
-                         beyond loopback it needs --insecure (no TLS)
+                         beyond loopback it needs TLS, or --insecure
   --work-dir DIR         where task results are written (default: a new temporary directory)
   --slots N              tasks run at once (default: the number of cores)
   --token TOKEN          the clients' token (as the scheduler's), which their fetches of
                          results carry; DLFRAME_CLUSTER_TOKEN does the same, out of `ps`
   --executor-token TOKEN the executors' token (as the scheduler's), this executor's
                          credential; DLFRAME_EXECUTOR_TOKEN does the same
-  --insecure             run without tokens, or listen beyond loopback, where tokens travel
-                         in clear text
+  --tls-cert FILE        serve results over TLS with this PEM certificate chain ...
+  --tls-key FILE         ... and this PEM private key, and call the scheduler and the other
+  --tls-ca FILE          executors over TLS, trusting this PEM CA (the cluster's)
+  --insecure             run without tokens, or listen beyond loopback without TLS, where
+                         tokens travel in clear text
   -h, --help             print this help";
 
 /// How long an executor waits for its scheduler to answer before it gives up.
@@ -105,6 +116,7 @@ pub(crate) struct SchedulerArgs {
     executor_timeout: u64,
     data: Vec<PathBuf>,
     tokens: Tokens,
+    tls: Option<TlsFiles>,
 }
 
 /// What `dlframe executor` was asked to do.
@@ -115,6 +127,7 @@ pub(crate) struct ExecutorArgs {
     work_dir: Option<PathBuf>,
     slots: usize,
     tokens: Tokens,
+    tls: Option<TlsFiles>,
 }
 
 /// The clients' token and the executors' token: both, or neither with `--insecure`.
@@ -152,10 +165,46 @@ impl Tokens {
     }
 }
 
+/// How the cluster's processes name their TLS files: their certificate and key, and the CA that
+/// signed the cluster's certificates, which they trust when they call each other.
+const TLS_FLAGS: Flags<'static> = ("--tls-cert", "--tls-key", "--tls-ca");
+
+/// The TLS flags as given, before they are checked to go together.
+#[derive(Debug, Default)]
+struct TlsFlags(Option<PathBuf>, Option<PathBuf>, Option<PathBuf>);
+
+impl TlsFlags {
+    /// Reads `--tls-cert`, `--tls-key` and `--tls-ca`; false for another flag.
+    fn flag(
+        &mut self,
+        flag: &str,
+        value: &mut dyn FnMut(&str) -> Result<String, String>,
+    ) -> Result<bool, String> {
+        let slot = match flag {
+            "--tls-cert" => &mut self.0,
+            "--tls-key" => &mut self.1,
+            "--tls-ca" => &mut self.2,
+            _ => return Ok(false),
+        };
+        *slot = Some(PathBuf::from(value(flag)?));
+        Ok(true)
+    }
+
+    /// The files: none, or all three.
+    fn files(self, what: &str) -> Result<Option<TlsFiles>, String> {
+        TlsFiles::from_flags(what, (self.0, self.1, self.2), TLS_FLAGS, true)
+    }
+}
+
 /// The rules both processes share: both tokens are ones a header can carry, and they differ; a
-/// cluster without them, or listening beyond loopback (the cluster has no TLS yet), takes
-/// `--insecure`.
-fn check_exposure(what: &str, listen: &SocketAddr, tokens: &Tokens, insecure: bool) -> Result<(), String> {
+/// cluster without them, or listening beyond loopback without TLS (`tls`), takes `--insecure`.
+fn check_exposure(
+    what: &str,
+    listen: &SocketAddr,
+    tokens: &Tokens,
+    tls: bool,
+    insecure: bool,
+) -> Result<(), String> {
     let named = [
         (&tokens.client, "--token", CLUSTER_TOKEN_ENV, "anyone could run jobs"),
         (&tokens.executor, "--executor-token", EXECUTOR_TOKEN_ENV, "anyone could ask for work and report it"),
@@ -180,10 +229,10 @@ fn check_exposure(what: &str, listen: &SocketAddr, tokens: &Tokens, insecure: bo
             "{what}: --executor-token must differ from --token, or a client could act as an executor"
         ));
     }
-    if !listen.ip().is_loopback() && !insecure {
+    if !listen.ip().is_loopback() && !tls && !insecure {
         return Err(format!(
-            "{what}: --listen {listen} takes connections from other machines, and the cluster has no TLS \
-             yet, so the tokens would cross the network in clear text; --insecure serves it anyway"
+            "{what}: --listen {listen} takes connections from other machines, so the tokens would cross the \
+             network in clear text without TLS (--tls-cert, --tls-key, --tls-ca); --insecure serves it anyway"
         ));
     }
     Ok(())
@@ -206,8 +255,10 @@ pub(crate) fn parse_scheduler(
         executor_timeout: 180,
         data: vec![],
         tokens: Tokens::from_env(&env),
+        tls: None,
     };
     let mut insecure = false;
+    let mut tls = TlsFlags::default();
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
@@ -219,13 +270,14 @@ pub(crate) fn parse_scheduler(
                 args.executor_timeout = parse_number("--executor-timeout", &value("--executor-timeout")?)?;
             }
             other => {
-                if !args.tokens.flag(other, &mut value)? {
+                if !args.tokens.flag(other, &mut value)? && !tls.flag(other, &mut value)? {
                     return Err(format!("scheduler: unexpected argument {other}"));
                 }
             }
         }
     }
-    check_exposure("scheduler", &args.listen, &args.tokens, insecure)?;
+    args.tls = tls.files("scheduler")?;
+    check_exposure("scheduler", &args.listen, &args.tokens, args.tls.is_some(), insecure)?;
     Ok(Some(args))
 }
 
@@ -242,7 +294,9 @@ pub(crate) fn parse_executor(
         work_dir: None,
         slots: std::thread::available_parallelism().map_or(1, |n| n.get()),
         tokens: Tokens::from_env(&env),
+        tls: None,
     };
+    let mut tls = TlsFlags::default();
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
@@ -262,7 +316,7 @@ pub(crate) fn parse_executor(
             "--slots" => args.slots = parse_number("--slots", &value("--slots")?)?,
             "--insecure" => insecure = true,
             other => {
-                if !args.tokens.flag(other, &mut value)? {
+                if !args.tokens.flag(other, &mut value)? && !tls.flag(other, &mut value)? {
                     return Err(format!("executor: unexpected argument {other}"));
                 }
             }
@@ -276,7 +330,8 @@ pub(crate) fn parse_executor(
             args.listen
         ));
     }
-    check_exposure("executor", &args.listen, &args.tokens, insecure)?;
+    args.tls = tls.files("executor")?;
+    check_exposure("executor", &args.listen, &args.tokens, args.tls.is_some(), insecure)?;
     Ok(Some(args))
 }
 
@@ -324,10 +379,10 @@ async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
     // The executors ask for tasks: the scheduler never calls them, so they open no task port.
     config.scheduling_policy = TaskSchedulingPolicy::PullStaged;
     let auth = args.tokens.auth();
+    let tls_server = args.tls.as_ref().map(|f| rustls_server(f, TLS_FLAGS)).transpose()?;
+    let tls_client = args.tls.as_ref().map(|f| client_config(f, TLS_FLAGS)).transpose()?;
     // Where the scheduler calls out (to executors), it is cluster infrastructure.
-    if let Some(t) = &auth.executor {
-        config.override_create_grpc_client_endpoint = Some(token_endpoint(t.clone()));
-    }
+    config.override_create_grpc_client_endpoint = endpoint_hook(auth.executor.clone(), tls_client);
     config.validate().map_err(|e| e.to_string())?;
     let roots = DataRoots::new(&args.data)?;
     let decode = SessionContext::new_with_state(
@@ -340,11 +395,12 @@ async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
     let data: Vec<String> = args.data.iter().map(|d| d.display().to_string()).collect();
     let tokens =
         if auth.client.is_some() { "client and executor tokens required" } else { "open: no tokens" };
-    say(&format!("dlframe scheduler: data [{}], {tokens}, read-only jobs", data.join(", ")));
+    let tls = if tls_server.is_some() { "TLS" } else { "no TLS" };
+    say(&format!("dlframe scheduler: data [{}], {tokens}, {tls}, read-only jobs", data.join(", ")));
     say(&format!("dlframe scheduler: listening on {addr}"));
     let guard = PlanGuard::new(scheduler, decode, roots);
     tokio::select! {
-        served = serve_scheduler(listener, guard, auth) => {
+        served = serve_scheduler(listener, tls_server, guard, auth) => {
             served.map_err(|e| format!("serving on {addr}: {e}"))?;
         }
         () = stop_signal() => {}
@@ -358,9 +414,19 @@ async fn run_executor(args: ExecutorArgs) -> Result<(), String> {
     let port = if args.listen.port() == 0 { free_port(ip)? } else { args.listen.port() };
     let health = ExecutorHealth::new();
     let auth = args.tokens.auth();
+    let tls_client = args.tls.as_ref().map(|f| client_config(f, TLS_FLAGS)).transpose()?;
+    let tls_server = args.tls.as_ref().map(|f| server_config(f, TLS_FLAGS, false)).transpose()?;
+    if let Some(c) = &tls_server {
+        // Built here too, so that a bad key is an error at start, not in the server's task.
+        tonic::transport::Server::builder()
+            .tls_config(c.clone())
+            .map_err(|e| format!("TLS: {}", with_causes(&e)))?;
+    }
     // Every channel the executor opens (to the scheduler, to other executors' results) carries
-    // the executors' token; its own result server takes the clients' and the executors'.
-    let endpoint = auth.executor.clone().map(token_endpoint);
+    // the executors' token, over TLS when the cluster has it; its own result server takes the
+    // clients' and the executors'.
+    let use_tls = args.tls.is_some();
+    let endpoint = endpoint_hook(auth.executor.clone(), tls_client);
     let task_endpoint = endpoint.clone();
     let config = ExecutorProcessConfig {
         bind_host: ip.to_string(),
@@ -374,12 +440,15 @@ async fn run_executor(args: ExecutorArgs) -> Result<(), String> {
         work_dir: args.work_dir.as_ref().map(|d| d.display().to_string()),
         override_function_registry: Some(Arc::new(executor_registry())),
         override_create_grpc_client_endpoint: endpoint,
-        override_config_producer: Some(Arc::new(move || match &task_endpoint {
-            Some(e) => SessionConfig::new_with_ballista()
-                .with_ballista_override_create_grpc_client_endpoint(e.clone()),
-            None => SessionConfig::new_with_ballista(),
+        override_config_producer: Some(Arc::new(move || {
+            // `use_tls`: fetches of other executors' results go to `https://`.
+            let config = SessionConfig::new_with_ballista().with_ballista_use_tls(use_tls);
+            match &task_endpoint {
+                Some(e) => config.with_ballista_override_create_grpc_client_endpoint(e.clone()),
+                None => config,
+            }
         })),
-        override_arrow_flight_service: Some(fetch::flight_server(auth.clone(), MAX_MESSAGE)),
+        override_arrow_flight_service: Some(fetch::flight_server(auth.clone(), tls_server, MAX_MESSAGE)),
         health: health.clone(),
         ..ExecutorProcessConfig::default()
     };
@@ -387,7 +456,8 @@ async fn run_executor(args: ExecutorArgs) -> Result<(), String> {
     let addr = SocketAddr::new(ip, port);
     let (host, sport) = &args.scheduler;
     let tokens = if auth.client.is_some() { "tokens required" } else { "open: no tokens" };
-    say(&format!("dlframe executor {id}: serving on {addr}, scheduler {host}:{sport}, {tokens}"));
+    let tls = if use_tls { "TLS" } else { "no TLS" };
+    say(&format!("dlframe executor {id}: serving on {addr}, scheduler {host}:{sport}, {tokens}, {tls}"));
     let ready = async {
         while !health.is_ready() {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -497,7 +567,18 @@ mod tests {
         let e = parse_scheduler(args(&["SELECT 1"])).unwrap_err();
         assert!(e.contains("unexpected argument SELECT 1"), "{e}");
         let e = parse_scheduler(args(&["--listen", "0.0.0.0:0", "--token", "t"])).unwrap_err();
-        assert!(e.contains("no TLS") && e.contains("--insecure"), "{e}");
+        assert!(e.contains("without TLS") && e.contains("--insecure"), "{e}");
+        // With TLS, beyond loopback is allowed; the three files go together.
+        let tls = ["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"];
+        let a = parse_scheduler(args(&[&["--listen", "0.0.0.0:0"][..], &tls].concat())).unwrap().unwrap();
+        assert_eq!(a.tls.map(|t| t.ca), Some(Some(PathBuf::from("ca.pem"))));
+        let e = parse_scheduler(args(&tls[..4])).unwrap_err();
+        assert!(e.contains("need --tls-ca"), "{e}");
+        let e = parse_executor(args(&[&["--scheduler", "h:1"][..], &tls[2..]].concat())).unwrap_err();
+        assert!(e.contains("--tls-ca needs --tls-cert"), "{e}");
+        let a =
+            parse_executor(args(&[&["--scheduler", "h:1", "--listen", "10.1.2.3:5000"][..], &tls].concat()));
+        assert!(a.unwrap().unwrap().tls.is_some());
         let a =
             parse_scheduler(args(&["--listen", "0.0.0.0:0", "--insecure", "--data", "/d", "--data", "/e"]))
                 .unwrap()

@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use ballista_core::serde::protobuf::execute_query_params::Query;
 use ballista_core::serde::protobuf::scheduler_grpc_server::{SchedulerGrpc, SchedulerGrpcServer};
 use ballista_core::serde::protobuf::{self as pb};
@@ -34,6 +35,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{ClusterAuth, Role};
 use super::jobs::{Jobs, peer};
+use super::listener::TlsListener;
 use crate::flight::guard::check_plan;
 
 type Inner = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
@@ -322,10 +324,12 @@ fn complete(metadata: Option<&pb::ExecutorRegistration>) -> Result<(), Status> {
     Ok(())
 }
 
-/// Serves the scheduler on `listener`: [`PlanGuard`] behind `auth`, through axum as Ballista
-/// does (its handlers read the peer's address from axum's connection info).
+/// Serves the scheduler on `listener`, over TLS with `tls`: [`PlanGuard`] behind `auth`,
+/// through axum as Ballista does (its handlers read the peer's address from axum's connection
+/// info).
 pub(crate) async fn serve_scheduler(
     listener: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     guard: PlanGuard,
     auth: ClusterAuth,
 ) -> std::io::Result<()> {
@@ -336,7 +340,11 @@ pub(crate) async fn serve_scheduler(
     let mut routes = RoutesBuilder::default();
     routes.add_service(InterceptedService::new(grpc, auth));
     let app = routes.routes().into_axum_router().into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app).await
+    match tls {
+        // axum gives the connection info of a listener that is not its own through `tap_io`.
+        Some(config) => axum::serve(TlsListener::new(listener, config)?.tap_io(|_| {}), app).await,
+        None => axum::serve(listener, app).await,
+    }
 }
 
 #[cfg(test)]
