@@ -1,7 +1,7 @@
 //! Budgets that hold the shape of the house: the lines and the `unsafe` blocks of each crate's
 //! sources, and the `unsafe` blocks of each of the core's FFI readers. A change that grows one
-//! past its budget fails here. Lower a budget when the code shrinks; raise one only with the
-//! reason written beside it.
+//! past its budget fails here. The budgets are the counts of 2026-11-28. Lower a budget when the
+//! code shrinks; raise one only with the reason written beside it.
 //!
 //! Lines are all the lines of the `.rs` files under a folder (tests and comments included: they
 //! are read too). An `unsafe` block is a line whose code, without its `//` comment, opens one
@@ -17,7 +17,7 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        22_000,
+        21_923,
         234,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
          the Arrow C device interface), the kernels, CUDA and batches; 21,923 lines and 234 \
@@ -25,17 +25,17 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
     ),
     (
         "python/src",
-        3_000,
+        2_981,
         54,
         "the binding: pyo3 on public APIs; 2,981 lines on 2026-11-28 (the aim is 2,800, by a \
          typed input), and its blocks are the capsules, the exchange table and the buffer protocol",
     ),
-    ("udfs/datafusion/src", 1_800, 0, "the SQL functions: safe Rust over the core"),
-    ("udfs/polars/src", 400, 0, "the Polars plugin: safe Rust over the core"),
-    ("cli/src", 550, 0, "the command: SQL to a file"),
+    ("udfs/datafusion/src", 1_728, 0, "the SQL functions: safe Rust over the core"),
+    ("udfs/polars/src", 327, 0, "the Polars plugin: safe Rust over the core"),
+    ("cli/src", 493, 0, "the command: SQL to a file"),
     (
         "serve/src",
-        7_200,
+        7_031,
         6,
         "the services; the blocks are the socket peek and the descriptor limit (libc) and the \
          bounded buffers of a prepared statement's parameters",
