@@ -12,9 +12,11 @@
 //! host, aligned and contiguous (N-d ones as `arrow.fixed_shape_tensor` columns); the Arrow
 //! buffer then owns the producer's managed tensor and runs its deleter when it drops.
 //!
-//! Layers, bottom-up: [`ffi`] (raw DLPack structs) -> [`tensor`] -> [`dlpack`] / [`arrow`] /
-//! [`interface`] / [`kernels`] / `cuda` -> [`transfer`] (devices) -> [`table`] (a table's
-//! tensors) -> [`batches`] (exact-size batches of a stream).
+//! Layers, bottom-up, as `tests/layers.rs` holds them: [`ffi`] (raw DLPack and Arrow device
+//! structs) -> [`dtype`] / [`device`] / [`error`] / [`options`] -> [`tensor`] -> [`kernels`] /
+//! [`interface`] -> [`arrow`] -> `polars` / `cuda` -> [`transfer`] (devices) -> [`dlpack`] (which
+//! moves an export to its device) / [`table`] (a table's tensors) -> [`batches`] (exact-size
+//! batches of a stream).
 //!
 //! # Example: Arrow -> DLPack -> Arrow (without copying)
 //!

@@ -41,48 +41,36 @@ pub trait ManagedTensor: Sized {
     fn is_ours(&self) -> bool;
 }
 
-impl ManagedTensor for DLManagedTensorVersioned {
-    fn dl_tensor(&self) -> &DLTensor {
-        &self.dl_tensor
-    }
-    fn manager_ctx(&self) -> *mut c_void {
-        self.manager_ctx
-    }
-    /// # Safety
-    /// As [`ManagedTensor::delete`].
-    unsafe fn delete(ptr: NonNull<Self>) {
-        // SAFETY: the caller guarantees ptr is live and owned; reading `deleter` is allowed
-        // whatever the version (the ABI keeps it in place across majors).
-        if let Some(deleter) = unsafe { (*ptr.as_ptr()).deleter } {
-            // SAFETY: the DLPack contract: the owner calls the deleter exactly once.
-            unsafe { deleter(ptr.as_ptr()) }
+/// The impl for each managed-tensor struct: they differ only in the struct and in which of
+/// dlframe's deleters marks an export as its own.
+macro_rules! managed_tensor {
+    ($managed:ty, $ours:ident) => {
+        impl ManagedTensor for $managed {
+            fn dl_tensor(&self) -> &DLTensor {
+                &self.dl_tensor
+            }
+            fn manager_ctx(&self) -> *mut c_void {
+                self.manager_ctx
+            }
+            /// # Safety
+            /// As [`ManagedTensor::delete`].
+            unsafe fn delete(ptr: NonNull<Self>) {
+                // SAFETY: the caller guarantees ptr is live and owned; reading `deleter` is
+                // allowed whatever the version (the ABI keeps it in place across majors).
+                if let Some(deleter) = unsafe { (*ptr.as_ptr()).deleter } {
+                    // SAFETY: the DLPack contract: the owner calls the deleter exactly once.
+                    unsafe { deleter(ptr.as_ptr()) }
+                }
+            }
+            fn is_ours(&self) -> bool {
+                self.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, $ours as unsafe extern "C" fn(_)))
+            }
         }
-    }
-    fn is_ours(&self) -> bool {
-        self.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete_versioned as unsafe extern "C" fn(_)))
-    }
+    };
 }
 
-impl ManagedTensor for DLManagedTensor {
-    fn dl_tensor(&self) -> &DLTensor {
-        &self.dl_tensor
-    }
-    fn manager_ctx(&self) -> *mut c_void {
-        self.manager_ctx
-    }
-    /// # Safety
-    /// As [`ManagedTensor::delete`].
-    unsafe fn delete(ptr: NonNull<Self>) {
-        // SAFETY: the caller guarantees ptr is live and owned.
-        if let Some(deleter) = unsafe { (*ptr.as_ptr()).deleter } {
-            // SAFETY: the DLPack contract: the owner calls the deleter exactly once.
-            unsafe { deleter(ptr.as_ptr()) }
-        }
-    }
-    fn is_ours(&self) -> bool {
-        self.deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete_legacy as unsafe extern "C" fn(_)))
-    }
-}
+managed_tensor!(DLManagedTensorVersioned, delete_versioned);
+managed_tensor!(DLManagedTensor, delete_legacy);
 
 /// An exported managed tensor not yet handed to a consumer. Dropping it runs the deleter,
 /// as a capsule destructor does for a capsule nobody consumed.
