@@ -17,10 +17,10 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        21_923,
-        234,
+        21_913,
+        232,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
-         the Arrow C device interface), the kernels, CUDA and batches; 21,923 lines and 234 \
+         the Arrow C device interface), the kernels, CUDA and batches; 21,913 lines and 232 \
          blocks on 2026-11-28, 200 blocks the aim of issue 55",
     ),
     (
@@ -49,7 +49,7 @@ const READERS: &[(&str, usize)] = &[
     ("src/arrow/device.rs", 25),
     ("src/arrow/device_export.rs", 3),
     ("src/dlpack/import.rs", 17),
-    ("src/dlpack/export.rs", 15),
+    ("src/dlpack/export.rs", 13),
     ("src/dlpack/allocate.rs", 11),
     ("src/interface/ndarray.rs", 13),
     ("src/interface/array_struct.rs", 8),
@@ -60,9 +60,12 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// What opens an unsafe block, written so that this file's own code does not contain it.
+const OPENS: &str = concat!("unsafe", " {");
+
 /// The unsafe blocks opened in `text`.
 fn unsafe_blocks(text: &str) -> usize {
-    text.lines().filter(|l| code(l).contains("unsafe {")).count()
+    text.lines().filter(|l| code(l).contains(OPENS)).count()
 }
 
 /// (lines, unsafe blocks) of the `.rs` files under `dir`.
@@ -79,8 +82,9 @@ fn count(dir: &str) -> (usize, usize) {
 
 #[test]
 fn an_unsafe_block_is_counted_where_code_opens_one() {
-    let text = "let a = unsafe { f() };\n// unsafe { in a comment }\nunsafe fn g() {}\nx(); // unsafe {\n";
-    assert_eq!(unsafe_blocks(text), 1);
+    let text = "let a = OPEN f() };\n// OPEN in a comment }\nunsafe fn g() {}\nx(); // OPEN\n"
+        .replace("OPEN", OPENS);
+    assert_eq!(unsafe_blocks(&text), 1);
 }
 
 #[test]
