@@ -81,6 +81,8 @@ t_cpu_fill = best(lambda: np.from_dlpack(dlframe.to_dlpack(col, fill_value=0)))
 # The conversion kernel alone, timed with CUDA events on dlframe's stream, in the four cases of
 # the kernel target (fill, bool unpack, cast, 8-column interleave: each at >= 70% of a
 # device-to-device copy's bandwidth), each with the bytes it must read and write at the least.
+if not hasattr(dlframe._native, "_cuda_kernel_timing"):
+    sys.exit("this dlframe is built without the kernel timing: build it with `maturin build --release --features bench-internals`")
 kernel = dlframe._native._cuda_kernel_timing(N, 50)
 (_, copy_bytes, copy_ms) = kernel[-1]
 

@@ -5,7 +5,7 @@
 #   bash scripts/gpu_session.sh prepare   here, without a GPU: builds into .gpu/ (ignored)
 #   bash scripts/gpu_session.sh device    there, from the repository root, with .gpu/ carried
 #
-# `prepare` builds the release wheel (the Python package's default features: CUDA on) and the
+# `prepare` builds the release wheel (CUDA on, with the kernel timing of `bench-internals`) and the
 # core's unit tests with the `cuda` feature (release, stripped; every Rust test with device cases
 # is among them). `device` installs the wheel beside the machine's own packages, then runs, each
 # bounded in time and each one's output kept under $OUT (or .gpu/out): the Rust unit tests (the
@@ -23,7 +23,7 @@ prepare() {
   (
     cd python
     VIRTUAL_ENV="$PWD/../.venv" PATH="$PWD/../.venv/bin:$PATH" CARGO_TARGET_DIR="$PWD/../target" \
-      CARGO_INCREMENTAL=0 ../.venv/bin/maturin build --release --quiet -o ../.gpu
+      CARGO_INCREMENTAL=0 ../.venv/bin/maturin build --release --quiet --features bench-internals -o ../.gpu
   )
   CARGO_INCREMENTAL=0 cargo test -p dlframe --features cuda --release --lib --no-run --message-format=json \
     | python3 -c 'import json, sys

@@ -41,7 +41,7 @@ echo "== Python: maturin develop (debug build into .venv, same target/ as cargo)
 (
   cd python
   VIRTUAL_ENV="$PWD/../.venv" PATH="$PWD/../.venv/bin:$PATH" CARGO_TARGET_DIR="$PWD/../target" \
-    ../.venv/bin/maturin develop --quiet
+    ../.venv/bin/maturin develop --quiet --features bench-internals
 )
 
 echo "== Python: pytest (skipped tests print their reason)"

@@ -20,14 +20,13 @@ mod sql_udfs;
 mod tensor;
 mod to_python;
 
-// Links the Polars expression plugins (`_polars_plugin_*` symbols) into this library, which
-// Polars loads as the plugin library.
+// Links the Polars expression plugins (`_polars_plugin_*`) into this library, which Polars loads.
 use dlframe_polars as _;
 use pyo3::prelude::*;
 
-/// `[(case, bytes moved, best ms)]` of the `convert` kernel over `n` elements, 10% null, and of a
-/// device-to-device copy, on `cuda:device` (`dlframe::transfer::kernel_timing`): a measurement for
-/// `benches/gpu.py`, not an API.
+/// `[(case, bytes moved, best ms)]` of the `convert` kernel and of a device-to-device copy
+/// (`dlframe::transfer::kernel_timing`), for `benches/gpu.py`: feature `bench-internals`, no API.
+#[cfg(feature = "bench-internals")]
 #[pyfunction]
 #[pyo3(signature = (n, reps=20, device=0))]
 fn _cuda_kernel_timing(
@@ -59,6 +58,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ndarray::plain_ndarray, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(args::dtype_name, m)?)?;
+    #[cfg(feature = "bench-internals")]
     m.add_function(wrap_pyfunction!(_cuda_kernel_timing, m)?)?;
     m.add_class::<sql_udfs::PyScalarUDF>()?;
     m.add_class::<sql_udfs::PyOptions>()?;
