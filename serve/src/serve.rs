@@ -26,7 +26,7 @@ use crate::flight::guard::SqlLimits;
 use crate::flight::run::{RunLimits, Runner, query_stack_for};
 use crate::flight::service::Served;
 use crate::service::{command_main, parse_listen, say, stop_signal};
-use crate::tls::{Flags, TlsFiles, server_config, with_causes};
+use crate::tls::{Flags, TlsFiles, TlsFlags, server_config, with_causes};
 use dlframe_datafusion::files::{parse_table, register_file};
 
 pub(crate) const USAGE: &str = "\
@@ -158,7 +158,7 @@ pub(crate) fn parse(
         partitions: None,
         functions: false,
     };
-    let (mut cert, mut key, mut client_ca) = (None, None, None);
+    let mut tls = TlsFlags::new(TLS_FLAGS);
     let mut query_memory_set = false;
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -167,9 +167,6 @@ pub(crate) fn parse(
             "--table" => args.tables.push(parse_table(&value("--table")?)?),
             "--listen" => args.listen = parse_listen(&value("--listen")?)?,
             "--token" => args.token = Some(value("--token")?),
-            "--tls-cert" => cert = Some(PathBuf::from(value("--tls-cert")?)),
-            "--tls-key" => key = Some(PathBuf::from(value("--tls-key")?)),
-            "--tls-client-ca" => client_ca = Some(PathBuf::from(value("--tls-client-ca")?)),
             "--insecure" => args.insecure = true,
             "--functions" => args.functions = true,
             "--partitions" => args.partitions = Some(count("--partitions", &value("--partitions")?)?),
@@ -202,7 +199,11 @@ pub(crate) fn parse(
                 args.conn.idle =
                     Duration::from_secs(count("--idle-timeout", &value("--idle-timeout")?)? as u64);
             }
-            other => return Err(format!("serve: unexpected argument {other}")),
+            other => {
+                if !tls.flag(other, &mut value)? {
+                    return Err(format!("serve: unexpected argument {other}"));
+                }
+            }
         }
     }
     if let Some(t) = &args.token {
@@ -215,7 +216,7 @@ pub(crate) fn parse(
         return Err("serve: --query-memory is larger than --memory".into());
     }
     args.run.query_stack = query_stack_for(args.sql.max_blocks);
-    args.tls = TlsFiles::from_flags("serve", (cert, key, client_ca), TLS_FLAGS, false)?;
+    args.tls = tls.files("serve", false)?;
     if !args.listen.ip().is_loopback() && !args.insecure && (args.token.is_none() || args.tls.is_none()) {
         return Err(format!(
             "serve: --listen {} takes connections from other machines, so it needs both a token \

@@ -23,17 +23,39 @@ pub(crate) struct TlsFiles {
     pub ca: Option<PathBuf>,
 }
 
-impl TlsFiles {
-    /// The files from three optional flags: none of them, or the certificate and key (and the
-    /// CA where `ca_required`). `flags` names them for the errors: (cert, key, ca).
-    pub(crate) fn from_flags(
-        what: &str,
-        (cert, key, ca): (Option<PathBuf>, Option<PathBuf>, Option<PathBuf>),
-        flags: (&str, &str, &str),
-        ca_required: bool,
-    ) -> Result<Option<TlsFiles>, String> {
-        let (cert_flag, key_flag, ca_flag) = flags;
-        match (cert, key, ca) {
+/// A command's TLS flags as given, before they are checked to go together: `flags` names them.
+#[derive(Debug)]
+pub(crate) struct TlsFlags {
+    flags: Flags<'static>,
+    given: (Option<PathBuf>, Option<PathBuf>, Option<PathBuf>),
+}
+
+impl TlsFlags {
+    /// None given yet, of the flags named by `flags`: (cert, key, ca).
+    pub(crate) fn new(flags: Flags<'static>) -> TlsFlags {
+        TlsFlags { flags, given: (None, None, None) }
+    }
+
+    /// Reads one of the three flags; false for another flag.
+    pub(crate) fn flag(
+        &mut self,
+        flag: &str,
+        value: &mut dyn FnMut(&str) -> Result<String, String>,
+    ) -> Result<bool, String> {
+        let slot = match flag {
+            f if f == self.flags.0 => &mut self.given.0,
+            f if f == self.flags.1 => &mut self.given.1,
+            f if f == self.flags.2 => &mut self.given.2,
+            _ => return Ok(false),
+        };
+        *slot = Some(PathBuf::from(value(flag)?));
+        Ok(true)
+    }
+
+    /// The files: none of them, or the certificate and key (and the CA where `ca_required`).
+    pub(crate) fn files(self, what: &str, ca_required: bool) -> Result<Option<TlsFiles>, String> {
+        let (cert_flag, key_flag, ca_flag) = self.flags;
+        match self.given {
             (None, None, None) => Ok(None),
             (Some(_), Some(_), None) if ca_required => Err(format!(
                 "{what}: {cert_flag} and {key_flag} need {ca_flag}, the CA that signed the others'"
@@ -122,20 +144,25 @@ mod tests {
 
     const FLAGS: Flags<'static> = ("--tls-cert", "--tls-key", "--tls-ca");
 
-    fn files(cert: &str, key: &str, ca: Option<&str>) -> (Option<PathBuf>, Option<PathBuf>, Option<PathBuf>) {
-        (Some(cert.into()), Some(key.into()), ca.map(PathBuf::from))
+    fn files(given: &[&str], ca_required: bool) -> Result<Option<TlsFiles>, String> {
+        let mut flags = TlsFlags::new(FLAGS);
+        for pair in given.chunks(2) {
+            let mut value = |_: &str| Ok(pair[1].to_string());
+            assert!(flags.flag(pair[0], &mut value).unwrap(), "{}", pair[0]);
+        }
+        assert!(!flags.flag("--other", &mut |_| Ok(String::new())).unwrap());
+        flags.files("x", ca_required)
     }
 
     #[test]
     fn the_flags_go_together() {
-        let none = (None, None, None);
-        assert_eq!(TlsFiles::from_flags("x", none, FLAGS, true), Ok(None));
-        let e = TlsFiles::from_flags("x", files("c", "k", None), FLAGS, true).unwrap_err();
+        assert_eq!(files(&[], true), Ok(None));
+        let e = files(&["--tls-cert", "c", "--tls-key", "k"], true).unwrap_err();
         assert!(e.contains("need --tls-ca"), "{e}");
-        assert!(TlsFiles::from_flags("x", files("c", "k", None), FLAGS, false).unwrap().is_some());
-        let e = TlsFiles::from_flags("x", (Some("c".into()), None, None), FLAGS, false).unwrap_err();
+        assert!(files(&["--tls-cert", "c", "--tls-key", "k"], false).unwrap().is_some());
+        let e = files(&["--tls-cert", "c"], false).unwrap_err();
         assert!(e.contains("go together"), "{e}");
-        let e = TlsFiles::from_flags("x", (None, None, Some("a".into())), FLAGS, false).unwrap_err();
+        let e = files(&["--tls-ca", "a"], false).unwrap_err();
         assert!(e.contains("--tls-ca needs"), "{e}");
     }
 

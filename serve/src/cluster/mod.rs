@@ -46,7 +46,7 @@ use self::auth::{CLUSTER_TOKEN_ENV, ClusterAuth, EXECUTOR_TOKEN_ENV, endpoint_ho
 use self::plans::{DataRoots, PlanGuard, serve_scheduler};
 use crate::flight::auth::check_token;
 use crate::service::{command_main, parse_listen, say, stop_signal};
-use crate::tls::{Flags, TlsFiles, client_config, rustls_server, server_config, with_causes};
+use crate::tls::{Flags, TlsFiles, TlsFlags, client_config, rustls_server, server_config, with_causes};
 
 pub(crate) const SCHEDULER_USAGE: &str = "\
 usage: dlframe scheduler --token TOKEN --executor-token TOKEN [--listen ADDR] [--data DIR]...
@@ -169,33 +169,6 @@ impl Tokens {
 /// signed the cluster's certificates, which they trust when they call each other.
 const TLS_FLAGS: Flags<'static> = ("--tls-cert", "--tls-key", "--tls-ca");
 
-/// The TLS flags as given, before they are checked to go together.
-#[derive(Debug, Default)]
-struct TlsFlags(Option<PathBuf>, Option<PathBuf>, Option<PathBuf>);
-
-impl TlsFlags {
-    /// Reads `--tls-cert`, `--tls-key` and `--tls-ca`; false for another flag.
-    fn flag(
-        &mut self,
-        flag: &str,
-        value: &mut dyn FnMut(&str) -> Result<String, String>,
-    ) -> Result<bool, String> {
-        let slot = match flag {
-            "--tls-cert" => &mut self.0,
-            "--tls-key" => &mut self.1,
-            "--tls-ca" => &mut self.2,
-            _ => return Ok(false),
-        };
-        *slot = Some(PathBuf::from(value(flag)?));
-        Ok(true)
-    }
-
-    /// The files: none, or all three.
-    fn files(self, what: &str) -> Result<Option<TlsFiles>, String> {
-        TlsFiles::from_flags(what, (self.0, self.1, self.2), TLS_FLAGS, true)
-    }
-}
-
 /// The rules both processes share: both tokens are ones a header can carry, and they differ; a
 /// cluster without them, or listening beyond loopback without TLS (`tls`), takes `--insecure`.
 fn check_exposure(
@@ -258,7 +231,7 @@ pub(crate) fn parse_scheduler(
         tls: None,
     };
     let mut insecure = false;
-    let mut tls = TlsFlags::default();
+    let mut tls = TlsFlags::new(TLS_FLAGS);
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
@@ -276,7 +249,7 @@ pub(crate) fn parse_scheduler(
             }
         }
     }
-    args.tls = tls.files("scheduler")?;
+    args.tls = tls.files("scheduler", true)?;
     check_exposure("scheduler", &args.listen, &args.tokens, args.tls.is_some(), insecure)?;
     Ok(Some(args))
 }
@@ -296,7 +269,7 @@ pub(crate) fn parse_executor(
         tokens: Tokens::from_env(&env),
         tls: None,
     };
-    let mut tls = TlsFlags::default();
+    let mut tls = TlsFlags::new(TLS_FLAGS);
     while let Some(a) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("{flag} needs a value"));
         match a.as_str() {
@@ -330,7 +303,7 @@ pub(crate) fn parse_executor(
             args.listen
         ));
     }
-    args.tls = tls.files("executor")?;
+    args.tls = tls.files("executor", true)?;
     check_exposure("executor", &args.listen, &args.tokens, args.tls.is_some(), insecure)?;
     Ok(Some(args))
 }
