@@ -13,10 +13,10 @@
 //! buffer then owns the producer's managed tensor and runs its deleter when it drops.
 //!
 //! Layers, bottom-up, as `tests/layers.rs` holds them: [`ffi`] (raw DLPack and Arrow device
-//! structs) -> [`dtype`] / [`device`] / [`error`] / [`options`] -> [`tensor`] -> [`kernels`] /
-//! [`interface`] -> [`arrow`] -> `polars` / `cuda` -> [`transfer`] (devices) -> [`dlpack`] (which
-//! moves an export to its device) / [`table`] (a table's tensors) -> [`batches`] (exact-size
-//! batches of a stream).
+//! structs) -> [`dtype`] / [`device`] / [`error`] / [`options`] / [`decide`] (share, copy or
+//! refuse) -> [`tensor`] -> [`kernels`] / [`interface`] -> [`arrow`] -> `polars` / `cuda` ->
+//! [`transfer`] (devices) -> [`dlpack`] (which moves an export to its device) / [`table`] (a
+//! table's tensors) -> [`batches`] (exact-size batches of a stream).
 //!
 //! # Example: Arrow -> DLPack -> Arrow (without copying)
 //!
@@ -47,6 +47,7 @@ pub mod batches;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
+pub mod decide;
 pub mod device;
 pub mod dlpack;
 pub mod dtype;

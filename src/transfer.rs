@@ -19,7 +19,8 @@ use std::sync::OnceLock;
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
 
-use crate::arrow::{Converted, columns_to_tensor, copy_allowed, is_list_like, is_ragged, to_tensor};
+use crate::arrow::{Converted, columns_to_tensor, is_list_like, is_ragged, to_tensor};
+use crate::decide::decide_on;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -268,7 +269,7 @@ pub fn column_on(
     opts: &ExportOptions,
     device: Device,
 ) -> Result<Converted> {
-    copy_allowed(opts.copy, device, || format!("column '{}'", field.name()))?;
+    decide_on(opts.copy, device, || format!("column '{}'", field.name()))?;
     // A list view's rows are laid end to end first, on the host, for every device.
     if let Some((lists, chunks)) = crate::arrow::list_views_laid_out(field, chunks, opts)? {
         let c = column_on(&lists, &chunks, opts, device)?;
@@ -311,7 +312,7 @@ pub fn matrix_on(
     opts: &ExportOptions,
     device: Device,
 ) -> Result<Converted> {
-    copy_allowed(opts.copy, device, || format!("{} columns", fields.len()))?;
+    decide_on(opts.copy, device, || format!("{} columns", fields.len()))?;
     match device {
         Device::Cpu => columns_to_tensor(fields, columns, opts),
         Device::Cuda(_) => {
@@ -424,6 +425,63 @@ mod tests {
         assert_eq!(adopt(t.clone()).unwrap().data_ptr(), t.data_ptr());
         let (same, fresh) = on_host(&t, Some(false)).unwrap();
         assert_eq!((same.data_ptr(), fresh), (t.data_ptr(), false));
+    }
+
+    #[test]
+    fn every_shape_is_refused_in_the_same_words_on_the_cpu_and_on_a_device() {
+        use std::sync::Arc;
+
+        use arrow_array::{Int32Array, LargeListArray, ListViewArray};
+        use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+        use arrow_schema::{DataType, Field};
+
+        use crate::decide::{Cause, decide};
+        use crate::options::{CopyPolicy, Ragged};
+        let refusal = |cause: Cause| decide(CopyPolicy::Never, Some(cause)).unwrap_err().to_string();
+        let never = ExportOptions { copy: CopyPolicy::Never, ..Default::default() };
+        let item = Arc::new(Field::new("item", DataType::Int32, false));
+        let values = Arc::new(Int32Array::from(vec![1, 2, 3]));
+        let named =
+            |name: &str, a: ArrayRef| (Arc::new(Field::new(name, a.data_type().clone(), true)), vec![a]);
+        // A column with a null to fill, a ragged list padded, a list view and a matrix.
+        let column = named("c", Arc::new(Int32Array::from(vec![Some(1), None])));
+        let fill = ExportOptions { nulls: NullPolicy::Fill(crate::options::Scalar::Int(0)), ..never };
+        let ragged = named(
+            "r",
+            Arc::new(LargeListArray::new(
+                item.clone(),
+                OffsetBuffer::from_lengths([1, 2]),
+                values.clone(),
+                None,
+            )),
+        );
+        let pad = ExportOptions {
+            ragged: Ragged::Pad { pad: crate::options::Scalar::Int(0), max_len: None },
+            ..never
+        };
+        let offsets = ScalarBuffer::from(vec![0i32, 1]);
+        let view = named(
+            "v",
+            Arc::new(ListViewArray::new(item, offsets, ScalarBuffer::from(vec![1i32, 2]), values, None)),
+        );
+        let cases: [(&str, _, _, Cause); 3] = [
+            ("column 'c'", column.clone(), fill, Cause::NullFill { column: "c".into(), nulls: 1 }),
+            ("column 'r'", ragged, pad, Cause::RaggedPad { column: "r".into() }),
+            ("column 'v'", view, never, Cause::ListView { column: "v".into() }),
+        ];
+        let device = Device::Cuda(1_000);
+        let moved = |what: &str| refusal(Cause::ToDevice { what: what.into(), device });
+        for (what, (field, chunks), opts, cause) in cases {
+            let cpu = column_on(&field, &chunks, &opts, Device::Cpu).map(drop).unwrap_err();
+            assert_eq!(cpu.to_string(), refusal(cause), "{what}");
+            let gpu = column_on(&field, &chunks, &opts, device).map(drop).unwrap_err();
+            assert_eq!(gpu.to_string(), moved(what), "{what}");
+        }
+        let (fields, columns) = ([column.0.clone(), column.0], [column.1.clone(), column.1]);
+        let cpu = matrix_on(&fields, &columns, &fill, Device::Cpu).map(drop).unwrap_err();
+        assert_eq!(cpu.to_string(), refusal(Cause::Interleave { columns: 2 }));
+        let gpu = matrix_on(&fields, &columns, &fill, device).map(drop).unwrap_err();
+        assert_eq!(gpu.to_string(), moved("2 columns"));
     }
 
     #[test]

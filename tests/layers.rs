@@ -12,7 +12,7 @@ use common::{code, rust_files};
 /// each other, but not in a circle (checked separately).
 const LAYERS: &[&[&str]] = &[
     &["ffi"],
-    &["dtype", "device", "error", "options"],
+    &["dtype", "device", "error", "options", "decide"],
     &["tensor"],
     &["kernels", "interface"],
     &["arrow"],

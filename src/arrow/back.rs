@@ -9,6 +9,7 @@ use arrow_schema::{DataType, FieldRef};
 
 use super::extension::TensorMetadata;
 use super::from_tensor::tensor_to_column;
+use crate::decide::{Cause, decide};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -23,20 +24,17 @@ use crate::tensor::Tensor;
 /// [`Error::CopyRequired`] under [`CopyPolicy::Never`] when a copy is needed, or for device
 /// memory; the errors of [`tensor_to_column`].
 pub fn tensor_to_column_with(tensor: &Tensor, name: &str, copy: CopyPolicy) -> Result<(FieldRef, ArrayRef)> {
-    let reason = if tensor.dtype() == DType::Bool {
-        Error::CopyRequired {
-            reason: "bool tensors hold one byte per value and Arrow bit-packs booleans".into(),
-        }
-    } else if copy == CopyPolicy::Always {
-        Error::CopyRequired { reason: "copy=True".into() }
-    } else {
+    if !tensor.device().is_host_accessible() {
+        return Err(Cause::OnDevice(tensor.device()).refused());
+    }
+    if tensor.dtype() == DType::Bool {
+        decide(copy, Some(Cause::BoolTensor))?;
+    } else if copy != CopyPolicy::Always {
         match tensor_to_column(tensor, name) {
-            Err(e @ (Error::CopyRequired { .. } | Error::Misaligned { .. })) => e,
+            // The view's refusal is the decision's: copy=False keeps it, else the copy below.
+            Err(Error::CopyRequired { .. } | Error::Misaligned { .. }) if copy != CopyPolicy::Never => {}
             done => return done,
         }
-    };
-    if copy == CopyPolicy::Never || !tensor.device().is_host_accessible() {
-        return Err(reason);
     }
     let fresh = kernels::contiguous_copy(tensor)?;
     if fresh.dtype() == DType::Bool {

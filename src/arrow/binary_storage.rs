@@ -10,9 +10,10 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, FixedSizeBinaryArray};
 use arrow_schema::{DataType, Field, FieldRef};
 
+use crate::decide::{Cause, decide};
 use crate::dtype::{DType, EXTENSION_NAME_KEY};
 use crate::error::{Error, Result};
-use crate::options::{CopyPolicy, ExportOptions};
+use crate::options::ExportOptions;
 
 /// A table's fields and their columns' chunks.
 type Columns = (Vec<FieldRef>, Vec<Vec<ArrayRef>>);
@@ -43,15 +44,8 @@ pub(crate) fn fixed_width_laid_out(
     opts: &ExportOptions,
 ) -> Result<Option<(FieldRef, Vec<ArrayRef>)>> {
     let Some(dtype) = named_dtype(field) else { return Ok(None) };
-    if opts.copy == CopyPolicy::Never {
-        return Err(Error::CopyRequired {
-            reason: format!(
-                "column '{}' holds its {dtype} values as {} (as Polars stores them), laid out at a fixed width in a new buffer",
-                field.name(),
-                field.data_type()
-            ),
-        });
-    }
+    let storage = field.data_type().to_string();
+    decide(opts.copy, Some(Cause::FixedWidth { column: field.name().to_string(), dtype, storage }))?;
     let width = dtype.itemsize();
     let mut first_row = 0;
     let mut out = Vec::with_capacity(chunks.len());
@@ -142,7 +136,7 @@ mod tests {
         ];
         let e = fixed_width_laid_out(&f8, &chunks, &opts).unwrap_err();
         assert!(e.to_string().contains("row 2 of float8_e5m2 column 'x' holds 2 bytes, not 1"), "{e}");
-        let never = ExportOptions { copy: CopyPolicy::Never, ..opts };
+        let never = ExportOptions { copy: crate::options::CopyPolicy::Never, ..opts };
         assert!(matches!(fixed_width_laid_out(&f8, &chunks, &never), Err(Error::CopyRequired { .. })));
         // Plain binary is not this module's.
         let plain: FieldRef = Arc::new(Field::new("b", DataType::Binary, true));

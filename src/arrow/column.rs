@@ -7,8 +7,9 @@ use arrow_schema::{DataType, FieldRef};
 
 use super::copy::{Converted, in_order, plain_to_tensor};
 use super::ragged::{is_ragged, ragged_to_tensor};
-use crate::error::{Error, Result};
-use crate::options::{CopyPolicy, ExportOptions};
+use crate::decide::{Cause, decide};
+use crate::error::Result;
+use crate::options::ExportOptions;
 
 /// One column, in one or more chunks, as one tensor: zero-copy for one chunk without nulls
 /// (or with nulls under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask)), otherwise one
@@ -52,13 +53,6 @@ pub(crate) fn list_views_laid_out(
     if !matches!(field.data_type(), DataType::ListView(_) | DataType::LargeListView(_)) {
         return Ok(None);
     }
-    if opts.copy == CopyPolicy::Never {
-        return Err(Error::CopyRequired {
-            reason: format!(
-                "the rows of list view column '{}' are laid end to end in a new buffer",
-                field.name()
-            ),
-        });
-    }
+    decide(opts.copy, Some(Cause::ListView { column: field.name().to_string() }))?;
     super::views_as_lists(field, chunks)
 }

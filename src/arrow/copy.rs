@@ -14,7 +14,6 @@ use super::read::{
 };
 use super::spec::{ColumnSpec, Execution, MatrixSpec};
 use super::to_tensor::from_leaf;
-use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef};
@@ -52,10 +51,10 @@ pub(crate) fn plain_to_tensor(
     opts: &ExportOptions,
 ) -> Result<Converted> {
     let spec = ColumnSpec::new(field, chunks, opts)?;
-    let values = match spec.execution(opts.copy, Device::Cpu)? {
+    let values = match spec.execution(opts.copy)? {
         // Under order="F", `in_order` below makes the one copy.
         Execution::Share | Execution::ShareThenReorder => shared(&spec)?,
-        Execution::Copy | Execution::Upload => copy_column(&spec)?,
+        Execution::Copy => copy_column(&spec)?,
     };
     let mask = spec.mask.then(|| validity_mask(&spec)).transpose()?;
     in_order(Converted { values, mask, index: None }, opts.order)

@@ -9,6 +9,7 @@ use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field, FieldRef};
 
 use super::extension::TensorMetadata;
+use crate::decide::Cause;
 use crate::dtype::{DType, storage_dtype};
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, c_strides, is_c_contiguous};
@@ -34,20 +35,18 @@ pub fn tensor_to_array(tensor: &Tensor) -> Result<ArrayRef> {
 /// copying fallbacks live in the kernels layer.
 pub fn tensor_to_column(tensor: &Tensor, name: &str) -> Result<(FieldRef, ArrayRef)> {
     if !tensor.device().is_host_accessible() {
-        return Err(Error::CopyRequired { reason: format!("the tensor is on {}", tensor.device()) });
+        return Err(Cause::OnDevice(tensor.device()).refused());
     }
     if tensor.dtype() == crate::DType::Bool {
-        return Err(Error::CopyRequired {
-            reason: "bool tensors hold one byte per value and Arrow bit-packs booleans".into(),
-        });
+        return Err(Cause::BoolTensor.refused());
     }
     if tensor.numel() > 0 && !tensor.is_aligned() {
         return Err(Error::Misaligned { ptr: tensor.data_ptr() as usize, align: tensor.dtype().itemsize() });
     }
     let shape: Vec<i64> = if tensor.ndim() == 0 { vec![1] } else { tensor.shape().to_vec() };
     let strides: Vec<i64> = if tensor.ndim() == 0 { vec![1] } else { tensor.strides().to_vec() };
-    let permutation = physical_order(&shape, &strides).ok_or_else(|| Error::CopyRequired {
-        reason: format!("shape {shape:?} with strides {strides:?} is not contiguous"),
+    let permutation = physical_order(&shape, &strides).ok_or_else(|| {
+        Cause::Strided { shape: shape.clone(), strides: strides.clone(), needs: "contiguous" }.refused()
     })?;
     let leaf_type = leaf_type(tensor, &shape);
     let values = values_array(tensor, leaf_type)?;

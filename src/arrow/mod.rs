@@ -52,6 +52,6 @@ pub use layout::CellLayout;
 pub use list_views::views_as_lists;
 pub use lists::{is_list_like, lists_as_fixed};
 pub use ragged::{is_ragged, ragged_to_tensor};
-pub use spec::{Execution, copy_allowed};
+pub use spec::Execution;
 pub use take::take_matrix;
 pub use to_tensor::{array_to_tensor, column_to_tensor};

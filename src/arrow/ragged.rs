@@ -22,6 +22,7 @@ use arrow_schema::{DataType, Field, FieldRef};
 
 use super::copy::{Converted, plain_to_tensor};
 use super::read::check_chunk_types;
+use crate::decide::{Cause, decide};
 use crate::dtype::DType;
 use crate::error::{Error, Place, Result};
 use crate::kernels::{self, HostBuffer};
@@ -69,9 +70,7 @@ pub fn ragged_to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOpti
     };
     match opts.ragged {
         Ragged::Pad { pad, max_len } => {
-            if opts.copy == CopyPolicy::Never {
-                return Err(Error::CopyRequired { reason: "padding ragged rows makes a new tensor".into() });
-            }
+            decide(opts.copy, Some(Cause::RaggedPad { column: field.name().to_string() }))?;
             // The rows are padded from the C-ordered values; `to_tensor` lays the result out
             // in the asked order.
             let child_opts =
@@ -86,12 +85,7 @@ pub fn ragged_to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOpti
             let offsets = match (rows.shared_offsets(chunks), opts.copy) {
                 (Some(t), CopyPolicy::IfNeeded | CopyPolicy::Never) => t?,
                 (None, CopyPolicy::Never) => {
-                    return Err(Error::CopyRequired {
-                        reason:
-                            "the offsets are rebased to int64 (only one LargeList chunk whose offsets start \
-                                 at 0, without null rows that hold values, is shared)"
-                                .into(),
-                    });
+                    return Err(Cause::RaggedOffsets { column: field.name().to_string() }.refused());
                 }
                 _ => rows.offsets()?,
             };

@@ -10,7 +10,7 @@ use arrow_schema::{DataType, FieldRef};
 
 use super::layout::{CellLayout, name_column};
 use super::read::{check_chunk_types, lists_as_fixed_chunks, nested_null_count};
-use crate::device::Device;
+use crate::decide::{Cause, Decision, decide};
 use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -45,8 +45,9 @@ pub(crate) struct ColumnSpec {
     pub fill: Option<Scalar>,
     /// What an integer that a float target cannot hold exactly does.
     pub inexact: Inexact,
-    /// Why the column cannot be shared as it is (`None`: zero-copy is possible and allowed).
-    pub copy_reason: Option<String>,
+    /// Why the column cannot be shared as it is, in the asked order (`None`: zero-copy is
+    /// possible; `copy=True` still copies).
+    pub copy_reason: Option<Cause>,
     /// Whether the chunk's own memory holds the tensor as `shape` and `strides` say (one chunk,
     /// no cast, no nulls to fill, no bit-packed bools), whatever the copy policy and order ask.
     pub shareable: bool,
@@ -64,40 +65,21 @@ pub enum Execution {
     ShareThenReorder,
     /// One fused copy pass on the host.
     Copy,
-    /// One upload and one kernel on the device.
-    Upload,
-}
-
-/// Refuses `copy=False` for a conversion onto any device but the CPU, before the device is
-/// reached: host memory that moves to a device is copied there, whatever the data.
-///
-/// # Errors
-/// [`Error::CopyRequired`] naming `what` and the device.
-pub fn copy_allowed(copy: CopyPolicy, device: Device, what: impl FnOnce() -> String) -> Result<()> {
-    if copy == CopyPolicy::Never && device != Device::Cpu {
-        return Err(Error::CopyRequired { reason: format!("{} moves from host memory to {device}", what()) });
-    }
-    Ok(())
 }
 
 impl ColumnSpec {
-    /// Share, copy or refuse: the one answer for this column on `device` under `copy`, which
-    /// the CPU's executor and the device plan both take. A column the host shares as it is stays
-    /// shared on the CPU (also under `order="F"`, gathered into F order after); onto a device it
-    /// is always a copy; `copy=False` where a copy is needed is refused, naming why.
+    /// Share, copy or refuse on the host: [`decide`] on this column's reason under `copy`. A
+    /// column the host shares as it is stays shared (also under `order="F"`, gathered into F
+    /// order after). Onto a device, `transfer` has decided the move before the device plan is
+    /// made, and the plan copies.
     ///
     /// # Errors
     /// [`Error::CopyRequired`] under [`CopyPolicy::Never`] when a copy is needed.
-    pub fn execution(&self, copy: CopyPolicy, device: Device) -> Result<Execution> {
-        copy_allowed(copy, device, || format!("column '{}'", self.field.name()))?;
-        Ok(match &self.copy_reason {
-            _ if device != Device::Cpu => Execution::Upload,
-            None => Execution::Share,
-            Some(reason) if copy == CopyPolicy::Never => {
-                return Err(Error::CopyRequired { reason: reason.clone() });
-            }
-            Some(_) if self.fortran && self.shareable => Execution::ShareThenReorder,
-            Some(_) => Execution::Copy,
+    pub fn execution(&self, copy: CopyPolicy) -> Result<Execution> {
+        Ok(match decide(copy, self.copy_reason.clone())? {
+            Decision::Share => Execution::Share,
+            Decision::Copy if self.fortran && self.shareable => Execution::ShareThenReorder,
+            Decision::Copy => Execution::Copy,
         })
     }
 
@@ -132,31 +114,21 @@ impl ColumnSpec {
         let rows: usize = chunks.iter().map(|c| c.len()).sum();
         let (shape, strides) = layout.column(rows);
         let fortran = opts.order == Order::F && !is_f_contiguous(&shape, &strides);
+        let column = || field.name().to_string();
         let needs_copy = if chunks.len() != 1 {
-            Some(format!("column '{}' has {} chunks; a tensor needs one buffer", field.name(), chunks.len()))
+            Some(Cause::Chunks { column: column(), chunks: chunks.len() })
         } else if target != leaf {
-            Some(format!("column '{}' is {leaf} and {target} was asked for", field.name()))
+            Some(Cause::Cast { column: column(), from: leaf, to: target })
         } else if null_count > 0 && opts.nulls != NullPolicy::Mask {
-            Some(format!("column '{}' has {null_count} null(s) to fill", field.name()))
+            Some(Cause::NullFill { column: column(), nulls: null_count })
         } else if leaf == DType::Bool {
-            Some(format!("column '{}' is boolean, which Arrow bit-packs", field.name()))
+            Some(Cause::BitPacked { column: column() })
         } else {
             None
         };
         let shareable = needs_copy.is_none();
-        let copy_reason = needs_copy.or_else(|| {
-            if opts.copy == CopyPolicy::Always {
-                Some("copy=True".to_string())
-            } else {
-                fortran.then(|| {
-                    format!(
-                        "order='F' asks for column '{}' of shape {shape:?} with its rows innermost, \
-                         and Arrow stores it row by row",
-                        field.name()
-                    )
-                })
-            }
-        });
+        let copy_reason =
+            needs_copy.or_else(|| fortran.then(|| Cause::Fortran { column: column(), shape: shape.clone() }));
         Ok(ColumnSpec {
             field: field.clone(),
             chunks: chunks.to_vec(),
@@ -289,11 +261,7 @@ impl MatrixSpec {
             null_count += nulls;
             dtypes.push(dt);
         }
-        if opts.copy == CopyPolicy::Never {
-            return Err(Error::CopyRequired {
-                reason: format!("{k} columns become one matrix, which interleaves them"),
-            });
-        }
+        decide(opts.copy, Some(Cause::Interleave { columns: k }))?;
         let target = match opts.dtype {
             Some(d) => d,
             None if dtypes.is_empty() => DType::Float64,
@@ -334,26 +302,19 @@ mod tests {
     }
 
     #[test]
-    fn one_answer_shares_copies_or_refuses_a_column_on_each_device() {
+    fn one_answer_shares_copies_or_refuses_a_column_on_the_host() {
         use CopyPolicy::{Always, IfNeeded, Never};
-        use Execution::{Copy, Share, ShareThenReorder, Upload};
+        use Execution::{Copy, Share, ShareThenReorder};
         let ints: ArrayRef = Arc::new(Int32Array::from(vec![1, 2]));
         let bools: ArrayRef = Arc::new(BooleanArray::from(vec![true, false]));
-        let (cpu, gpu) = (Device::Cpu, Device::Cuda(0));
         let with = |copy| ExportOptions { copy, ..Default::default() };
-        let answer = |a: &ArrayRef, copy, device| {
-            spec(a.clone(), &with(copy)).execution(copy, device).map_err(|e| e.to_string())
-        };
-        assert_eq!(answer(&ints, IfNeeded, cpu), Ok(Share));
-        assert_eq!(answer(&ints, Never, cpu), Ok(Share));
-        assert_eq!(answer(&ints, Always, cpu), Ok(Copy));
-        assert_eq!(answer(&bools, IfNeeded, cpu), Ok(Copy));
-        assert!(answer(&bools, Never, cpu).unwrap_err().contains("boolean, which Arrow bit-packs"));
-        // Onto a device, every column is a copy, and copy=False is refused before anything.
-        assert_eq!(answer(&ints, IfNeeded, gpu), Ok(Upload));
-        assert!(
-            answer(&ints, Never, gpu).unwrap_err().contains("column 'a' moves from host memory to cuda:0")
-        );
+        let answer =
+            |a: &ArrayRef, copy| spec(a.clone(), &with(copy)).execution(copy).map_err(|e| e.to_string());
+        assert_eq!(answer(&ints, IfNeeded), Ok(Share));
+        assert_eq!(answer(&ints, Never), Ok(Share));
+        assert_eq!(answer(&ints, Always), Ok(Copy));
+        assert_eq!(answer(&bools, IfNeeded), Ok(Copy));
+        assert!(answer(&bools, Never).unwrap_err().contains("boolean, which Arrow bit-packs"));
         // A 2-D column shared on the CPU and asked for in F order: shared, then gathered.
         let cells: ArrayRef = Arc::new(arrow_array::FixedSizeListArray::new(
             Arc::new(Field::new("item", DataType::Int32, false)),
@@ -362,8 +323,8 @@ mod tests {
             None,
         ));
         let f = ExportOptions { order: Order::F, ..Default::default() };
-        assert_eq!(spec(cells.clone(), &f).execution(IfNeeded, cpu).ok(), Some(ShareThenReorder));
+        assert_eq!(spec(cells.clone(), &f).execution(IfNeeded).ok(), Some(ShareThenReorder));
         let f_never = ExportOptions { copy: Never, ..f };
-        assert!(spec(cells, &f_never).execution(Never, cpu).unwrap_err().to_string().contains("order='F'"));
+        assert!(spec(cells, &f_never).execution(Never).unwrap_err().to_string().contains("order='F'"));
     }
 }

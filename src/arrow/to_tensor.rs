@@ -7,6 +7,7 @@ use arrow_array::{Array, FixedSizeListArray};
 use arrow_schema::{DataType, Field, FieldRef};
 
 use super::layout::CellLayout;
+use crate::decide::Cause;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, c_strides};
@@ -72,11 +73,7 @@ fn descend<'a>(column: &str, array: &'a dyn Array, dims: &mut Vec<i64>) -> Resul
             dims.push(*size as i64);
             descend(column, list.values().as_ref(), dims)
         }
-        DataType::Boolean => Err(Error::CopyRequired {
-            reason: format!(
-                "column '{column}' is boolean, which Arrow bit-packs; a tensor needs one byte per value"
-            ),
-        }),
+        DataType::Boolean => Err(Cause::BitPacked { column: column.to_string() }.refused()),
         // Its dtype was read from the field.
         _ => Ok(array),
     }

@@ -68,17 +68,17 @@ pub fn kernel_timing(ordinal: usize, n: usize, reps: usize) -> Result<Vec<Timing
     let cases: Vec<(&str, Plan, f64)> = vec![
         (
             "fill",
-            plan::column(&field("x".into(), DataType::Float32), &[float(n, 0)], &opts, 0)?,
+            plan::column(&field("x".into(), DataType::Float32), &[float(n, 0)], &opts)?,
             8.0 * nf + bits,
         ),
         (
             "bool unpack",
-            plan::column(&field("b".into(), DataType::Boolean), &[bools], &opts, 0)?,
+            plan::column(&field("b".into(), DataType::Boolean), &[bools], &opts)?,
             4.0 * (2.0 * bits + nf),
         ),
         (
             "cast",
-            plan::column(&field("i".into(), DataType::Int64), &[ints], &cast, 0)?,
+            plan::column(&field("i".into(), DataType::Int64), &[ints], &cast)?,
             8.0 * nf + bits + 4.0 * nf,
         ),
         ("interleave", plan::matrix(&fields, &columns, &opts)?, 4.0 * nf + bits + 4.0 * nf),

@@ -94,13 +94,13 @@ pub fn is_available() -> bool {
 /// # Errors
 /// [`Error::Cuda`] without a device; [`Error::Nulls`] under [`NullPolicy::Error`];
 /// [`Error::ValueOutOfRange`] for a fill value or a cast value that does not fit.
-pub fn to_device(
+pub(crate) fn to_device(
     field: &FieldRef,
     chunks: &[ArrayRef],
     opts: &ExportOptions,
     ordinal: usize,
 ) -> Result<Converted> {
-    transfer::run(gpu(ordinal)?, &plan::column(field, chunks, opts, ordinal)?)
+    transfer::run(gpu(ordinal)?, &plan::column(field, chunks, opts)?)
 }
 
 /// Several columns as one `(n, k)` CUDA tensor in C or F order on `cuda:ordinal` (copies, to
@@ -110,7 +110,7 @@ pub fn to_device(
 ///
 /// # Errors
 /// [`Error::Cuda`] without a device; the errors of [`crate::arrow::columns_to_tensor`].
-pub fn columns_to_device(
+pub(crate) fn columns_to_device(
     fields: &[FieldRef],
     columns: &[Vec<ArrayRef>],
     opts: &ExportOptions,

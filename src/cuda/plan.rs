@@ -19,7 +19,6 @@ use arrow_schema::{DataType, FieldRef};
 
 use crate::arrow::read::{column_ref, leaf_of, leaf_validity, segments};
 use crate::arrow::spec::{ColumnSpec, MatrixSpec};
-use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -267,16 +266,10 @@ fn fill_bits(dtype: DType, fill: Option<Scalar>) -> Result<u64> {
 /// and every value of a lossy cast.
 ///
 /// # Errors
-/// As [`crate::arrow::to_tensor`] for a copy; `copy=False` is refused, as the spec says for a
-/// column onto `cuda:ordinal`.
-pub(crate) fn column(
-    field: &FieldRef,
-    chunks: &[ArrayRef],
-    opts: &ExportOptions,
-    ordinal: usize,
-) -> Result<Plan> {
+/// As [`crate::arrow::to_tensor`] for a copy. The copy policy was decided before the plan, by
+/// `transfer::column_on`: the plan always copies.
+pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) -> Result<Plan> {
     let spec = ColumnSpec::new(field, chunks, opts)?;
-    spec.execution(opts.copy, Device::Cuda(ordinal as i32))?;
     if spec.fortran {
         // `transfer::column_on` makes these on the host; refuse rather than write C order.
         return Err(Error::InvalidArgument(format!(
@@ -464,22 +457,11 @@ mod tests {
         let mut refused = 0;
         for (what, (field, chunks), opts) in cases {
             let cpu = outcome(to_tensor(&field, &chunks, &opts));
-            let device = outcome(column(&field, &chunks, &opts, 0));
+            let device = outcome(column(&field, &chunks, &opts));
             assert_eq!(cpu, device, "{what}");
             refused += usize::from(cpu != "ok");
         }
         assert_eq!(refused, 13, "every case but the NaN policy over a column without nulls is refused");
-    }
-
-    #[test]
-    fn copy_false_is_shared_on_the_cpu_and_refused_by_the_device_plan() {
-        let (field, chunks) = col("a", Arc::new(Int32Array::from(vec![1, 2])));
-        let never = ExportOptions { copy: CopyPolicy::Never, ..Default::default() };
-        assert_eq!(outcome(to_tensor(&field, &chunks, &never)), "ok");
-        let e = column(&field, &chunks, &never, 3).map(|_| ()).unwrap_err();
-        assert!(matches!(e, Error::CopyRequired { .. }), "{e}");
-        assert!(e.to_string().contains("column 'a' moves from host memory to cuda:3"), "{e}");
-        assert!(column(&field, &chunks, &ExportOptions::default(), 3).is_ok());
     }
 
     #[test]

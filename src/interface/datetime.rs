@@ -19,6 +19,7 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, TimeUnit};
 
 use super::typestr::TypeStr;
+use crate::decide::{Cause, decide};
 use crate::error::{Error, Place, Result};
 use crate::kernels::contiguous_copy;
 use crate::options::CopyPolicy;
@@ -90,11 +91,10 @@ pub fn with_units(t: Tensor, typestr: &TypeStr, copy: CopyPolicy) -> Result<Tens
     if let Units::Shared(dt) = units {
         return Ok(t.with_logical(logical(dt)));
     }
-    if copy == CopyPolicy::Never {
-        return Err(Error::CopyRequired {
-            reason: format!("numpy {} values become {} in a new buffer", numpy_name(typestr), target(&units)),
-        });
-    }
+    decide(
+        copy,
+        Some(Cause::Units { from: numpy_name(typestr).to_string(), to: target(&units).to_string() }),
+    )?;
     let contiguous;
     let source = if t.is_c_contiguous() {
         &t

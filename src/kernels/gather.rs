@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use super::alloc::HostBuffer;
 use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
+use crate::decide::Cause;
 use crate::error::{Error, Result};
 use crate::options::Order;
 use crate::tensor::{Tensor, f_strides};
@@ -253,9 +254,7 @@ pub fn contiguous_copy(t: &Tensor) -> Result<Tensor> {
 /// As [`contiguous_copy`].
 pub fn ordered_copy(t: &Tensor, order: Order) -> Result<Tensor> {
     if !t.device().is_host_accessible() {
-        return Err(Error::CopyRequired {
-            reason: format!("the tensor is on {}; copy it to the host first", t.device()),
-        });
+        return Err(Cause::OnDevice(t.device()).refused());
     }
     // The gather below writes every element, so a recycled buffer is fine.
     let mut buf = HostBuffer::for_overwrite(t.nbytes())?;

@@ -28,6 +28,7 @@ use polars_arrow::ffi as plffi;
 use polars_core::prelude::{ChunkedArray, CompatLevel, DataFrame, IntoSeries, PolarsDataType, Series};
 
 use crate::arrow::{Converted, TensorMetadata, columns_to_tensor, tensor_to_column_with, to_tensor};
+use crate::decide::{Cause, decide};
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::options::{CopyPolicy, ExportOptions};
@@ -129,15 +130,8 @@ pub fn tensor_to_series(tensor: &Tensor, name: &str, copy: CopyPolicy) -> Result
     schema::check_polars_dtype(tensor.dtype())?;
     let mut copy = copy;
     let contiguous = if tensor.ndim() >= 2 && !is_c_contiguous(tensor.shape(), tensor.strides()) {
-        if copy == CopyPolicy::Never {
-            return Err(Error::CopyRequired {
-                reason: format!(
-                    "an Array column is C-ordered and the tensor has shape {:?} with strides {:?}",
-                    tensor.shape(),
-                    tensor.strides()
-                ),
-            });
-        }
+        let (shape, strides) = (tensor.shape().to_vec(), tensor.strides().to_vec());
+        decide(copy, Some(Cause::Strided { shape, strides, needs: "C-contiguous, as an Array column is" }))?;
         copy = CopyPolicy::IfNeeded;
         kernels::contiguous_copy(tensor)?
     } else {

@@ -20,6 +20,7 @@ pub use layout::{
     Extent, MAX_NDIM, c_strides, check as check_layout, f_strides, is_c_contiguous, is_f_contiguous,
 };
 
+use crate::decide::Cause;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -450,9 +451,7 @@ impl Tensor {
     /// for a negative or overflowing shape.
     pub fn reshape(&self, shape: Vec<i64>) -> Result<Tensor> {
         if !self.is_c_contiguous() {
-            return Err(Error::CopyRequired {
-                reason: format!("shape {:?} with strides {:?} is not C-contiguous", self.shape, self.strides),
-            });
+            return Err(self.strided("C-contiguous"));
         }
         let strides = c_strides(&shape);
         let extent = check_layout(&shape, &strides, self.dtype.itemsize())?;
@@ -490,9 +489,7 @@ impl Tensor {
     pub fn check_host_contiguous(&self) -> Result<()> {
         self.check_host_slice()?;
         if self.numel() > 0 && !self.is_c_contiguous() {
-            return Err(Error::CopyRequired {
-                reason: format!("shape {:?} with strides {:?} is not C-contiguous", self.shape, self.strides),
-            });
+            return Err(self.strided("C-contiguous"));
         }
         Ok(())
     }
@@ -507,16 +504,19 @@ impl Tensor {
         match self.dense_strides() {
             Some(strides) => Ok(strides),
             None if self.numel() == 0 => Ok(c_strides(&self.shape)),
-            None => Err(Error::CopyRequired {
-                reason: format!("shape {:?} with strides {:?} is not dense", self.shape, self.strides),
-            }),
+            None => Err(self.strided("dense")),
         }
+    }
+
+    /// The refusal of a view that needs the layout `needs`.
+    fn strided(&self, needs: &'static str) -> Error {
+        Cause::Strided { shape: self.shape.to_vec(), strides: self.strides.to_vec(), needs }.refused()
     }
 
     /// Host memory, aligned unless empty.
     fn check_host_slice(&self) -> Result<()> {
         if !self.device.is_host_accessible() {
-            return Err(Error::CopyRequired { reason: format!("the tensor is on {}", self.device) });
+            return Err(Cause::OnDevice(self.device).refused());
         }
         if self.numel() > 0 && !self.is_aligned() {
             return Err(Error::Misaligned { ptr: self.data as usize, align: self.dtype.itemsize() });

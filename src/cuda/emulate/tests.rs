@@ -152,7 +152,7 @@ fn check_column(
     let always = ExportOptions { copy: crate::options::CopyPolicy::Always, ..opts };
     let what =
         format!("case {case}: {} in {} chunk(s) -> {target:?}, {nulls:?}", field.data_type(), chunks.len());
-    check(e, plan::column(field, chunks, &opts, 0), to_tensor(field, chunks, &always), &what)
+    check(e, plan::column(field, chunks, &opts), to_tensor(field, chunks, &always), &what)
 }
 
 /// Counts of (compared, through the kernel, cases); the random tests must mostly compare
@@ -258,8 +258,8 @@ fn cuda_unpack_matches_the_cpu_on_long_bool_columns() {
             _ => NullPolicy::Fill(Scalar::Int(rng.below(2) as i64)),
         };
         let opts = ExportOptions { nulls, ..Default::default() };
-        unpacked += plan::column(&field, &chunks, &opts, 0).is_ok_and(|p| p.kernel() == plan::Kernel::Unpack)
-            as usize;
+        unpacked +=
+            plan::column(&field, &chunks, &opts).is_ok_and(|p| p.kernel() == plan::Kernel::Unpack) as usize;
         tally(&mut counts, check_column(e, &field, &chunks, nulls, None, case));
     }
     assert_mostly_compared("long bool columns", counts);
@@ -311,7 +311,7 @@ fn cuda_half_conversions_match_the_cpu_bit_for_bit() {
         let data =
             ArrayData::builder(dt.to_arrow()).len(len).add_buffer(aligned_buffer(&bytes)).build().unwrap();
         let opts = ExportOptions { dtype: Some(to), ..Default::default() };
-        let plan = plan::column(&field(dt), &[make_array(data)], &opts, 0).unwrap();
+        let plan = plan::column(&field(dt), &[make_array(data)], &opts).unwrap();
         e.run(&plan, (2, 1), 8).0
     };
     // Every half to f64, exactly.
@@ -358,7 +358,7 @@ fn cuda_half_conversions_match_the_cpu_bit_for_bit() {
         );
         let opts = ExportOptions { dtype: Some(DType::Float16), ..Default::default() };
         let err =
-            plan::column(&field(DType::Float64), &[array], &opts, 0).err().expect("an overflow is refused");
+            plan::column(&field(DType::Float64), &[array], &opts).err().expect("an overflow is refused");
         assert!(matches!(err, crate::Error::ValueOutOfRange { .. }), "{d:e}: {err}");
     }
     let bytes: Vec<u8> = doubles.iter().flat_map(|d| d.to_le_bytes()).collect();
@@ -379,7 +379,7 @@ fn cuda_bfloat16_conversions_match_the_cpu_bit_for_bit() {
         let inexact = crate::options::Inexact::Round;
         let opts = ExportOptions { dtype: Some(to), inexact, ..Default::default() };
         let field: FieldRef = Arc::new(dt.arrow_field("b", false));
-        let plan = plan::column(&field, &[make_array(data)], &opts, 0).unwrap();
+        let plan = plan::column(&field, &[make_array(data)], &opts).unwrap();
         e.run(&plan, (2, 1), 8).0
     };
     // Every bfloat16 to f64, exactly.
@@ -435,7 +435,7 @@ fn cuda_float8_conversions_match_the_cpu_bit_for_bit() {
             ArrayData::builder(dt.to_arrow()).len(len).add_buffer(aligned_buffer(&bytes)).build().unwrap();
         let opts = ExportOptions { dtype: Some(to), ..Default::default() };
         let field: FieldRef = Arc::new(dt.arrow_field("f8", false));
-        let plan = plan::column(&field, &[make_array(data)], &opts, 0)?;
+        let plan = plan::column(&field, &[make_array(data)], &opts)?;
         Ok(e.run(&plan, (2, 1), 8).0)
     };
     let decode = |d: DType, b: u8| match d {
@@ -492,7 +492,7 @@ fn cuda_plans_refuse_what_the_cpu_refuses_before_anything_moves() {
         nulls: NullPolicy::Fill(Scalar::Int(0)),
         ..Default::default()
     };
-    let e = plan::column(&f, std::slice::from_ref(&big), &to_u8, 0).err().unwrap();
+    let e = plan::column(&f, std::slice::from_ref(&big), &to_u8).err().unwrap();
     assert!(
         matches!(&e, Error::ValueOutOfRange { value, place, .. } if value == "300" && place == "at row 2 of column 'x'"),
         "{e}"
@@ -500,12 +500,12 @@ fn cuda_plans_refuse_what_the_cpu_refuses_before_anything_moves() {
     // The bad value under a null is not read.
     let masked =
         big.to_data().into_builder().nulls(Some(NullBuffer::from(vec![true, true, false]))).build().unwrap();
-    assert!(plan::column(&f, &[make_array(masked)], &to_u8, 0).is_ok());
+    assert!(plan::column(&f, &[make_array(masked)], &to_u8).is_ok());
     // A bool fill must be a bool, 0 or 1.
     let b: FieldRef = Arc::new(Field::new("b", DataType::Boolean, true));
     let bools: ArrayRef = Arc::new(BooleanArray::from(vec![Some(true), None]));
     let seven = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(7)), ..Default::default() };
-    assert!(matches!(plan::column(&b, &[bools], &seven, 0), Err(Error::ValueOutOfRange { .. })));
+    assert!(matches!(plan::column(&b, &[bools], &seven), Err(Error::ValueOutOfRange { .. })));
 }
 
 #[test]
