@@ -1,14 +1,14 @@
 //! Imports through `__array_interface__`, `__array_struct__` and the buffer protocol
 //! (without copying). The tensor's owner keeps the exporting Python object alive.
 
-use std::ffi::{CStr, c_int};
 use std::sync::Arc;
 
+use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 use pyo3::{ffi, intern};
 
-use dlframe::interface::array_struct::{self, PyArrayInterface, read_dims};
+use dlframe::interface::array_struct::{self, Extents, PyArrayInterface, element_strides};
 use dlframe::interface::datetime::with_units;
 use dlframe::interface::{ArrayInterface, SyclInterface, TypeStr};
 use dlframe::options::CopyPolicy;
@@ -182,8 +182,11 @@ fn interface_over_buffer(
     offset: usize,
     copy: CopyPolicy,
 ) -> Result<Tensor> {
-    let owner = get_buffer(x, ffi::PyBUF_SIMPLE)?;
-    let (buf, len, readonly) = (owner.0.buf as usize, owner.0.len as usize, owner.0.readonly != 0);
+    let owner = get_buffer(x)?;
+    if !owner.is_c_contiguous() {
+        return Err(Binding::WrongType("an array interface without data over a strided buffer".into()).into());
+    }
+    let (buf, len, readonly) = (owner.buf_ptr() as usize, owner.len_bytes(), owner.readonly());
     let (dtype, strides) = desc.within(buf, len, offset, readonly)?;
     // SAFETY: the layout lies inside the buffer (checked by `within`), which stays valid until
     // the view is released by the owner.
@@ -201,15 +204,16 @@ fn interface_over_buffer(
     Ok(with_units(t, &desc.typestr, copy)?)
 }
 
-/// A buffer view of `x` with the given PyBUF flags, released when the owner drops.
-fn get_buffer(x: &Bound<'_, PyAny>, flags: c_int) -> Result<BufferOwner> {
-    // SAFETY: a zeroed Py_buffer is the documented initial state for GetBuffer.
-    let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
-    // SAFETY: GetBuffer fills `view` or sets an exception.
-    if unsafe { ffi::PyObject_GetBuffer(x.as_ptr(), &mut *view, flags) } != 0 {
-        return Err(Error::fetch(x.py()));
+/// A buffer view of `x` through pyo3 (released, with the GIL, when the last tensor over it
+/// drops). An indirect buffer (suboffsets) has no tensor layout and is refused.
+fn get_buffer(x: &Bound<'_, PyAny>) -> Result<PyUntypedBuffer> {
+    let view = PyUntypedBuffer::get(x)?;
+    if view.suboffsets().is_some() {
+        return Err(
+            Binding::WrongType("an indirect buffer (with suboffsets) has no tensor layout".into()).into()
+        );
     }
-    Ok(BufferOwner(view))
+    Ok(view)
 }
 
 /// An array-interface description as the Python dict numpy and CUDA consumers read; `stream`
@@ -273,46 +277,18 @@ fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Ten
     Ok(unsafe { array_struct::read(ptr, owner) }?)
 }
 
-/// A Py_buffer view, released (with the GIL) when the last tensor over it drops.
-struct BufferOwner(Box<ffi::Py_buffer>);
-
-// SAFETY: the view is only read; it is released under the GIL in Drop, from any thread.
-unsafe impl Send for BufferOwner {}
-// SAFETY: as above.
-unsafe impl Sync for BufferOwner {}
-impl std::panic::RefUnwindSafe for BufferOwner {}
-
-impl Drop for BufferOwner {
-    fn drop(&mut self) {
-        // SAFETY: Py_IsInitialized may be called at any time; at shutdown we leak the view.
-        if unsafe { ffi::Py_IsInitialized() } == 0 {
-            return;
-        }
-        Python::attach(|_| {
-            // SAFETY: the view came from PyObject_GetBuffer and is released once, with the GIL.
-            unsafe { ffi::PyBuffer_Release(&mut *self.0) }
-        });
-    }
-}
-
 fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
-    let owner = get_buffer(x, ffi::PyBUF_RECORDS_RO)?;
-    let v = &owner.0;
-    let format = if v.format.is_null() {
-        "B".to_string()
-    } else {
-        // SAFETY: a non-NULL format is a NUL-terminated string owned by the view.
-        unsafe { CStr::from_ptr(v.format) }.to_string_lossy().into_owned()
-    };
-    let dtype = TypeStr::from_buffer_format(&format, v.itemsize as usize)
+    let view = get_buffer(x)?;
+    let format = view.format().to_string_lossy();
+    let dtype = TypeStr::from_buffer_format(&format, view.item_size())
         .ok_or_else(|| Binding::WrongType(format!("buffer format {format:?} has no tensor dtype")))?
         .to_dtype()?;
-    // SAFETY: with PyBUF_RECORDS_RO, shape and strides hold ndim entries (or ndim is 0).
-    let (shape, strides) = unsafe { read_dims(v.ndim as usize, v.shape, v.strides, v.itemsize) }
+    let shape: Extents = view.shape().iter().map(|&d| d as i64).collect();
+    let strides = element_strides(view.strides(), view.item_size() as isize)
         .ok_or_else(|| Binding::Malformed("a buffer stride that is not a whole element".into()))?;
-    let (data, readonly) = (v.buf as *mut u8, v.readonly != 0);
+    let (data, readonly) = (view.buf_ptr() as *mut u8, view.readonly());
     // SAFETY: the buffer stays valid until the view is released, which the owner does last.
     Ok(unsafe {
-        Tensor::from_raw_slices(data, &shape, Some(&strides), dtype, Device::Cpu, readonly, Arc::new(owner))
+        Tensor::from_raw_slices(data, &shape, Some(&strides), dtype, Device::Cpu, readonly, Arc::new(view))
     }?)
 }

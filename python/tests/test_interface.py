@@ -85,6 +85,18 @@ def test_from_array_interface_and_struct_and_buffer():  # item 16 fallbacks
         dlframe.from_dlpack(np.zeros(2, dtype=">f4"))
 
 
+def test_the_buffer_protocol_keeps_shape_strides_and_the_exporter_alive():
+    buf = array.array("i", range(6))
+    strided = dlframe.tensor(memoryview(buf)[::2])
+    assert np.from_dlpack(strided).tolist() == [0, 2, 4]
+    assert np.from_dlpack(strided).strides == (8,)
+    square = dlframe.tensor(memoryview(buf).cast("B").cast("i", (2, 3)))
+    del buf
+    assert np.from_dlpack(square).tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(TypeError, match="has no tensor dtype"):
+        dlframe.tensor(memoryview(b"ab").cast("c"))
+
+
 def test_interface_without_data_reads_the_objects_buffer_as_described():
     raw = np.arange(4, dtype=np.float32).tobytes()
     obj = fakes.OwnBuffer(raw, {"shape": (2,), "typestr": "<f4", "offset": 4, "version": 3})

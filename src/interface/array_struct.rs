@@ -187,20 +187,21 @@ pub unsafe fn read_dims(
     strides: *const isize,
     item: isize,
 ) -> Option<(Extents, Extents)> {
-    // SAFETY: the caller's promise, for nd entries (none are read when nd is 0).
-    let read = |p: *const isize, i: usize| unsafe { *p.add(i) };
-    let extents: Extents = (0..nd).map(|i| read(shape, i) as i64).collect();
+    let slice = |p: *const isize| match nd {
+        0 => &[][..],
+        // SAFETY: the caller's promise, for nd entries.
+        _ => unsafe { std::slice::from_raw_parts(p, nd) },
+    };
+    let extents: Extents = slice(shape).iter().map(|&d| d as i64).collect();
     if strides.is_null() || nd == 0 {
-        let c = c_strides(&extents).into_iter().collect();
-        return Some((extents, c));
+        return Some((extents.clone(), c_strides(&extents).into_iter().collect()));
     }
-    let elements = (0..nd)
-        .map(|i| {
-            let bytes = read(strides, i);
-            (item != 0 && bytes % item == 0).then(|| (bytes / item) as i64)
-        })
-        .collect::<Option<Extents>>()?;
-    Some((extents, elements))
+    Some((extents, element_strides(slice(strides), item)?))
+}
+
+/// Byte strides as strides in elements of `item` bytes; None when one is not a whole element.
+pub fn element_strides(bytes: &[isize], item: isize) -> Option<Extents> {
+    bytes.iter().map(|&b| (item != 0 && b % item == 0).then(|| (b / item) as i64)).collect()
 }
 
 #[cfg(test)]
