@@ -37,7 +37,7 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
     ("cli/src", 493, 0, "the command: SQL to a file"),
     (
         "serve/src",
-        7_031,
+        7_004,
         6,
         "the services; the blocks are the socket peek and the descriptor limit (libc) and the \
          bounded buffers of a prepared statement's parameters",

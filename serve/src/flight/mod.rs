@@ -5,11 +5,14 @@
 //! constants a plan may build (`functions`), the bounds on each call's result (`bounded`,
 //! `growth`), the prepared
 //! statements and their parameters (`prepared`), the token (`auth`), the connections
-//! (`conn`) and the calls open on each (`calls`), and the errors clients read (`error`).
+//! (`conn`) and the calls open on each (`calls`), and the errors clients read (`error`). The
+//! service (`service`) answers the catalog calls through `catalog` and writes and reads its
+//! tickets through `ticket`.
 
 pub(crate) mod auth;
 pub(crate) mod bounded;
 pub(crate) mod calls;
+pub(crate) mod catalog;
 pub(crate) mod conn;
 pub(crate) mod error;
 pub(crate) mod functions;
@@ -20,3 +23,4 @@ pub(crate) mod planning;
 pub(crate) mod prepared;
 pub(crate) mod run;
 pub(crate) mod service;
+pub(crate) mod ticket;

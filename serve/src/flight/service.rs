@@ -18,7 +18,7 @@ use arrow_array::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
-use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::metadata::SqlInfoData;
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionBeginSavepointRequest, ActionBeginSavepointResult, ActionBeginTransactionRequest,
@@ -28,11 +28,11 @@ use arrow_flight::sql::{
     CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
     CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementIngest,
     CommandStatementQuery, CommandStatementSubstraitPlan, CommandStatementUpdate,
-    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    DoPutPreparedStatementResult, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
-    Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor, FlightEndpoint,
-    FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
+    Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket,
 };
 use arrow_schema::{Schema, SchemaRef};
 use datafusion::common::ParamValues;
@@ -49,6 +49,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::caller;
 use super::bounded::{QueryMemory, Rules};
+use super::catalog;
 use super::conn::Owner;
 use super::error::{Scrub, ServeError};
 use super::functions::{bound_plan, check_constants};
@@ -57,42 +58,9 @@ use super::paced::pace;
 use super::planning;
 use super::prepared::{PARAMETER_TIME, PreparedStatements, parameter_schema, read_parameters};
 use super::run::{QueryId, QueryLog, Runner, new_id};
+use super::ticket::TicketBody;
 
 type DoGetStream = <Served as FlightService>::DoGetStream;
-
-/// What a ticket asks for: the query's id and what to run. Encoded into a standard
-/// `TicketStatementQuery`'s handle; the query is checked again when it runs.
-#[derive(Clone, PartialEq, Message)]
-struct TicketBody {
-    #[prost(bytes = "vec", tag = "1")]
-    id: Vec<u8>,
-    #[prost(string, optional, tag = "2")]
-    sql: Option<String>,
-    #[prost(bytes = "vec", optional, tag = "3")]
-    prepared: Option<Vec<u8>>,
-    #[prost(bytes = "vec", optional, tag = "4")]
-    substrait: Option<Vec<u8>>,
-    /// The one partition of the plan to run, for a partitioned result.
-    #[prost(uint32, optional, tag = "5")]
-    partition: Option<u32>,
-    /// How many partitions the plan had when the FlightInfo was made.
-    #[prost(uint32, tag = "6")]
-    partitions: u32,
-    /// Milliseconds the query already spent waiting and planning in its GetFlightInfo call,
-    /// which its run's deadline counts. A client that changes it can only shorten its own.
-    #[prost(uint64, optional, tag = "7")]
-    waited_ms: Option<u64>,
-    /// The caller that asked for the FlightInfo: its prepared statement is the one the ticket
-    /// runs, and it alone may cancel the query.
-    #[prost(bytes = "vec", optional, tag = "8")]
-    owner: Option<Vec<u8>>,
-}
-
-impl TicketBody {
-    fn asked_by(&self) -> Owner {
-        self.owner.as_deref().and_then(|o| o.try_into().ok())
-    }
-}
 
 /// The Flight SQL service.
 pub(crate) struct Served {
@@ -120,16 +88,6 @@ impl Served {
         scrub: Scrub,
         partitioned: bool,
     ) -> Served {
-        let mut info = SqlInfoDataBuilder::new();
-        info.append(SqlInfo::FlightSqlServerName, "dlframe serve");
-        info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
-        info.append(SqlInfo::FlightSqlServerArrowVersion, "59");
-        info.append(SqlInfo::FlightSqlServerReadOnly, true);
-        info.append(SqlInfo::FlightSqlServerSql, true);
-        info.append(SqlInfo::FlightSqlServerSubstrait, true);
-        info.append(SqlInfo::FlightSqlServerTransaction, 0i32);
-        info.append(SqlInfo::FlightSqlServerCancel, true);
-        let sql_info = info.build().expect("static SQL info");
         Served {
             state,
             limits,
@@ -137,7 +95,7 @@ impl Served {
             rules,
             prepared: PreparedStatements::default(),
             scrub,
-            sql_info,
+            sql_info: catalog::sql_info(),
             partitioned,
         }
     }
@@ -217,33 +175,13 @@ impl Served {
         } else {
             None
         };
-        let mut info = FlightInfo::new();
         body.waited_ms = Some(asked.elapsed().as_millis() as u64);
         body.owner = owner.map(|o| o.to_vec());
-        for partition in 0..partitions.unwrap_or(1) {
-            body.id = new_id().to_vec();
-            body.partition = partitions.map(|_| partition as u32);
-            body.partitions = partitions.unwrap_or(1) as u32;
-            let ticket = TicketStatementQuery { statement_handle: body.encode_to_vec().into() };
-            let ticket = Ticket { ticket: ticket.as_any().encode_to_vec().into() };
-            info = info.with_endpoint(FlightEndpoint::new().with_ticket(ticket));
-        }
+        let info = body.endpoints(partitions).fold(FlightInfo::new(), FlightInfo::with_endpoint);
         let schema = plan.schema().as_arrow().clone();
         info.with_descriptor(descriptor)
             .try_with_schema(&schema)
             .map_err(|e| Status::internal(format!("cannot encode the result's schema: {e}")))
-    }
-
-    /// The query ids named by the tickets of `info`.
-    fn ids_of(info: &FlightInfo) -> Vec<QueryId> {
-        info.endpoint
-            .iter()
-            .filter_map(|e| e.ticket.as_ref())
-            .filter_map(|t| arrow_flight::sql::Any::decode(t.ticket.clone()).ok())
-            .filter_map(|any| any.unpack::<TicketStatementQuery>().ok().flatten())
-            .filter_map(|t| TicketBody::decode(t.statement_handle).ok())
-            .filter_map(|b| QueryId::try_from(b.id.as_slice()).ok())
-            .collect()
     }
 
     /// A session for one query: the server's tables and functions, with the query's own
@@ -340,49 +278,17 @@ impl Served {
         });
         Ok(Box::pin(data))
     }
+}
 
-    /// One record batch as a DoGet stream.
-    fn one_batch(batch: arrow_flight::error::Result<RecordBatch>) -> Result<Response<DoGetStream>, Status> {
-        let batch = batch.map_err(|e| Status::internal(e.to_string()))?;
-        let schema = batch.schema();
-        let stream = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .build(futures::stream::once(async { Ok(batch) }))
-            .map_err(|e| Status::internal(e.to_string()));
-        Ok(Response::new(Box::pin(stream)))
-    }
-
-    /// A FlightInfo whose one ticket is `command` itself, for the catalog calls.
-    fn command_info(
-        command: impl ProstMessageExt,
-        schema: &Schema,
-        descriptor: FlightDescriptor,
-    ) -> Result<Response<FlightInfo>, Status> {
-        let ticket = Ticket { ticket: command.as_any().encode_to_vec().into() };
-        let info = FlightInfo::new()
-            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
-            .with_descriptor(descriptor)
-            .try_with_schema(schema)
-            .map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(info))
-    }
-
-    /// Every (catalog, schema, table) the server serves.
-    fn tables(&self) -> Vec<(String, String, String)> {
-        let catalogs = self.state.catalog_list();
-        let mut out = vec![];
-        for c in catalogs.catalog_names() {
-            let Some(catalog) = catalogs.catalog(&c) else { continue };
-            for s in catalog.schema_names() {
-                let Some(schema) = catalog.schema(&s) else { continue };
-                for t in schema.table_names() {
-                    out.push((c.clone(), s.clone(), t));
-                }
-            }
-        }
-        out.sort();
-        out
-    }
+/// One record batch as a DoGet stream.
+fn one_batch(batch: arrow_flight::error::Result<RecordBatch>) -> Result<Response<DoGetStream>, Status> {
+    let batch = batch.map_err(|e| Status::internal(e.to_string()))?;
+    let schema = batch.schema();
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(futures::stream::once(async { Ok(batch) }))
+        .map_err(|e| Status::internal(e.to_string()));
+    Ok(Response::new(Box::pin(stream)))
 }
 
 /// Whether `plan` repartitions rows anywhere (a shuffle between its partitions).
@@ -488,7 +394,7 @@ impl FlightSqlService for Served {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.into_builder().schema();
-        Self::command_info(query, &schema, request.into_inner())
+        catalog::command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_catalogs(
@@ -496,11 +402,7 @@ impl FlightSqlService for Served {
         query: CommandGetCatalogs,
         _request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let mut b = query.into_builder();
-        let mut names = self.state.catalog_list().catalog_names();
-        names.sort();
-        names.into_iter().for_each(|c| b.append(c));
-        Self::one_batch(b.build())
+        one_batch(catalog::catalogs(&self.state, query))
     }
 
     async fn get_flight_info_schemas(
@@ -509,7 +411,7 @@ impl FlightSqlService for Served {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder().schema();
-        Self::command_info(query, &schema, request.into_inner())
+        catalog::command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_schemas(
@@ -517,17 +419,7 @@ impl FlightSqlService for Served {
         query: CommandGetDbSchemas,
         _request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let mut b = query.into_builder();
-        let catalogs = self.state.catalog_list();
-        let mut pairs = vec![];
-        for c in catalogs.catalog_names() {
-            if let Some(catalog) = catalogs.catalog(&c) {
-                pairs.extend(catalog.schema_names().into_iter().map(|s| (c.clone(), s)));
-            }
-        }
-        pairs.sort();
-        pairs.into_iter().for_each(|(c, s)| b.append(c, s));
-        Self::one_batch(b.build())
+        one_batch(catalog::schemas(&self.state, query))
     }
 
     async fn get_flight_info_tables(
@@ -536,7 +428,7 @@ impl FlightSqlService for Served {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder().schema();
-        Self::command_info(query, &schema, request.into_inner())
+        catalog::command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_tables(
@@ -544,20 +436,7 @@ impl FlightSqlService for Served {
         query: CommandGetTables,
         _request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let mut b = query.into_builder();
-        let catalogs = self.state.catalog_list();
-        for (c, s, t) in self.tables() {
-            let Some(schema) = catalogs.catalog(&c).and_then(|cat| cat.schema(&s)) else { continue };
-            let Ok(Some(table)) = schema.table(&t).await else { continue };
-            let kind = match table.table_type() {
-                datafusion::datasource::TableType::Base => "TABLE",
-                datafusion::datasource::TableType::View => "VIEW",
-                datafusion::datasource::TableType::Temporary => "LOCAL TEMPORARY",
-            };
-            b.append(&c, &s, &t, kind, table.schema().as_ref())
-                .map_err(|e| Status::internal(e.to_string()))?;
-        }
-        Self::one_batch(b.build())
+        one_batch(catalog::tables(&self.state, query).await?)
     }
 
     async fn get_flight_info_table_types(
@@ -566,7 +445,7 @@ impl FlightSqlService for Served {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.into_builder().schema();
-        Self::command_info(query, &schema, request.into_inner())
+        catalog::command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_table_types(
@@ -576,7 +455,7 @@ impl FlightSqlService for Served {
     ) -> Result<Response<DoGetStream>, Status> {
         let mut b = query.into_builder();
         ["LOCAL TEMPORARY", "TABLE", "VIEW"].into_iter().for_each(|t| b.append(t));
-        Self::one_batch(b.build())
+        one_batch(b.build())
     }
 
     async fn get_flight_info_sql_info(
@@ -585,7 +464,7 @@ impl FlightSqlService for Served {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder(&self.sql_info).schema();
-        Self::command_info(query, &schema, request.into_inner())
+        catalog::command_info(query, &schema, request.into_inner())
     }
 
     async fn do_get_sql_info(
@@ -593,7 +472,7 @@ impl FlightSqlService for Served {
         query: CommandGetSqlInfo,
         _request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        Self::one_batch(query.into_builder(&self.sql_info).build())
+        one_batch(query.into_builder(&self.sql_info).build())
     }
 
     async fn do_put_statement_update(
@@ -737,7 +616,7 @@ impl FlightSqlService for Served {
 impl Served {
     /// Cancels the running queries of `info`'s tickets that `caller` asked for.
     fn cancel_all(&self, info: &FlightInfo, caller: &Owner) -> CancelStatus {
-        let ids = Self::ids_of(info);
+        let ids = TicketBody::ids_of(info);
         if ids.is_empty() {
             return CancelStatus::NotCancellable;
         }
