@@ -27,32 +27,70 @@ pub struct DeviceStream {
     field: FieldRef,
 }
 
-/// The producer's stream struct, owned: released once, when it drops.
+/// The producer's stream struct, owned: released once, when it drops. A C stream
+/// (`ArrowArrayStream`) is one on the CPU whose arrays come without a device.
 #[derive(Debug)]
-struct Owned(ArrowDeviceArrayStream);
+enum Owned {
+    Device(ArrowDeviceArrayStream),
+    /// Released by arrow-rs's `Drop`.
+    Cpu(FFI_ArrowArrayStream),
+}
 
 // SAFETY: the stream is owned here alone and its callbacks are called from one thread at a time
 // (`&mut self`), as the C stream interface asks; which thread is the producer's concern.
 unsafe impl Send for Owned {}
 
 impl Owned {
+    /// The producer's `get_schema` into `out`: its return code, EINVAL without the callback.
+    fn get_schema(&mut self, out: &mut FFI_ArrowSchema) -> c_int {
+        match self {
+            // SAFETY: the producer's callback, with its live stream and a writable empty schema.
+            Owned::Device(s) => s.get_schema.map_or(EINVAL, |f| unsafe { f(s, out) }),
+            // SAFETY: as above.
+            Owned::Cpu(s) => s.get_schema.map_or(EINVAL, |f| unsafe { f(s, out) }),
+        }
+    }
+
+    /// The producer's next array, as a device array (on the CPU for a C stream): its return
+    /// code is the error.
+    fn get_next(&mut self) -> std::result::Result<ArrowDeviceArray, c_int> {
+        let mut out = ArrowDeviceArray::on_cpu(FFI_ArrowArray::empty());
+        let rc = match self {
+            // SAFETY: the producer's callback, with its live stream and a writable released
+            // array, which it overwrites.
+            Owned::Device(s) => s.get_next.map_or(EINVAL, |f| unsafe { f(s, &mut out) }),
+            // SAFETY: as above.
+            Owned::Cpu(s) => s.get_next.map_or(EINVAL, |f| unsafe { f(s, &mut out.array) }),
+        };
+        if rc == 0 { Ok(out) } else { Err(rc) }
+    }
+
     /// The producer's last error message, or a placeholder.
     fn last_error(&mut self) -> String {
-        let Some(f) = self.0.get_last_error else { return "no message".into() };
-        // SAFETY: the producer's callback with its stream; a non-NULL result is a NUL-terminated
-        // string valid until the next call, copied here at once.
-        unsafe {
-            let p = f(&mut self.0);
-            if p.is_null() { "no message".into() } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
+        let p = match self {
+            // SAFETY: the producer's callback, with its live stream.
+            Owned::Device(s) => s.get_last_error.map(|f| unsafe { f(s) }),
+            // SAFETY: as above.
+            Owned::Cpu(s) => s.get_last_error.map(|f| unsafe { f(s) }),
+        };
+        match p {
+            Some(p) if !p.is_null() => {
+                // SAFETY: a non-NULL result is a NUL-terminated string valid until the next
+                // call, copied here at once.
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
+            _ => "no message".into(),
         }
     }
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
-        if let Some(release) = self.0.release.take() {
+        if let Owned::Device(s) = self
+            && let Some(release) = s.release.take()
+        {
             // SAFETY: the stream is ours and not released; the producer's release, once.
-            unsafe { release(&mut self.0) };
+            unsafe { release(s) };
         }
     }
 }
@@ -74,32 +112,17 @@ impl DeviceStream {
             return Err(invalid("the producer handed over a NULL ArrowDeviceArrayStream"));
         }
         // SAFETY: a live struct (the caller's promise), moved out: the source is marked released.
-        let mut owned = Owned(unsafe {
+        let owned = unsafe {
             let s = std::ptr::read(raw);
             (*raw).release = None;
             s
-        });
-        if owned.0.release.is_none() {
+        };
+        if owned.release.is_none() {
             return Err(invalid("the stream was already released or moved (its release callback is NULL)"));
         }
-        let (Some(get_schema), Some(_)) = (owned.0.get_schema, owned.0.get_next) else {
-            return Err(invalid("the stream has no get_schema or get_next callback"));
-        };
-        let device = Device::from_dlpack(DLDevice { device_type: owned.0.device_type, device_id: 0 })?;
-        if !device.is_host_accessible() {
-            return Err(Error::UnsupportedDevice {
-                what: format!("an Arrow device array stream on {device}"),
-                remedy: "dlframe reads Arrow device streams in CPU memory (device type 1) so far; \
-                         copy the data to the host first",
-            });
-        }
-        let mut schema = FFI_ArrowSchema::empty();
-        // SAFETY: the producer's callback, with its stream and a writable empty schema.
-        if unsafe { get_schema(&mut owned.0, &mut schema) } != 0 {
-            return Err(invalid(format!("get_schema failed: {}", owned.last_error())));
-        }
-        let field = schema_field(&schema)?;
-        Ok(DeviceStream { raw: owned, schema, field })
+        let device = Device::from_dlpack(DLDevice { device_type: owned.device_type, device_id: 0 });
+        let callbacks = owned.get_schema.is_some() && owned.get_next.is_some();
+        Self::read_schema(Owned::Device(owned), callbacks, device?)
     }
 
     /// Takes a producer's `ArrowArrayStream` (the C stream interface, CPU memory:
@@ -122,16 +145,29 @@ impl DeviceStream {
         if inner.release.is_none() {
             return Err(invalid("the stream was already released or moved (its release callback is NULL)"));
         }
-        let mut adapted = ArrowDeviceArrayStream {
-            device_type: 1,
-            get_schema: Some(cpu_get_schema),
-            get_next: Some(cpu_get_next),
-            get_last_error: Some(cpu_last_error),
-            release: Some(cpu_release),
-            private_data: Box::into_raw(Box::new(inner)).cast(),
-        };
-        // SAFETY: our own live adapter, moved from once.
-        unsafe { Self::take(&mut adapted) }
+        let callbacks = inner.get_schema.is_some() && inner.get_next.is_some();
+        Self::read_schema(Owned::Cpu(inner), callbacks, Device::Cpu)
+    }
+
+    /// Refuses a stream without its callbacks or on a device the host cannot read, and reads
+    /// the schema; `raw` is released on an error.
+    fn read_schema(mut raw: Owned, callbacks: bool, device: Device) -> Result<Self> {
+        if !callbacks {
+            return Err(invalid("the stream has no get_schema or get_next callback"));
+        }
+        if !device.is_host_accessible() {
+            return Err(Error::UnsupportedDevice {
+                what: format!("an Arrow device array stream on {device}"),
+                remedy: "dlframe reads Arrow device streams in CPU memory (device type 1) so far; \
+                         copy the data to the host first",
+            });
+        }
+        let mut schema = FFI_ArrowSchema::empty();
+        if raw.get_schema(&mut schema) != 0 {
+            return Err(invalid(format!("get_schema failed: {}", raw.last_error())));
+        }
+        let field = schema_field(&schema)?;
+        Ok(DeviceStream { raw, schema, field })
     }
 
     /// The stream's field (a struct field for a stream of record batches).
@@ -146,13 +182,10 @@ impl Iterator for DeviceStream {
     /// The next array, read on the host (no copy); None at the end. An error is the producer's
     /// message or the device array's refusal.
     fn next(&mut self) -> Option<Self::Item> {
-        let get_next = self.raw.0.get_next?;
-        let mut out = ArrowDeviceArray::on_cpu(FFI_ArrowArray::empty());
-        // SAFETY: the producer's callback, with its stream and a writable released device array.
-        if unsafe { get_next(&mut self.raw.0, &mut out) } != 0 {
+        let Ok(mut out) = self.raw.get_next() else {
             let message = format!("get_next failed: {}", self.raw.last_error());
             return Some(Err(ArrowError::CDataInterface(message)));
-        }
+        };
         if out.array.is_released() {
             return None;
         }
@@ -160,77 +193,6 @@ impl Iterator for DeviceStream {
         let read =
             unsafe { DeviceArray::take(&mut out) }.and_then(|a| a.on_host_as(&self.field, &self.schema));
         Some(read.map_err(|e| ArrowError::ExternalError(Box::new(e))))
-    }
-}
-
-/// The C stream an adapter made by [`DeviceStream::take_cpu`] wraps.
-///
-/// # Safety
-/// `s` is a live adapter made by `take_cpu` and not released.
-unsafe fn inner<'a>(s: *mut ArrowDeviceArrayStream) -> &'a mut FFI_ArrowArrayStream {
-    // SAFETY: the adapter's private data is the boxed stream (the caller's promise).
-    unsafe { &mut *((*s).private_data as *mut FFI_ArrowArrayStream) }
-}
-
-/// The adapter's `get_schema`: the wrapped stream's.
-///
-/// # Safety
-/// Called by the adapter's owner with a live adapter and a writable schema.
-unsafe extern "C" fn cpu_get_schema(s: *mut ArrowDeviceArrayStream, out: *mut FFI_ArrowSchema) -> c_int {
-    // SAFETY: a live adapter (the caller's contract).
-    let inner = unsafe { inner(s) };
-    match inner.get_schema {
-        // SAFETY: the producer's callback, with its own stream and the caller's schema.
-        Some(f) => unsafe { f(inner, out) },
-        None => EINVAL,
-    }
-}
-
-/// The adapter's `get_next`: the wrapped stream's next array, written into the device array's
-/// `array`, on the CPU (device type 1, id -1, no event).
-///
-/// # Safety
-/// Called by the adapter's owner with a live adapter and a writable, released device array.
-unsafe extern "C" fn cpu_get_next(s: *mut ArrowDeviceArrayStream, out: *mut ArrowDeviceArray) -> c_int {
-    // SAFETY: a live adapter (the caller's contract).
-    let inner = unsafe { inner(s) };
-    let Some(f) = inner.get_next else { return EINVAL };
-    // SAFETY: the producer's callback, with its own stream and the released array inside the
-    // caller's device array, which it overwrites.
-    let rc = unsafe { f(inner, &mut (*out).array) };
-    if rc == 0 {
-        // SAFETY: the caller's writable device array.
-        unsafe {
-            (*out).device_id = -1;
-            (*out).device_type = 1;
-            (*out).sync_event = std::ptr::null_mut()
-        };
-    }
-    rc
-}
-
-/// The adapter's `get_last_error`: the wrapped stream's, or NULL.
-///
-/// # Safety
-/// Called by the adapter's owner with a live adapter.
-unsafe extern "C" fn cpu_last_error(s: *mut ArrowDeviceArrayStream) -> *const std::ffi::c_char {
-    // SAFETY: a live adapter (the caller's contract).
-    let inner = unsafe { inner(s) };
-    // SAFETY: the producer's callback, with its own stream.
-    inner.get_last_error.map_or(std::ptr::null(), |f| unsafe { f(inner) })
-}
-
-/// The adapter's `release`: drops the wrapped stream (which releases it, once) and marks the
-/// adapter released.
-///
-/// # Safety
-/// Called once, by the adapter's owner, with a live adapter.
-unsafe extern "C" fn cpu_release(s: *mut ArrowDeviceArrayStream) {
-    // SAFETY: the adapter's private data is the box `take_cpu` made, freed once here.
-    unsafe {
-        drop(Box::from_raw((*s).private_data as *mut FFI_ArrowArrayStream));
-        (*s).private_data = std::ptr::null_mut();
-        (*s).release = None;
     }
 }
 
