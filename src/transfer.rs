@@ -17,7 +17,7 @@
 use std::sync::OnceLock;
 
 use arrow_array::ArrayRef;
-use arrow_schema::FieldRef;
+use arrow_schema::{DataType, FieldRef};
 
 use crate::arrow::{Converted, columns_to_tensor, is_list_like, is_ragged, to_tensor};
 use crate::decide::decide_on;
@@ -256,9 +256,9 @@ pub fn copy_on_device(t: &Tensor) -> Result<Tensor> {
 }
 
 /// One Arrow column as a tensor on `device`: [`crate::arrow::to_tensor`] on the CPU, one
-/// transfer and one kernel on a CUDA device (which copies). A ragged list column
-/// ([`crate::arrow::is_ragged`]), and a list or tensor column in F order, is made on the host
-/// and each of its tensors moved (copies).
+/// transfer and one kernel on a CUDA device (which copies). A list view column, a ragged list
+/// column ([`crate::arrow::is_ragged`]), and a list or tensor column in F order, is made on the
+/// host and each of its tensors moved (copies).
 ///
 /// # Errors
 /// The conversion's errors first, then [`Error::DeviceUnavailable`] or
@@ -270,11 +270,6 @@ pub fn column_on(
     device: Device,
 ) -> Result<Converted> {
     decide_on(opts.copy, device, || format!("column '{}'", field.name()))?;
-    // A list view's rows are laid end to end first, on the host, for every device.
-    if let Some((lists, chunks)) = crate::arrow::list_views_laid_out(field, chunks, opts)? {
-        let c = column_on(&lists, &chunks, opts, device)?;
-        return Ok(Converted { values: c.values.with_copied(true), ..c });
-    }
     match device {
         Device::Cpu => to_tensor(field, chunks, opts),
         Device::Cuda(_) if made_on_host(field, opts) => {
@@ -294,11 +289,13 @@ pub fn column_on(
     }
 }
 
-/// Whether a column's tensors are made on the host and then moved to a device: a ragged list
-/// column, and a list or tensor column under `order="F"`, neither of which the device plan lays
-/// out.
+/// Whether a column's tensors are made on the host and then moved to a device: a list view
+/// column (whose rows the host lays end to end), a ragged list column, and a list or tensor
+/// column under `order="F"`, none of which the device plan lays out.
 fn made_on_host(field: &FieldRef, opts: &ExportOptions) -> bool {
-    is_ragged(field, opts) || (opts.order == Order::F && is_list_like(field.data_type()))
+    matches!(field.data_type(), DataType::ListView(_) | DataType::LargeListView(_))
+        || is_ragged(field, opts)
+        || (opts.order == Order::F && is_list_like(field.data_type()))
 }
 
 /// Several Arrow columns as one `(n, k)` tensor on `device`: [`crate::arrow::columns_to_tensor`]

@@ -45,7 +45,7 @@ pub fn to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions) ->
 ///
 /// # Errors
 /// [`Error::CopyRequired`] under `copy=False`, and [`super::views_as_lists`]'s.
-pub(crate) fn list_views_laid_out(
+fn list_views_laid_out(
     field: &FieldRef,
     chunks: &[ArrayRef],
     opts: &ExportOptions,

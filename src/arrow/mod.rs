@@ -43,7 +43,6 @@ mod take;
 mod to_tensor;
 
 pub use back::tensor_to_column_with;
-pub(crate) use column::list_views_laid_out;
 pub use column::to_tensor;
 pub use copy::{Converted, columns_to_tensor};
 pub use extension::{FIXED_SHAPE_TENSOR, TensorMetadata};
