@@ -13,7 +13,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::{DataType, FieldRef};
 
-use crate::arrow::{Converted, is_list_like};
+use crate::arrow::{Converted, is_list_like, is_list_view};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::options::ExportOptions;
@@ -99,11 +99,7 @@ pub fn table_on(
         // A list view is a list column laid out otherwise (`to_tensor` makes it one).
         Columns::Stack
             if fields.len() == 1
-                && (is_list_like(fields[0].data_type())
-                    || matches!(
-                        fields[0].data_type(),
-                        DataType::ListView(_) | DataType::LargeListView(_)
-                    )) =>
+                && (is_list_like(fields[0].data_type()) || is_list_view(fields[0].data_type())) =>
         {
             transfer::column_on(&fields[0], &columns[0], opts, device).map(TableTensors::One)
         }

@@ -17,9 +17,9 @@
 use std::sync::OnceLock;
 
 use arrow_array::ArrayRef;
-use arrow_schema::{DataType, FieldRef};
+use arrow_schema::FieldRef;
 
-use crate::arrow::{Converted, columns_to_tensor, is_list_like, is_ragged, to_tensor};
+use crate::arrow::{Converted, columns_to_tensor, is_list_like, is_list_view, is_ragged, to_tensor};
 use crate::decide::decide_on;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -293,7 +293,7 @@ pub fn column_on(
 /// column (whose rows the host lays end to end), a ragged list column, and a list or tensor
 /// column under `order="F"`, none of which the device plan lays out.
 fn made_on_host(field: &FieldRef, opts: &ExportOptions) -> bool {
-    matches!(field.data_type(), DataType::ListView(_) | DataType::LargeListView(_))
+    is_list_view(field.data_type())
         || is_ragged(field, opts)
         || (opts.order == Order::F && is_list_like(field.data_type()))
 }

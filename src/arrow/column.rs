@@ -3,7 +3,7 @@
 //! other column to the one-pass converter of `copy.rs`.
 
 use arrow_array::ArrayRef;
-use arrow_schema::{DataType, FieldRef};
+use arrow_schema::FieldRef;
 
 use super::copy::{Converted, in_order, plain_to_tensor};
 use super::ragged::{is_ragged, ragged_to_tensor};
@@ -50,7 +50,7 @@ fn list_views_laid_out(
     chunks: &[ArrayRef],
     opts: &ExportOptions,
 ) -> Result<Option<(FieldRef, Vec<ArrayRef>)>> {
-    if !matches!(field.data_type(), DataType::ListView(_) | DataType::LargeListView(_)) {
+    if !super::is_list_view(field.data_type()) {
         return Ok(None);
     }
     decide(opts.copy, Some(Cause::ListView { column: field.name().to_string() }))?;

@@ -41,6 +41,14 @@ enum Owned {
 unsafe impl Send for Owned {}
 
 impl Owned {
+    /// Whether the stream has the two callbacks a reader needs.
+    fn has_callbacks(&self) -> bool {
+        match self {
+            Owned::Device(s) => s.get_schema.is_some() && s.get_next.is_some(),
+            Owned::Cpu(s) => s.get_schema.is_some() && s.get_next.is_some(),
+        }
+    }
+
     /// The producer's `get_schema` into `out`: its return code, EINVAL without the callback.
     fn get_schema(&mut self, out: &mut FFI_ArrowSchema) -> c_int {
         match self {
@@ -120,9 +128,11 @@ impl DeviceStream {
         if owned.release.is_none() {
             return Err(invalid("the stream was already released or moved (its release callback is NULL)"));
         }
-        let device = Device::from_dlpack(DLDevice { device_type: owned.device_type, device_id: 0 });
-        let callbacks = owned.get_schema.is_some() && owned.get_next.is_some();
-        Self::read_schema(Owned::Device(owned), callbacks, device?)
+        let device_type = owned.device_type;
+        // Owned from here: every error below releases it, once.
+        let owned = Owned::Device(owned);
+        let device = Device::from_dlpack(DLDevice { device_type, device_id: 0 })?;
+        Self::read_schema(owned, device)
     }
 
     /// Takes a producer's `ArrowArrayStream` (the C stream interface, CPU memory:
@@ -145,14 +155,13 @@ impl DeviceStream {
         if inner.release.is_none() {
             return Err(invalid("the stream was already released or moved (its release callback is NULL)"));
         }
-        let callbacks = inner.get_schema.is_some() && inner.get_next.is_some();
-        Self::read_schema(Owned::Cpu(inner), callbacks, Device::Cpu)
+        Self::read_schema(Owned::Cpu(inner), Device::Cpu)
     }
 
     /// Refuses a stream without its callbacks or on a device the host cannot read, and reads
     /// the schema; `raw` is released on an error.
-    fn read_schema(mut raw: Owned, callbacks: bool, device: Device) -> Result<Self> {
-        if !callbacks {
+    fn read_schema(mut raw: Owned, device: Device) -> Result<Self> {
+        if !raw.has_callbacks() {
             return Err(invalid("the stream has no get_schema or get_next callback"));
         }
         if !device.is_host_accessible() {

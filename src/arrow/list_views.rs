@@ -14,6 +14,11 @@ use arrow_schema::{DataType, FieldRef};
 
 use crate::error::{Error, Result};
 
+/// True for a ListView or LargeListView column, which converts as the list column of its rows.
+pub fn is_list_view(dt: &DataType) -> bool {
+    matches!(dt, DataType::ListView(_) | DataType::LargeListView(_))
+}
+
 /// The List (for a ListView) or LargeList (for a LargeListView) column of the same rows, nulls
 /// included, in new buffers; None for any other column.
 ///

@@ -48,7 +48,7 @@ pub use copy::{Converted, columns_to_tensor};
 pub use extension::{FIXED_SHAPE_TENSOR, TensorMetadata};
 pub use from_tensor::{tensor_to_array, tensor_to_column};
 pub use layout::CellLayout;
-pub use list_views::views_as_lists;
+pub use list_views::{is_list_view, views_as_lists};
 pub use lists::{is_list_like, lists_as_fixed};
 pub use ragged::{is_ragged, ragged_to_tensor};
 pub use spec::Execution;

@@ -22,7 +22,7 @@ use arrow_schema::{DataType, Field, FieldRef};
 
 use super::copy::{Converted, plain_to_tensor};
 use super::read::check_chunk_types;
-use crate::decide::{Cause, decide};
+use crate::decide::{Cause, Decision, decide};
 use crate::dtype::DType;
 use crate::error::{Error, Place, Result};
 use crate::kernels::{self, HostBuffer};
@@ -82,11 +82,10 @@ pub fn ragged_to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOpti
         Ragged::Jagged => {
             let child_opts = ExportOptions { ragged: Ragged::Error, ..*opts };
             let flat = plain_to_tensor(&child_field, &pieces, &child_opts)?;
-            let offsets = match (rows.shared_offsets(chunks), opts.copy) {
-                (Some(t), CopyPolicy::IfNeeded | CopyPolicy::Never) => t?,
-                (None, CopyPolicy::Never) => {
-                    return Err(Cause::RaggedOffsets { column: field.name().to_string() }.refused());
-                }
+            let shared = rows.shared_offsets(chunks);
+            let cause = shared.is_none().then(|| Cause::RaggedOffsets { column: field.name().to_string() });
+            let offsets = match (decide(opts.copy, cause)?, shared) {
+                (Decision::Share, Some(t)) => t?,
                 _ => rows.offsets()?,
             };
             Ok(Converted { index: Some(offsets), ..flat })
