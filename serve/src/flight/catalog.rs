@@ -5,7 +5,7 @@
 use arrow_array::RecordBatch;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::{
-    CommandGetCatalogs, CommandGetDbSchemas, CommandGetTables, ProstMessageExt, SqlInfo,
+    CommandGetCatalogs, CommandGetDbSchemas, CommandGetTableTypes, CommandGetTables, ProstMessageExt, SqlInfo,
 };
 use arrow_flight::{FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use arrow_schema::Schema;
@@ -76,14 +76,26 @@ pub(super) async fn tables(state: &SessionState, query: CommandGetTables) -> Res
     for (c, s, t) in names(state) {
         let Some(schema) = catalogs.catalog(&c).and_then(|cat| cat.schema(&s)) else { continue };
         let Ok(Some(table)) = schema.table(&t).await else { continue };
-        let kind = match table.table_type() {
-            TableType::Base => "TABLE",
-            TableType::View => "VIEW",
-            TableType::Temporary => "LOCAL TEMPORARY",
-        };
-        b.append(&c, &s, &t, kind, table.schema().as_ref()).map_err(|e| Status::internal(e.to_string()))?;
+        b.append(&c, &s, &t, kind(table.table_type()), table.schema().as_ref())
+            .map_err(|e| Status::internal(e.to_string()))?;
     }
     Ok(b.build())
+}
+
+/// The table types, in their sorted order: a name for each of DataFusion's kinds.
+pub(super) fn table_types(query: CommandGetTableTypes) -> Batch {
+    let mut b = query.into_builder();
+    [TableType::Temporary, TableType::Base, TableType::View].into_iter().for_each(|t| b.append(kind(t)));
+    b.build()
+}
+
+/// The name Flight SQL gives a kind of table.
+fn kind(t: TableType) -> &'static str {
+    match t {
+        TableType::Base => "TABLE",
+        TableType::View => "VIEW",
+        TableType::Temporary => "LOCAL TEMPORARY",
+    }
 }
 
 /// Every (catalog, schema, table) the server serves, sorted.
@@ -101,4 +113,19 @@ fn names(state: &SessionState) -> Vec<(String, String, String)> {
     }
     out.sort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::cast::AsArray;
+
+    use super::*;
+
+    #[test]
+    fn the_table_types_are_the_names_of_the_kinds_sorted() {
+        let batch = table_types(CommandGetTableTypes {}).unwrap();
+        let names: Vec<&str> = batch.column(0).as_string::<i32>().iter().flatten().collect();
+        assert_eq!(names, ["LOCAL TEMPORARY", "TABLE", "VIEW"]);
+        assert_eq!(kind(TableType::View), "VIEW");
+    }
 }

@@ -453,9 +453,7 @@ impl FlightSqlService for Served {
         query: CommandGetTableTypes,
         _request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let mut b = query.into_builder();
-        ["LOCAL TEMPORARY", "TABLE", "VIEW"].into_iter().for_each(|t| b.append(t));
-        one_batch(b.build())
+        one_batch(catalog::table_types(query))
     }
 
     async fn get_flight_info_sql_info(
