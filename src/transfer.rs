@@ -398,9 +398,7 @@ mod tests {
         // Under nulls="mask" a column without nulls gets an all-true mask of its shape.
         let parts = handed_over(c(None, Some(index.clone())), NullPolicy::Mask, None).unwrap();
         assert_eq!(dtypes(parts.clone()), [DType::Float32, DType::Bool, DType::Int64]);
-        // SAFETY: a host bool tensor of 3 elements, alive in `parts`.
-        let mask = unsafe { std::slice::from_raw_parts(parts[1].data_ptr() as *const bool, 3) };
-        assert_eq!((parts[1].shape(), mask), (&[3][..], &[true; 3][..]));
+        assert_eq!((parts[1].shape(), parts[1].as_slice::<bool>().unwrap()), (&[3][..], &[true; 3][..]));
         let filled = NullPolicy::Fill(crate::options::Scalar::Float(0.0));
         assert_eq!(
             dtypes(handed_over(c(None, Some(index)), filled, Some(7)).unwrap()),

@@ -367,12 +367,19 @@ mod tests {
         (d, schema)
     }
 
+    /// [`DeviceArray::take`] of a struct of this module's.
+    fn take(raw: &mut ArrowDeviceArray) -> Result<DeviceArray> {
+        // SAFETY: every struct here is made by `export` (a live arrow-rs export, whose fields a
+        // test may overwrite as a hostile producer would, for the checks to refuse) or was moved
+        // from by a take before (released, refused unread).
+        unsafe { DeviceArray::take(raw) }
+    }
+
     #[test]
     fn a_cpu_device_array_is_read_in_place_and_released_once() {
         let values = Int32Array::from(vec![Some(1), None, Some(3)]);
         let (mut raw, schema) = export(&values.to_data(), 1, -1);
-        // SAFETY: a live struct, moved from once.
-        let taken = unsafe { DeviceArray::take(&mut raw) }.unwrap();
+        let taken = take(&mut raw).unwrap();
         assert!(raw.array.is_released(), "the producer's struct is moved from");
         assert_eq!(taken.device(), Device::Cpu);
         let (field, array) = taken.on_host(&schema).unwrap();
@@ -380,8 +387,7 @@ mod tests {
         assert_eq!(array.to_data().buffers()[0].as_ptr(), values.to_data().buffers()[0].as_ptr());
         assert_eq!(array.as_ref(), &values as &dyn Array);
         // Taking it again finds it moved.
-        // SAFETY: as above.
-        let e = unsafe { DeviceArray::take(&mut raw) }.unwrap_err();
+        let e = take(&mut raw).unwrap_err();
         assert!(e.to_string().contains("already released or moved"), "{e}");
         // SAFETY: NULL is refused before anything is read.
         assert!(unsafe { DeviceArray::take(std::ptr::null_mut()) }.is_err());
@@ -406,8 +412,7 @@ mod tests {
             |data: &ArrayData, device_type: i32, device_id: i64, edit: &dyn Fn(&mut ArrowDeviceArray)| {
                 let (mut raw, schema) = export(data, device_type, device_id);
                 edit(&mut raw);
-                // SAFETY: a live struct, moved from once.
-                let r = unsafe { DeviceArray::take(&mut raw) }.and_then(|t| t.on_host(&schema));
+                let r = take(&mut raw).and_then(|t| t.on_host(&schema));
                 assert!(raw.array.is_released());
                 r.map(|_| ()).unwrap_err().to_string()
             };
@@ -482,8 +487,7 @@ mod tests {
         // SAFETY: the schema's `release` (offset 56) is read and written as its C field; its
         // private data then leaks, which this test accepts.
         unsafe { *((&mut schema as *mut FFI_ArrowSchema as *mut u8).add(56) as *mut usize) = 0 };
-        // SAFETY: a live struct, moved from once.
-        let e = unsafe { DeviceArray::take(&mut raw) }.unwrap().on_host(&schema).unwrap_err().to_string();
+        let e = take(&mut raw).unwrap().on_host(&schema).unwrap_err().to_string();
         assert!(e.contains("schema was already released or moved"), "{e}");
 
         // A refused array is released exactly once: here through a release that counts.
@@ -495,8 +499,7 @@ mod tests {
             *((&mut raw.array as *mut FFI_ArrowArray as *mut u8).add(64)
                 as *mut Option<unsafe extern "C" fn(*mut FFI_ArrowArray)>) = Some(counting_release);
         }
-        // SAFETY: a live struct, moved from once.
-        let taken = unsafe { DeviceArray::take(&mut raw) }.unwrap();
+        let taken = take(&mut raw).unwrap();
         assert!(taken.on_host(&FFI_ArrowSchema::empty()).is_err());
         assert_eq!(RELEASED.load(Ordering::SeqCst) - before, 1);
         drop(raw);

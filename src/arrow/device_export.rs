@@ -98,14 +98,19 @@ mod tests {
     use crate::device::Device;
     use crate::ffi::dlpack::DLDevice;
 
+    /// [`import_on_host`] of the structs `export_tensor` made.
+    fn import(schema: FFI_ArrowSchema, mut array: ArrowDeviceArray) -> Result<(FieldRef, ArrayRef)> {
+        // SAFETY: our own live structs, owned here, the array moved from once.
+        unsafe { import_on_host(&mut array, &schema) }
+    }
+
     #[test]
     fn a_host_tensor_is_exported_in_place_and_imported_back() {
         let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], vec![3, 2]).unwrap();
-        let (schema, mut array) = export_tensor(&t, None).unwrap();
+        let (schema, array) = export_tensor(&t, None).unwrap();
         assert_eq!((array.device_type, array.device_id), (1, -1));
         assert!(array.sync_event.is_null());
-        // SAFETY: our own live structs, moved from once.
-        let (field, back) = unsafe { import_on_host(&mut array, &schema) }.unwrap();
+        let (field, back) = import(schema, array).unwrap();
         assert_eq!(field.extension_type_name(), Some(crate::arrow::FIXED_SHAPE_TENSOR));
         let values = back.to_data().child_data()[0].clone();
         assert_eq!(values.buffers()[0].as_ptr(), t.data_ptr(), "no copy");
@@ -116,9 +121,8 @@ mod tests {
     #[test]
     fn a_bool_tensor_is_packed_and_device_memory_is_refused_naming_the_device() {
         let t = Tensor::from_vec(vec![true, false, true], vec![3]).unwrap();
-        let (schema, mut array) = export_tensor(&t, None).unwrap();
-        // SAFETY: our own live structs, moved from once.
-        let (_, back) = unsafe { import_on_host(&mut array, &schema) }.unwrap();
+        let (schema, array) = export_tensor(&t, None).unwrap();
+        let (_, back) = import(schema, array).unwrap();
         assert_eq!(back.as_ref(), &arrow_array::BooleanArray::from(vec![true, false, true]) as &dyn Array);
 
         let cuda = Device::from_dlpack(DLDevice { device_type: 2, device_id: 0 }).unwrap();

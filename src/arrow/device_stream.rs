@@ -301,12 +301,25 @@ mod tests {
         Arc::new(Int32Array::from(v))
     }
 
+    /// [`DeviceStream::take`] of a stream of this module's.
+    fn take(raw: &mut ArrowDeviceArrayStream) -> Result<DeviceStream> {
+        // SAFETY: every stream here is made by `stream` (live, its callbacks sound for its own
+        // private data) or was moved from by a take before (released, refused unread).
+        unsafe { DeviceStream::take(raw) }
+    }
+
+    /// [`DeviceStream::take_cpu`] of a stream of this module's.
+    fn take_cpu(raw: &mut FFI_ArrowArrayStream) -> Result<DeviceStream> {
+        // SAFETY: every stream here is made by arrow-rs's `FFI_ArrowArrayStream::new` (live) or
+        // was moved from by a take before (released, refused unread).
+        unsafe { DeviceStream::take_cpu(raw) }
+    }
+
     #[test]
     fn a_cpu_stream_is_read_array_by_array_and_released_once() {
         let released = Arc::new(AtomicUsize::new(0));
         let mut raw = stream(1, vec![ints(vec![1, 2]), ints(vec![3])], false, &released);
-        // SAFETY: a live stream, moved from once.
-        let s = unsafe { DeviceStream::take(&mut raw) }.unwrap();
+        let s = take(&mut raw).unwrap();
         assert!(raw.release.is_none(), "the producer's struct is moved from");
         assert_eq!(s.field().name(), "x");
         let read: Vec<ArrayRef> = s.collect::<std::result::Result<_, _>>().unwrap();
@@ -314,8 +327,7 @@ mod tests {
         assert_eq!(read[1].as_ref(), &Int32Array::from(vec![3]) as &dyn Array);
         assert_eq!(released.load(Ordering::SeqCst), 1);
         // Taken again: refused, nothing released twice.
-        // SAFETY: as above.
-        let e = unsafe { DeviceStream::take(&mut raw) }.unwrap_err();
+        let e = take(&mut raw).unwrap_err();
         assert!(e.to_string().contains("already released or moved"), "{e}");
     }
 
@@ -323,12 +335,10 @@ mod tests {
     fn a_device_stream_or_a_failing_one_is_refused_and_released_once() {
         let released = Arc::new(AtomicUsize::new(0));
         let mut cuda = stream(2, vec![ints(vec![1])], false, &released);
-        // SAFETY: a live stream, moved from once.
-        let e = unsafe { DeviceStream::take(&mut cuda) }.unwrap_err();
+        let e = take(&mut cuda).unwrap_err();
         assert!(e.to_string().contains("an Arrow device array stream on cuda:0"), "{e}");
         let mut failing = stream(1, vec![ints(vec![1])], true, &released);
-        // SAFETY: as above.
-        let mut s = unsafe { DeviceStream::take(&mut failing) }.unwrap();
+        let mut s = take(&mut failing).unwrap();
         let e = s.next().unwrap().unwrap_err();
         assert!(e.to_string().contains("get_next failed: the producer broke"), "{e}");
         drop(s);
@@ -348,8 +358,7 @@ mod tests {
         let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(values.clone())]).unwrap();
         let reader = RecordBatchIterator::new(vec![Ok(batch.clone()), Ok(batch)], schema);
         let mut raw = FFI_ArrowArrayStream::new(Box::new(reader));
-        // SAFETY: a live stream, moved from once.
-        let stream = unsafe { DeviceStream::take_cpu(&mut raw) }.unwrap();
+        let stream = take_cpu(&mut raw).unwrap();
         assert!(raw.release.is_none(), "the producer's struct is moved from");
         let arrays: Vec<ArrayRef> = stream.collect::<std::result::Result<_, _>>().unwrap();
         assert_eq!(arrays.len(), 2);
@@ -358,8 +367,7 @@ mod tests {
         drop((arrays, column));
         assert_eq!(buffer.strong_count(), held, "the producer's stream and batches are released");
         // A moved-from stream is refused, and NULL.
-        // SAFETY: a released struct, refused before anything is called.
-        let e = unsafe { DeviceStream::take_cpu(&mut raw) }.unwrap_err();
+        let e = take_cpu(&mut raw).unwrap_err();
         assert!(e.to_string().contains("already released or moved"), "{e}");
         // SAFETY: NULL is refused before anything is read.
         assert!(unsafe { DeviceStream::take_cpu(std::ptr::null_mut()) }.is_err());

@@ -69,26 +69,30 @@ pub unsafe fn zeros_like(prototype: *const DLTensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dlpack::borrowed_view;
+    use crate::dlpack::{ForeignTensor, borrowed_view};
+
+    /// [`zeros_like`] of a view of this module's.
+    fn zeros(view: &DLTensor) -> Result<Tensor> {
+        // SAFETY: every view here is a `borrowed_view` of a tensor alive across the call (its
+        // shape holds ndim extents), or one with its shape set to NULL, refused unread.
+        unsafe { zeros_like(view) }
+    }
 
     #[test]
     fn a_prototype_gives_zeros_of_its_shape_and_bad_ones_are_errors() {
         let p = Tensor::from_vec(vec![7.0f32; 6], vec![2, 3]).unwrap();
         let view = borrowed_view(&p);
-        // SAFETY: the view describes `p`, alive across the call.
-        let z = unsafe { zeros_like(&view) }.unwrap();
+        let z = zeros(&view).unwrap();
         assert_eq!((z.shape(), z.dtype(), z.device()), (&[2i64, 3][..], DType::Float32, Device::Cpu));
         assert_eq!(z.as_slice::<f32>().unwrap(), [0.0; 6]);
         // SAFETY: NULL is allowed.
         assert!(matches!(unsafe { zeros_like(std::ptr::null()) }, Err(Error::InvalidArgument(_))));
         let mut bad = borrowed_view(&p);
         bad.shape = std::ptr::null_mut();
-        // SAFETY: a readable DLTensor whose NULL shape is refused before it is read.
-        assert!(matches!(unsafe { zeros_like(&bad) }, Err(Error::InvalidArgument(_))));
+        assert!(matches!(zeros(&bad), Err(Error::InvalidArgument(_))));
         let mut odd = borrowed_view(&p);
         odd.dtype.lanes = 4;
-        // SAFETY: as above; the dtype is refused.
-        assert!(matches!(unsafe { zeros_like(&odd) }, Err(Error::UnsupportedDType { .. })));
+        assert!(matches!(zeros(&odd), Err(Error::UnsupportedDType { .. })));
     }
 
     #[test]
@@ -96,10 +100,10 @@ mod tests {
         let p = Tensor::from_vec(vec![1i64; 3], vec![3]).unwrap();
         let view = borrowed_view(&p);
         let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
-        // SAFETY: the view describes `p`; `out` is writable.
-        unsafe { allocate_into(&view, &mut out) }.unwrap();
-        // SAFETY: the allocator's new tensor, owned here and taken once.
-        let z = unsafe { crate::dlpack::ForeignTensor::from_versioned(out) }.unwrap().into_tensor();
+        // SAFETY: the view describes `p` and `out` is writable; the allocator's new tensor is
+        // then owned here and taken once.
+        let z = unsafe { allocate_into(&view, &mut out).and_then(|()| ForeignTensor::from_versioned(out)) };
+        let z = z.unwrap().into_tensor();
         assert_eq!((z.shape(), z.as_slice::<i64>().unwrap()), (&[3i64][..], &[0i64; 3][..]));
         // SAFETY: a NULL output is refused before anything is written.
         let e = unsafe { allocate_into(&view, std::ptr::null_mut()) }.unwrap_err();

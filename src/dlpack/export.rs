@@ -299,13 +299,16 @@ mod tests {
             drop(moved);
             for dl in [versioned.dl_tensor(), legacy.dl_tensor()] {
                 let n = dl.ndim as usize;
-                // SAFETY: ndim >= 1, so shape and strides point to ndim elements each.
-                let (got_shape, got_strides) = unsafe {
-                    (std::slice::from_raw_parts(dl.shape, n), std::slice::from_raw_parts(dl.strides, n))
+                // SAFETY: ndim >= 1, so shape and strides point to ndim elements each; the data
+                // is 6 contiguous i64 values; the export keeps all three alive.
+                let (got_shape, got_strides, values) = unsafe {
+                    (
+                        std::slice::from_raw_parts(dl.shape, n),
+                        std::slice::from_raw_parts(dl.strides, n),
+                        std::slice::from_raw_parts(dl.data as *const i64, 6),
+                    )
                 };
                 assert_eq!((got_shape, got_strides), (&shape[..], &strides[..]));
-                // SAFETY: 6 contiguous i64 values, kept alive by the export.
-                let values = unsafe { std::slice::from_raw_parts(dl.data as *const i64, 6) };
                 assert_eq!(values, &[0, 1, 2, 3, 4, 5]);
             }
         }

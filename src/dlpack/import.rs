@@ -187,6 +187,14 @@ mod tests {
     use crate::dlpack::{export_legacy, export_versioned};
     use crate::testing::{DropCounter, ForeignFixture};
 
+    /// A fixture's tensor handed to [`ForeignTensor::from_versioned`].
+    fn take(fixture: ForeignFixture) -> Result<ForeignTensor> {
+        // SAFETY: the fixture hands over a live tensor with a counting deleter, owned by the
+        // importer from here; what a test corrupts (the version, extents, ndim, dtype, device,
+        // byte offset, NULL pointers) is checked before anything is read through it.
+        unsafe { ForeignTensor::from_versioned(fixture.into_raw()) }
+    }
+
     #[test]
     fn consumed_export_round_trips_and_frees_once() {
         let (owner, drops) = DropCounter::new(vec![1i32, 2, 3, 4, 5, 6]);
@@ -216,17 +224,12 @@ mod tests {
 
     #[test]
     fn a_future_major_version_is_released_without_reading() {
-        let (owner, drops) = DropCounter::new(vec![1.0f64]);
-        let raw = export_versioned(owner.tensor(vec![1])).into_raw();
-        // SAFETY: raw is live and ours until handed to the importer below.
-        unsafe {
-            (*raw).version.major = 2;
-            (*raw).dl_tensor.ndim = -7; // must not be read
-        }
-        // SAFETY: ownership moves to the importer.
-        let err = unsafe { ForeignTensor::from_versioned(raw) }.err().unwrap();
+        let (mut fixture, deletes) = ForeignFixture::new(vec![1.0f64]);
+        fixture.managed.version.major = 2;
+        fixture.ndim = Some(-7); // must not be read
+        let err = take(fixture).err().unwrap();
         assert!(err.to_string().contains("version 2"), "{err}");
-        assert_eq!(drops.get(), 1);
+        assert_eq!(deletes.get(), 1);
     }
 
     #[test]
@@ -248,8 +251,7 @@ mod tests {
         for (expect, mutate) in cases {
             let (mut fixture, deletes) = ForeignFixture::new(vec![1.0f32, 2.0, 3.0, 4.0]);
             mutate(&mut fixture);
-            // SAFETY: the fixture hands over a live tensor with a counting deleter.
-            let err = unsafe { ForeignTensor::from_versioned(fixture.into_raw()) }.err().unwrap();
+            let err = take(fixture).err().unwrap();
             assert!(err.to_string().contains(expect), "{expect}: {err}");
             assert_eq!(deletes.get(), 1, "{expect}");
         }
@@ -262,8 +264,7 @@ mod tests {
         fixture.shape = vec![2, 2];
         fixture.managed.dl_tensor.strides = std::ptr::null_mut();
         fixture.managed.dl_tensor.byte_offset = 8;
-        // SAFETY: as above.
-        let t = unsafe { ForeignTensor::from_versioned(fixture.into_raw()) }.unwrap().into_tensor();
+        let t = take(fixture).unwrap().into_tensor();
         assert_eq!(t.strides(), &[2, 1]);
         assert_eq!(t.as_slice::<i32>().unwrap(), &[3, 4, 5, 6]);
         assert!(!t.readonly());
@@ -274,8 +275,7 @@ mod tests {
     #[test]
     fn dropping_on_another_thread_calls_the_deleter_there() {
         let (fixture, deletes) = ForeignFixture::new(vec![1.0f32; 16]);
-        // SAFETY: as above.
-        let t = unsafe { ForeignTensor::from_versioned(fixture.into_raw()) }.unwrap().into_tensor();
+        let t = take(fixture).unwrap().into_tensor();
         std::thread::spawn(move || drop(t)).join().unwrap();
         assert_eq!(deletes.get(), 1);
     }

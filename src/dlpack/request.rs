@@ -323,9 +323,7 @@ mod tests {
         // SAFETY: a fresh export, imported once.
         let back = unsafe { ForeignTensor::from_versioned(e.into_raw()) }.unwrap().into_tensor();
         assert_eq!(back.shape(), &[3]);
-        // SAFETY: a host tensor of three f32.
-        let values = unsafe { std::slice::from_raw_parts(back.data_ptr() as *const f32, 3) };
-        assert_eq!(values, &[1.0, 2.0, 3.0]);
+        assert_eq!(back.as_slice::<f32>().unwrap(), &[1.0, 2.0, 3.0]);
     }
 
     #[test]

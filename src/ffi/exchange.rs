@@ -180,10 +180,12 @@ mod tests {
     #[test]
     fn an_error_reaches_the_consumer_as_c_strings_and_none_is_fine() {
         let mut got = String::new();
-        // SAFETY: `keep` takes a String context, alive across the call.
-        unsafe { report_error(Some(keep), &mut got as *mut String as *mut c_void, "ValueError", "a\0b") };
-        assert_eq!(got, "ValueError|a b");
-        // SAFETY: no callback: nothing is called.
-        unsafe { report_error(None, std::ptr::null_mut(), "ValueError", "x") };
+        // SAFETY: `keep` takes a String context, alive across the call; with no callback,
+        // nothing is called.
+        unsafe {
+            report_error(Some(keep), &mut got as *mut String as *mut c_void, "ValueError", "a\0b");
+            assert_eq!(got, "ValueError|a b");
+            report_error(None, std::ptr::null_mut(), "ValueError", "x");
+        }
     }
 }

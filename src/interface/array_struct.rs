@@ -208,6 +208,14 @@ pub fn element_strides(bytes: &[isize], item: isize) -> Option<Extents> {
 mod tests {
     use super::*;
 
+    /// [`read`] of a struct `describe` made of `t`, with a clone of `t` as its owner.
+    fn read_back(s: &ArrayStruct, t: &Tensor) -> Result<Tensor> {
+        // SAFETY: every struct here describes the `t` it is read with (its extents and strides
+        // in its own Vecs); what a test breaks (`two`, the flags, a stride that is not a whole
+        // element) is refused before the data is read. The owner keeps `t`'s memory alive.
+        unsafe { read(&s.iface, Arc::new(t.clone())) }
+    }
+
     #[test]
     fn a_tensor_described_by_the_struct_reads_back_as_the_same_view() {
         let t = Tensor::from_vec((0..12).map(|v| v as f32).collect::<Vec<_>>(), vec![3, 4]).unwrap();
@@ -215,8 +223,7 @@ mod tests {
         assert_eq!((s.iface.two, s.iface.nd, s.iface.typekind as u8, s.iface.itemsize), (2, 2, b'f', 4));
         assert_eq!(s.iface.flags & NPY_WRITEABLE, 0);
         assert_ne!(s.iface.flags & NPY_C_CONTIGUOUS, 0);
-        // SAFETY: the struct describes `t`, which the owner keeps alive.
-        let back = unsafe { read(&s.iface, Arc::new(t.clone())) }.unwrap();
+        let back = read_back(&s, &t).unwrap();
         assert_eq!((back.shape(), back.strides(), back.dtype()), (t.shape(), t.strides(), t.dtype()));
         assert_eq!(back.data_ptr(), t.data_ptr());
         assert!(back.readonly());
@@ -225,19 +232,15 @@ mod tests {
     #[test]
     fn broken_structs_are_errors() {
         let t = Tensor::from_vec(vec![1i32, 2, 3], vec![3]).unwrap();
-        let owner: Arc<dyn Owner> = Arc::new(t.clone());
         let mut s = ArrayStruct::describe(&t, true).unwrap();
         s.iface.two = 3;
-        // SAFETY: the struct describes `t` (only its header is broken).
-        assert!(matches!(unsafe { read(&s.iface, owner.clone()) }, Err(Error::InvalidInterface(_))));
+        assert!(matches!(read_back(&s, &t), Err(Error::InvalidInterface(_))));
         s.iface.two = 2;
         s.iface.flags &= !NPY_NOTSWAPPED;
-        // SAFETY: as above.
-        assert!(matches!(unsafe { read(&s.iface, owner.clone()) }, Err(Error::UnsupportedDType { .. })));
+        assert!(matches!(read_back(&s, &t), Err(Error::UnsupportedDType { .. })));
         s.iface.flags |= NPY_NOTSWAPPED;
         s.strides[0] = 6;
-        // SAFETY: as above.
-        let e = unsafe { read(&s.iface, owner) }.unwrap_err();
+        let e = read_back(&s, &t).unwrap_err();
         assert!(e.to_string().contains("whole element"), "{e}");
         // bfloat16 has no typestr kind: refused, not described as bytes.
         let b = Tensor::from_vec(vec![0u16; 2], vec![2]).unwrap().view_as(crate::DType::BFloat16).unwrap();

@@ -170,54 +170,58 @@ mod tests {
         Fake { head, _descr: descr, _dims: dims, _strides: strides, values }
     }
 
-    fn addr(f: &Fake) -> *const c_void {
-        &f.head as *const ArrayHead as *const c_void
+    /// What `import` made of a fake: shape, strides, dtype, data and whether read-only.
+    type Read = (Vec<i64>, Vec<i64>, DType, *const u8, bool);
+
+    /// What `import` reads of a fake (the tensor gone while the fake is borrowed), and whether
+    /// `is_plain_1d` takes it.
+    fn read(f: &Fake) -> (Option<Read>, bool) {
+        let array = &f.head as *const ArrayHead as *const c_void;
+        // SAFETY: a fake's heads point only at its own boxes and values, or at statics, alive
+        // and unchanged while it is borrowed here; the tensor goes before the borrow ends, so
+        // an owner that keeps nothing is enough.
+        unsafe {
+            let t = import(array, || Arc::new(()));
+            let t =
+                t.map(|t| (t.shape().to_vec(), t.strides().to_vec(), t.dtype(), t.data_ptr(), t.readonly()));
+            (t, is_plain_1d(array))
+        }
     }
 
     #[test]
     fn an_array_struct_reads_as_the_view_numpy_would_export() {
         let mut f = fake(vec![1.0, 2.0, 3.0], [3, 1], 1, 11, b'=', PLAIN_FLAGS);
-        // SAFETY: the fake lives across the calls, and the owner keeps nothing.
-        let t = unsafe { import(addr(&f), || Arc::new(())) }.unwrap();
-        assert_eq!((t.shape(), t.strides(), t.dtype()), (&[3][..], &[1][..], DType::Float32));
-        assert_eq!(t.data_ptr() as *const f32, f.values.as_ptr());
-        assert!(!t.readonly());
-        // SAFETY: as above.
-        assert!(unsafe { is_plain_1d(addr(&f)) });
+        let (t, plain) = read(&f);
+        let (shape, strides, dtype, data, readonly) = t.unwrap();
+        assert_eq!((&shape[..], &strides[..], dtype), (&[3][..], &[1][..], DType::Float32));
+        assert_eq!(data as *const f32, f.values.as_ptr());
+        assert!(!readonly);
+        assert!(plain);
 
         // A read-only array gives a read-only tensor, and is not plain.
         f.head.flags = PLAIN_FLAGS & !NPY_WRITEABLE;
-        // SAFETY: as above.
-        assert!(unsafe { import(addr(&f), || Arc::new(())) }.unwrap().readonly());
-        // SAFETY: as above.
-        assert!(!unsafe { is_plain_1d(addr(&f)) });
+        assert!(matches!(read(&f), (Some((.., true)), false)));
     }
 
     #[test]
     fn what_numpys_export_refuses_is_left_to_it() {
         static ODD: [isize; 1] = [6];
-        let unreadable = |f: &Fake| {
-            // SAFETY: the fake lives across the calls.
-            unsafe { import(addr(f), || Arc::new(())).is_none() && !is_plain_1d(addr(f)) }
-        };
+        let unreadable = |f: &Fake| matches!(read(f), (None, false));
+        let importable = |f: &Fake| matches!(read(f), (Some(_), false));
         // Byte-swapped, complex (type 14), bool (plain refuses it; import reads it).
         assert!(unreadable(&fake(vec![1.0], [1, 1], 1, 11, SWAPPED as u8, PLAIN_FLAGS)));
         assert!(unreadable(&fake(vec![1.0], [1, 1], 1, 14, b'=', PLAIN_FLAGS)));
-        let b = fake(vec![1.0], [1, 1], 1, 0, b'=', PLAIN_FLAGS);
-        // SAFETY: as above.
-        assert!(unsafe { import(addr(&b), || Arc::new(())).is_some() && !is_plain_1d(addr(&b)) });
+        assert!(importable(&fake(vec![1.0], [1, 1], 1, 0, b'=', PLAIN_FLAGS)));
         // A stride that is not a whole element.
         let mut odd = fake(vec![1.0, 2.0], [1, 1], 1, 11, b'=', PLAIN_FLAGS);
         odd.head.strides = ODD.as_ptr();
-        // SAFETY: as above.
-        assert!(unsafe { import(addr(&odd), || Arc::new(())) }.is_none());
+        assert!(read(&odd).0.is_none());
         // Empty, 2-D, or not C-contiguous: no plain 1-D array (but importable).
         let empty = fake(Vec::new(), [0, 1], 1, 11, b'=', PLAIN_FLAGS);
         let two = fake(vec![1.0, 2.0], [2, 1], 2, 11, b'=', PLAIN_FLAGS);
         let strided = fake(vec![1.0], [1, 1], 1, 11, b'=', PLAIN_FLAGS & !NPY_C_CONTIGUOUS);
         for f in [&empty, &two, &strided] {
-            // SAFETY: as above.
-            assert!(unsafe { import(addr(f), || Arc::new(())).is_some() && !is_plain_1d(addr(f)) });
+            assert!(importable(f));
         }
     }
 }
