@@ -163,7 +163,8 @@ def from_dlpack(x: Any, *, copy: bool | None = None, device: str | None = None) 
     """Any tensor as a pyarrow array, zero-copy where the memory allows.
 
     Accepts objects with ``__dlpack__``, raw DLPack capsules, ``__array_interface__``,
-    ``__array_struct__`` and the buffer protocol. N-d tensors become ``fixed_shape_tensor``
+    ``__array_struct__``, the buffer protocol and Arrow data (read as ``tensor()`` reads it),
+    told apart in the order ``tensor()`` and ``to_dlpack`` use. N-d tensors become ``fixed_shape_tensor``
     arrays. The producer's memory stays alive exactly as long as the Arrow buffers.
     Device tensors (CUDA and others) become host arrays only with ``copy=True`` (the producer,
     or for a dlframe Tensor one device-to-host transfer, makes the copy); otherwise BufferError.

@@ -15,18 +15,19 @@ use pyo3_arrow::ffi::ArrayReader;
 use dlframe::Device;
 use dlframe::batches::pass::{Epoch, Setup};
 use dlframe::batches::stream::{Arrays, Source, Stream};
-use dlframe::batches::{BatchOptions, Even, Layout, Rank, Shuffle, State, Training, TrainingPlan};
+use dlframe::batches::{BatchOptions, Even, Layout, Rank, State, Training, TrainingPlan};
 use dlframe::options::NullPolicy;
 
 use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
-use crate::convert::{arrow_input, input_error, wrap_table};
+use crate::convert::wrap_table;
 use crate::error::{Error, Result};
+use crate::input::Input;
 use crate::readers;
 
 /// An Arrow producer's data as a stream of arrays (no copy).
 fn reader_of(obj: &Bound<'_, PyAny>) -> Result<Arrays> {
-    let reader: Box<dyn ArrayReader + Send> =
-        arrow_input(obj).and_then(|input| input.into_reader()).map_err(|e| input_error(obj, e.into()))?;
+    let input = obj.extract::<Input>()?;
+    let reader: Box<dyn ArrayReader + Send> = input.arrow()?.into_reader()?;
     Ok((reader.field(), reader))
 }
 
@@ -124,36 +125,17 @@ impl PySchedule {
             device: device.map_or(Device::Cpu, |d| d.0),
             ..BatchOptions::new(batch_size)?
         };
-        let shuffled = shuffle.map_or(Ok(false), |s| flag_arg(s, "shuffle"))?;
-        let seed = seed.filter(|s| !s.is_none());
-        let shuffle_buffer = shuffle_buffer.filter(|s| !s.is_none());
-        let shuffle = match (shuffled, seed) {
-            (true, None) => {
-                return Err(dlframe::Error::InvalidArgument(
-                    "shuffle=True needs seed=, an int in [0, 2**64), the same on every rank, not None".into(),
-                )
-                .into());
-            }
-            (true, Some(seed)) => Some(Shuffle {
-                seed: int_arg(seed, "seed", 0, "an int in [0, 2**64), the same on every rank")?,
-                buffer: shuffle_buffer
-                    .map(|b| int_arg(b, "shuffle_buffer", 1, "a positive int (rows of the whole job)"))
-                    .transpose()?,
-            }),
-            (false, s) if s.is_some() || shuffle_buffer.is_some() => {
-                return Err(dlframe::Error::InvalidArgument(
-                    "seed= and shuffle_buffer= take effect with shuffle=True only".into(),
-                )
-                .into());
-            }
-            (false, _) => None,
+        // None is no value, for each of these keywords.
+        let int = |v: Option<&Bound<'_, PyAny>>, name, min, what| {
+            v.filter(|v| !v.is_none()).map(|v| int_arg(v, name, min, what)).transpose()
         };
-        let splits = splits
-            .filter(|s| !s.is_none())
-            .map(|k| int_arg(k, "splits", 1, "a positive int").map(|k| k as usize))
-            .transpose()?;
-        let training = Training { even: Even::parse(even)?, shuffle, splits };
-        training.check()?;
+        let training = Training::new(
+            Even::parse(even)?,
+            shuffle.map_or(Ok(false), |s| flag_arg(s, "shuffle"))?,
+            int(seed, "seed", 0, "an int in [0, 2**64), the same on every rank")?,
+            int(shuffle_buffer, "shuffle_buffer", 1, "a positive int (rows of the whole job)")?,
+            int(splits, "splits", 1, "a positive int")?.map(|k| k as usize),
+        )?;
         Ok(PySchedule { options, training, prefetch })
     }
 
@@ -178,7 +160,7 @@ impl PySchedule {
         shuffle_buffer: Option<u64>,
     ) -> Result<PyPlan> {
         let layout = layout(rows, units);
-        let training = self.adopted(splits, shuffle_buffer);
+        let training = self.training.adopting(splits, shuffle_buffer);
         let plan = TrainingPlan::new(&layout, &self.options, &training, Rank::new(rank, world)?, epoch)?;
         Ok(PyPlan { plan, layout })
     }
@@ -206,17 +188,6 @@ impl PySchedule {
             worker,
         )?;
         Ok((r.epoch, r.step, r.own, r.training.splits, r.training.shuffle.and_then(|s| s.buffer)))
-    }
-}
-
-impl PySchedule {
-    fn adopted(&self, splits: Option<usize>, buffer: Option<u64>) -> Training {
-        let t = self.training;
-        Training {
-            splits: t.splits.or(splits),
-            shuffle: t.shuffle.map(|s| Shuffle { buffer: s.buffer.or(buffer), ..s }),
-            ..t
-        }
     }
 }
 

@@ -1,33 +1,22 @@
 //! `to_dlpack`: any Arrow producer -> Tensor (the import side, `from_dlpack` and `tensor`, is
 //! `importer.rs`).
 
-use std::ffi::CStr;
-
-use arrow_array::ArrayRef;
-use arrow_schema::FieldRef;
-use arrow_schema::ffi::FFI_ArrowSchema;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyTuple};
-use pyo3_arrow::ffi::ArrayIterator;
-use pyo3_arrow::input::AnyArray;
-use pyo3_arrow::{PyArray, PyArrayReader, PyDataType};
+use pyo3::types::{PyDict, PyTuple};
+use pyo3_arrow::PyDataType;
 
 use dlframe::arrow::Converted;
-use dlframe::arrow::device::{import_array_on_host, import_on_host};
-use dlframe::arrow::device_stream::DeviceStream;
 use dlframe::dlpack::request::consumer_stream_on;
-use dlframe::dtype::spelling::polars_refusal;
-use dlframe::ffi::arrow_device::ARROW_ARRAY_STREAM;
-use dlframe::ffi::arrow_device::{ARROW_ARRAY, ARROW_DEVICE_ARRAY, ARROW_DEVICE_ARRAY_STREAM, ARROW_SCHEMA};
 use dlframe::options::{ExportOptions, NullPolicy};
 use dlframe::table::{TableTensors, input_on, tensor_of};
 use dlframe::{DType, Device, Tensor, transfer};
 
 use crate::args::{ColumnsArg, ConsumerStream, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
 use crate::capsule;
-use crate::error::{Binding, Error, Result};
+use crate::error::{Binding, Result};
 use crate::gil;
+use crate::input::{Form, Input};
 use crate::per_type::PerType;
 use crate::tensor::PyTensor;
 
@@ -109,7 +98,7 @@ pub(crate) fn wrap_table(
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,
-    obj: &Bound<'py, PyAny>,
+    obj: Input<'py>,
     nulls: &str,
     fill_value: Option<FillValue>,
     copy: Option<bool>,
@@ -130,119 +119,38 @@ pub fn to_dlpack<'py>(
         && target == Device::Cpu
         && columns.0 == dlframe::table::Columns::Stack
         && stream.is_none();
-    if defaults && let Some(t) = pyarrow_numeric(obj) {
+    if defaults
+        && let Input::Arrow(a, Form::Array) = &obj
+        && let Some(t) = pyarrow_numeric(a)
+    {
         return Ok(Py::new(py, PyTensor::new(t))?.into_any());
     }
     let nulls = opts.nulls;
-    // A LazyFrame has no Arrow interface: it is looked for only when the object has none.
-    let collected;
-    let (obj, input) = match arrow_input(obj) {
-        Err(e) => match collected_lazy(obj)? {
-            Some(lf) => {
-                collected = lf;
-                (&collected, arrow_input(&collected))
-            }
-            None => (obj, Err(e)),
-        },
-        input => (obj, input),
-    };
-    let (chunks, field) = chunks_of(obj, input)?;
+    let (chunks, field) = obj.chunks()?;
     let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
     let cpu = target == Device::Cpu;
     let t = gil::run(py, cpu, bytes, || input_on(&field, &chunks, columns.0, &opts, target))?;
     wrap_table(py, t, nulls, stream)
 }
 
-/// The chunks and field of what [`arrow_input`] read of `obj` (one array: no reader to make
-/// and drain); [`input_error`] for what it could not read.
-fn chunks_of(obj: &Bound<'_, PyAny>, input: PyResult<AnyArray>) -> Result<(Vec<ArrayRef>, FieldRef)> {
-    match input {
-        Ok(AnyArray::Array(a)) => Ok(a.into_inner()).map(|(array, field)| (vec![array], field)),
-        Ok(input) => input.into_chunked_array().map(|c| c.into_inner()).map_err(Error::from),
-        Err(e) => Err(e.into()),
-    }
-    .map_err(|e| input_error(obj, e))
-}
-
 /// `dlframe.tensor` of an object with no tensor protocol: `dlframe::table::tensor_of` of its
-/// data when it offers the Arrow PyCapsule interface (the C Device data interface's methods
-/// included), AttributeError otherwise.
-pub(crate) fn arrow_tensor(obj: &Bound<'_, PyAny>) -> Result<PyTensor> {
-    if !speaks(obj, &ARROW_METHODS) {
-        let expected = "__dlpack__, a capsule, __array_interface__, __array_struct__, a buffer or";
-        let expected = format!("expected {expected} {}", ARROW_METHODS.join("/"));
-        return Err(Binding::NoProtocol(expected).into());
+/// Arrow data when it offers the Arrow PyCapsule interface (the C Device data interface's
+/// methods included) or is a LazyFrame, AttributeError otherwise.
+pub(crate) fn arrow_tensor(input: &Input<'_>) -> Result<PyTensor> {
+    if !input.is_arrow() {
+        return Err(Binding::NoProtocol(format!(
+            "expected __dlpack__, a capsule, __array_interface__, __array_struct__, a buffer or \
+             __arrow_c_array__/__arrow_c_stream__/__arrow_c_device_array__/__arrow_c_device_stream__; \
+             {} has none of them",
+            input.object().get_type().name()?
+        ))
+        .into());
     }
-    let (chunks, field) = chunks_of(obj, arrow_input(obj))?;
+    let (chunks, field) = input.chunks()?;
     let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
-    Ok(PyTensor::new(gil::run(obj.py(), true, bytes, || tensor_of(&field, &chunks, Device::Cpu))?))
+    let py = input.object().py();
+    Ok(PyTensor::new(gil::run(py, true, bytes, || tensor_of(&field, &chunks, Device::Cpu))?))
 }
-
-/// The Arrow PyCapsule interface's producers' methods.
-pub(crate) const ARROW_METHODS: [&str; 4] =
-    ["__arrow_c_array__", "__arrow_c_stream__", "__arrow_c_device_array__", "__arrow_c_device_stream__"];
-
-/// Whether `obj`'s type has one of `methods`.
-pub(crate) fn speaks(obj: &Bound<'_, PyAny>, methods: &[&str]) -> bool {
-    methods.iter().any(|m| obj.get_type().hasattr(m).unwrap_or(false))
-}
-
-/// An Arrow producer's data, through the PyCapsule interface (also the C Device data interface,
-/// for an object that offers only that: its CPU memory is read in place, no copy). The protocol
-/// methods are looked up
-/// on the type: an instance lookup of a missing method falls back to `__getattr__`, which costs a
-/// polars Series about 7 us (it searches its expression namespace) before we try the stream.
-pub(crate) fn arrow_input(obj: &Bound<'_, PyAny>) -> PyResult<AnyArray> {
-    let ty = obj.get_type();
-    if ty.hasattr(intern!(obj.py(), "__arrow_c_array__"))? {
-        Ok(imported(obj, "__arrow_c_array__", ARROW_ARRAY, import_array_on_host)?)
-    } else if ty.hasattr(intern!(obj.py(), "__arrow_c_stream__"))? {
-        Ok(stream(obj, "__arrow_c_stream__", ARROW_ARRAY_STREAM, DeviceStream::take_cpu)?)
-    } else if ty.hasattr(intern!(obj.py(), "__arrow_c_device_array__"))? {
-        Ok(imported(obj, "__arrow_c_device_array__", ARROW_DEVICE_ARRAY, import_on_host)?)
-    } else if ty.hasattr(intern!(obj.py(), "__arrow_c_device_stream__"))? {
-        Ok(stream(obj, "__arrow_c_device_stream__", ARROW_DEVICE_ARRAY_STREAM, DeviceStream::take)?)
-    } else {
-        // Buffers and other objects pyo3-arrow accepts without the protocol methods.
-        obj.extract()
-    }
-}
-
-/// The array of the `(arrow_schema, <name>)` pair of PyCapsules that `obj.<method>()` returns,
-/// imported by the core (`import`: the producer's struct checked, moved from once and read in
-/// place); ValueError naming what it returned when it is no such pair.
-fn imported<T>(obj: &Bound<'_, PyAny>, method: &str, name: &CStr, import: Import<T>) -> Result<AnyArray> {
-    let pair = obj.call_method0(method)?;
-    let (schema, array) = match pair.extract::<(Bound<'_, PyCapsule>, Bound<'_, PyCapsule>)>() {
-        Ok((s, a)) if s.is_valid_checked(Some(ARROW_SCHEMA)) && a.is_valid_checked(Some(name)) => (s, a),
-        _ => {
-            let (ty, got) = (obj.get_type().name()?, pair.get_type().name()?);
-            let pair = format!("(schema, array) pair of PyCapsules named \"arrow_schema\" and {name:?}");
-            return Err(Binding::Malformed(format!("{ty}.{method}() returned a {got}, not a {pair}")).into());
-        }
-    };
-    let (schema, array) = (schema.pointer_checked(Some(ARROW_SCHEMA))?, array.pointer_checked(Some(name))?);
-    // SAFETY: the capsules hold the producer's structs of these names, alive while they are; the
-    // array is moved out once (its capsule then releases nothing).
-    let (field, array) = unsafe { import(array.as_ptr().cast(), schema.as_ptr().cast()) }?;
-    Ok(AnyArray::Array(PyArray::try_new(array, field).map_err(Error::from)?))
-}
-
-/// The stream in the capsule `obj.<method>()` returns, taken by the core (`take`: moved from
-/// once; each array checked as it comes, and read in place).
-fn stream<T>(obj: &Bound<'_, PyAny>, method: &str, name: &CStr, take: Take<T>) -> Result<AnyArray> {
-    let capsule = obj.call_method0(method)?;
-    let ptr = capsule.cast::<PyCapsule>().map_err(PyErr::from)?.pointer_checked(Some(name))?;
-    // SAFETY: the capsule holds the producer's stream of this name, alive while it is; it is
-    // moved out once (its capsule then releases nothing).
-    let stream = unsafe { take(ptr.as_ptr().cast()) }?;
-    let field = stream.field();
-    Ok(AnyArray::Stream(PyArrayReader::new(Box::new(ArrayIterator::new(stream, field)))))
-}
-
-/// The core's take of a producer's stream struct, and its import of an array struct and schema.
-type Take<T> = unsafe fn(*mut T) -> dlframe::Result<DeviceStream>;
-type Import<T> = unsafe fn(*mut T, *const FFI_ArrowSchema) -> dlframe::Result<(FieldRef, ArrayRef)>;
 
 /// Whether a pyarrow array type holds numbers (a dtype of the table but bool), learnt once per
 /// type from its first instance: each of pyarrow's array classes but the extension arrays holds
@@ -273,52 +181,4 @@ fn pyarrow_numeric(obj: &Bound<'_, PyAny>) -> Option<Tensor> {
     let t = capsule::versioned_from_known(obj)?;
     // Arrow memory is immutable, whatever the producer's flags say.
     t.device().is_host_accessible().then(|| t.with_readonly(true))
-}
-
-/// A Polars LazyFrame (which has no Arrow interface of its own) collected on the streaming
-/// engine (copies, as Polars runs the query); None for any other object.
-fn collected_lazy<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let ty = obj.get_type();
-    if ty.name()? != "LazyFrame" || !ty.module()?.to_cow()?.starts_with("polars") {
-        return Ok(None);
-    }
-    let kwargs = [("engine", "streaming")].into_py_dict(obj.py())?;
-    obj.call_method("collect", (), Some(&kwargs)).map(Some)
-}
-
-/// Why an object's Arrow data could not be read: the wrong kind of object, or (for a producer
-/// that has the interface) what the producer or the import refused.
-pub(crate) fn input_error(obj: &Bound<'_, PyAny>, e: Error) -> Error {
-    let py = obj.py();
-    let name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-    if !speaks(obj, &ARROW_METHODS) {
-        return Binding::WrongType(format!(
-            "to_dlpack takes an object with __arrow_c_array__, __arrow_c_stream__ or their \
-             __arrow_c_device_*__ forms (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow) or \
-             a Polars LazyFrame, not {name}"
-        ))
-        .into();
-    }
-    if let Some(found) = unsupported_polars_column(obj) {
-        return found;
-    }
-    e.in_context(py, &format!("reading the Arrow data of a {name} failed"))
-}
-
-/// For a Polars frame or Series with a column that Polars cannot export through Arrow, the error
-/// naming it (`dlframe::dtype::spelling::polars_refusal`).
-fn unsupported_polars_column(obj: &Bound<'_, PyAny>) -> Option<Error> {
-    let ty = obj.get_type();
-    if !ty.module().ok()?.to_cow().ok()?.starts_with("polars") {
-        return None;
-    }
-    let schema: Vec<(String, Bound<'_, PyAny>)> = match obj.getattr("schema") {
-        Ok(s) => {
-            s.call_method0("items").ok()?.try_iter().ok()?.filter_map(|kv| kv.ok()?.extract().ok()).collect()
-        }
-        Err(_) => vec![(obj.getattr("name").ok()?.extract().ok()?, obj.getattr("dtype").ok()?)],
-    };
-    let refusal =
-        |(col, dtype): (String, Bound<'_, PyAny>)| polars_refusal(&col, &dtype.str().ok()?.to_cow().ok()?);
-    schema.into_iter().find_map(refusal).map(Into::into)
 }

@@ -18,6 +18,7 @@ use crate::capsule;
 use crate::error::{Binding, Error, Result};
 use crate::exchange;
 use crate::gil;
+use crate::input::Input;
 use crate::interface;
 use crate::ndarray;
 use crate::tensor::PyTensor;
@@ -192,7 +193,7 @@ fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
 /// Any tensor as a pyarrow array, zero-copy where the memory allows.
 ///
 /// Accepts objects with `__dlpack__`, raw DLPack capsules, `__array_interface__`,
-/// `__array_struct__` and the buffer protocol; when a producer's `__dlpack__` refuses with
+/// `__array_struct__`, the buffer protocol and Arrow data (told apart by [`Input`]); when a producer's `__dlpack__` refuses with
 /// BufferError (numpy's datetime64), its array interface is read instead. N-d tensors become
 /// `fixed_shape_tensor` arrays. The producer's memory stays alive as long as the Arrow buffers.
 /// Device tensors become host arrays only with `copy=True`; otherwise BufferError. `copy=False`
@@ -201,38 +202,43 @@ fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
 #[pyo3(signature = (x, *, copy=None, device=None))]
 pub fn from_dlpack<'py>(
     py: Python<'py>,
-    x: &Bound<'py, PyAny>,
+    x: Input<'py>,
     copy: Option<bool>,
     device: Option<HostDevice>,
 ) -> Result<Bound<'py, PyAny>> {
     // `HostDevice` has refused every device but the CPU.
     let _ = device;
-    // A plain numpy array goes to pyarrow's own DLPack import as it is: what dlframe's import
-    // of it would hand pyarrow, without making and exporting a tensor in between.
-    if copy != Some(true)
-        && ndarray::as_ndarray(x)?.is_some_and(ndarray::NdArray::is_plain_1d)
-        && let Some(shared) = pyarrow_from_dlpack(py, x)
-    {
-        return Ok(shared);
-    }
-    let (tensor, copy) = if let Ok(t) = x.cast::<PyTensor>() {
-        let t = &t.get().inner;
-        let (host, fresh) = gil::run_over(py, t, || transfer::on_host(t, copy))?;
-        // A transfer to the host is already a fresh copy: no second one.
-        (host, if fresh { None } else { copy })
-    } else if let Ok(cap) = x.cast::<PyCapsule>() {
-        (capsule::consume(cap)?.into_tensor(), copy)
-    } else if x.hasattr(intern!(x.py(), "__dlpack__"))? {
-        (import_ladder(x, copy, Keep::Host)?, copy)
-    } else if let Some(imported) = interface::import(x, CopyPolicy::from(copy))? {
-        (imported.tensor, copy)
-    } else {
-        return Err(Binding::NoProtocol(format!(
-            "from_dlpack needs __dlpack__, a DLPack capsule, __array_interface__, __array_struct__ or the \
-             buffer protocol; {} has none of them",
-            x.get_type().name()?
-        ))
-        .into());
+    let (tensor, copy) = match &x {
+        Input::Ours(t) => {
+            let t = &t.get().inner;
+            let (host, fresh) = gil::run_over(py, t, || transfer::on_host(t, copy))?;
+            // A transfer to the host is already a fresh copy: no second one.
+            (host, if fresh { None } else { copy })
+        }
+        Input::Capsule(cap) => (capsule::consume(cap)?.into_tensor(), copy),
+        Input::Dlpack(x) => {
+            // A plain numpy array goes to pyarrow's own DLPack import as it is: what dlframe's
+            // import of it would hand pyarrow, without making and exporting a tensor in between.
+            if copy != Some(true)
+                && ndarray::as_ndarray(x)?.is_some_and(ndarray::NdArray::is_plain_1d)
+                && let Some(shared) = pyarrow_from_dlpack(py, x)
+            {
+                return Ok(shared);
+            }
+            (import_ladder(x, copy, Keep::Host)?, copy)
+        }
+        Input::Interface(o, offer) => {
+            (interface::import_offered(o, offer, CopyPolicy::from(copy))?.tensor, copy)
+        }
+        Input::Other(o) => {
+            return Err(Binding::NoProtocol(format!(
+                "from_dlpack needs __dlpack__, a DLPack capsule, __array_interface__, __array_struct__, the \
+                 buffer protocol or Arrow data; {} has none of them",
+                o.get_type().name()?
+            ))
+            .into());
+        }
+        arrow => (crate::convert::arrow_tensor(arrow)?.inner, copy),
     };
     if !tensor.device().is_host_accessible() {
         return Err(Binding::Refused(format!(
@@ -261,21 +267,18 @@ pub fn from_dlpack<'py>(
 /// A CUDA tensor (torch, cupy, jax) stays on its device and re-exports zero-copy with dlframe's
 /// stream semantics. Other devices raise BufferError; without CUDA support, RuntimeError.
 #[pyfunction]
-pub fn tensor(x: &Bound<'_, PyAny>) -> Result<PyTensor> {
-    if let Ok(cap) = x.cast::<PyCapsule>() {
-        return Ok(PyTensor::new(from_capsule(cap)?));
-    }
-    // Arrow data on the host answers as `to_dlpack` does (a pyarrow array also has
-    // `__dlpack__`, which refuses nulls and booleans with pyarrow's own TypeError).
-    if crate::convert::speaks(x, &crate::convert::ARROW_METHODS[..2]) {
-        return crate::convert::arrow_tensor(x);
-    }
-    if x.hasattr(intern!(x.py(), "__dlpack__"))? {
-        return Ok(PyTensor::new(import_ladder(x, None, Keep::Device)?));
-    }
-    match interface::import(x, CopyPolicy::IfNeeded)? {
-        Some(imported) => Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj)),
-        None => crate::convert::arrow_tensor(x),
+pub fn tensor(x: Input<'_>) -> Result<PyTensor> {
+    match &x {
+        Input::Ours(t) => Ok(PyTensor::new(t.get().inner.clone())),
+        Input::Capsule(cap) => Ok(PyTensor::new(from_capsule(cap)?)),
+        Input::Dlpack(x) => Ok(PyTensor::new(import_ladder(x, None, Keep::Device)?)),
+        Input::Interface(o, offer) => {
+            let imported = interface::import_offered(o, offer, CopyPolicy::IfNeeded)?;
+            Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj))
+        }
+        // Arrow data on the host answers as `to_dlpack` does (a pyarrow array also has
+        // `__dlpack__`, which refuses nulls and booleans with pyarrow's own TypeError).
+        arrow => crate::convert::arrow_tensor(arrow),
     }
 }
 

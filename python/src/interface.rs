@@ -51,27 +51,48 @@ pub struct Imported {
     pub syclobj: Option<Py<PyAny>>,
 }
 
-/// Tries `__sycl_usm_array_interface__`, the array interface, `__array_struct__`, then the
-/// buffer protocol. `Ok(None)` when the object offers none of them. A datetime's unit becomes
-/// its Arrow type (`dlframe::interface::datetime`): days, hours and minutes through a copy,
-/// which `copy` may refuse.
-pub fn import(x: &Bound<'_, PyAny>, copy: CopyPolicy) -> Result<Option<Imported>> {
-    let plain = |tensor| Ok(Some(Imported { tensor, syclobj: None }));
+/// Which of the array interfaces an object offers (the first, in the order they are tried),
+/// with the attribute's value: read once, by [`offered`].
+pub enum Offered<'py> {
+    Sycl(Bound<'py, PyAny>),
+    Dict(Bound<'py, PyAny>),
+    Struct(Bound<'py, PyAny>),
+    Buffer,
+}
+
+/// `__sycl_usm_array_interface__`, the array interface, `__array_struct__`, or the buffer
+/// protocol: the first that `x` offers; None when it offers none of them.
+pub fn offered<'py>(x: &Bound<'py, PyAny>) -> Option<Offered<'py>> {
     let py = x.py();
     if let Ok(suai) = x.getattr(intern!(py, "__sycl_usm_array_interface__")) {
-        return from_sycl(x, &suai).map(Some);
+        return Some(Offered::Sycl(suai));
     }
     if let Ok(ai) = x.getattr(intern!(py, "__array_interface__")) {
-        return plain(from_interface_dict(x, &ai, copy)?);
+        return Some(Offered::Dict(ai));
     }
     if let Ok(cap) = x.getattr(intern!(py, "__array_struct__")) {
-        return plain(from_array_struct(x, &cap)?);
+        return Some(Offered::Struct(cap));
     }
     // SAFETY: CheckBuffer only inspects the type slots.
-    if unsafe { ffi::PyObject_CheckBuffer(x.as_ptr()) } == 1 {
-        return plain(from_buffer(x)?);
+    (unsafe { ffi::PyObject_CheckBuffer(x.as_ptr()) } == 1).then_some(Offered::Buffer)
+}
+
+/// Imports what [`offered`] found (without copying, but for a datetime's unit that Arrow
+/// lacks: days, hours and minutes become their Arrow type through a copy, which `copy` may
+/// refuse; `dlframe::interface::datetime`).
+pub fn import_offered(x: &Bound<'_, PyAny>, offer: &Offered<'_>, copy: CopyPolicy) -> Result<Imported> {
+    let plain = |tensor| Ok(Imported { tensor, syclobj: None });
+    match offer {
+        Offered::Sycl(suai) => from_sycl(x, suai),
+        Offered::Dict(ai) => plain(from_interface_dict(x, ai, copy)?),
+        Offered::Struct(cap) => plain(from_array_struct(x, cap)?),
+        Offered::Buffer => plain(from_buffer(x)?),
     }
-    Ok(None)
+}
+
+/// [`import_offered`] of what [`offered`] finds; `Ok(None)` when the object offers none.
+pub fn import(x: &Bound<'_, PyAny>, copy: CopyPolicy) -> Result<Option<Imported>> {
+    offered(x).map(|o| import_offered(x, &o, copy)).transpose()
 }
 
 /// Whether `x`'s `__array_interface__` describes numpy datetimes or timedeltas (typestr kind

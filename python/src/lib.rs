@@ -11,6 +11,7 @@ mod error;
 mod exchange;
 mod gil;
 mod importer;
+mod input;
 mod interface;
 mod ndarray;
 mod per_type;

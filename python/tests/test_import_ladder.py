@@ -118,3 +118,50 @@ def test_arrow_units_still_share_their_memory():
     col = dlframe.from_dlpack(x)
     assert col.type == pa.timestamp("us")
     assert col.buffers()[1].address == x.ctypes.data
+
+
+# ---------------------------------------------------------------------------------------------
+# One input: from_dlpack, tensor and to_dlpack tell an object apart in the same order
+
+
+def _inputs():
+    import array
+
+    pl = pytest.importorskip("polars", reason="polars is a test requirement")
+    values = [1.0, 2.0, 3.0]
+    ours = dlframe.tensor(np.array(values))
+    return {
+        "dlframe.Tensor": ours,
+        "capsule": lambda: np.array(values).__dlpack__(),
+        "numpy (__dlpack__)": np.array(values),
+        "array.array (the buffer protocol)": array.array("d", values),
+        "pyarrow array (Arrow before __dlpack__)": pa.array(values),
+        "polars Series (Arrow only)": pl.Series("v", values),
+        "polars LazyFrame": pl.DataFrame({"v": values}).lazy(),
+    }
+
+
+@pytest.mark.parametrize("name", list(_inputs()))
+def test_from_dlpack_and_tensor_take_the_same_inputs(name):
+    # Before the one input, from_dlpack took no Arrow producer without __dlpack__ (a polars
+    # Series or LazyFrame raised AttributeError) while tensor() took them: each had its own order.
+    x = _inputs()[name]
+    make = x if callable(x) and not hasattr(x, "__dlpack__") else (lambda: x)
+    # A frame is a table: one column of an (n, 1) matrix.
+    np.testing.assert_array_equal(np.ravel(dlframe.from_dlpack(make()).to_pylist()), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.tensor(make())).ravel(), [1.0, 2.0, 3.0])
+
+
+def test_a_pyarrow_array_with_nulls_is_arrow_data_on_every_route():
+    # pyarrow's own __dlpack__ refuses nulls with its TypeError, which from_dlpack raised; as
+    # Arrow data (which it is first), each route refuses the null in dlframe's words.
+    a = pa.array([1.0, None, 3.0])
+    for call in (dlframe.from_dlpack, dlframe.tensor, dlframe.to_dlpack):
+        with pytest.raises(BufferError, match="null"):
+            call(a)
+
+
+def test_an_object_with_no_offer_is_named_on_every_route():
+    for call in (dlframe.from_dlpack, dlframe.tensor, dlframe.to_dlpack):
+        with pytest.raises((AttributeError, TypeError), match="object"):
+            call(object())

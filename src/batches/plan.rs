@@ -131,6 +131,43 @@ impl Training {
         Training { even: Even::Keep, shuffle: None, splits: None }
     }
 
+    /// The order `dlframe.batches`' keywords ask for (`even=`, `shuffle=`, `seed=`,
+    /// `shuffle_buffer=`, `splits=`), checked.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a shuffle without a seed, a seed or buffer without a
+    /// shuffle, and what [`Training::check`] refuses.
+    pub fn new(
+        even: Even,
+        shuffle: bool,
+        seed: Option<u64>,
+        buffer: Option<u64>,
+        splits: Option<usize>,
+    ) -> Result<Self> {
+        let shuffle = match (shuffle, seed) {
+            (true, Some(seed)) => Some(Shuffle { seed, buffer }),
+            (true, None) => {
+                let why = "shuffle=True needs seed=, an int in [0, 2**64), the same on every rank, not None";
+                return Err(Error::InvalidArgument(why.into()));
+            }
+            (false, None) if buffer.is_none() => None,
+            (false, _) => {
+                let why = "seed= and shuffle_buffer= take effect with shuffle=True only";
+                return Err(Error::InvalidArgument(why.into()));
+            }
+        };
+        let training = Training { even, shuffle, splits };
+        training.check()?;
+        Ok(training)
+    }
+
+    /// These settings, with `splits` and the shuffle's `buffer` taken from a saved state where
+    /// the job left them out.
+    pub fn adopting(&self, splits: Option<usize>, buffer: Option<u64>) -> Training {
+        let shuffle = self.shuffle.map(|s| Shuffle { buffer: s.buffer.or(buffer), ..s });
+        Training { splits: self.splits.or(splits), shuffle, ..*self }
+    }
+
     /// Checks the numbers.
     ///
     /// # Errors
@@ -700,6 +737,21 @@ mod tests {
 
     fn options(batch_size: usize) -> BatchOptions {
         BatchOptions::new(batch_size).unwrap()
+    }
+
+    #[test]
+    fn the_keywords_of_an_order_are_checked_together_and_a_state_fills_only_what_was_left_out() {
+        let refused = |r: Result<Training>| r.unwrap_err().to_string();
+        assert!(refused(Training::new(Even::Keep, true, None, None, None)).contains("needs seed="));
+        assert!(refused(Training::new(Even::Keep, false, Some(1), None, None)).contains("shuffle=True only"));
+        assert!(refused(Training::new(Even::Keep, false, None, Some(8), None)).contains("shuffle=True only"));
+        assert!(refused(Training::new(Even::Keep, true, Some(1), Some(0), None)).contains("shuffle_buffer"));
+        assert!(refused(Training::new(Even::Keep, false, None, None, Some(0))).contains("splits"));
+        let t = Training::new(Even::Keep, true, Some(7), None, Some(4)).unwrap();
+        assert_eq!(t.shuffle, Some(Shuffle { seed: 7, buffer: None }));
+        let adopted = t.adopting(Some(2), Some(64));
+        assert_eq!((adopted.splits, adopted.shuffle.unwrap().buffer), (Some(4), Some(64)));
+        assert_eq!(Training::in_order().adopting(Some(2), Some(64)).shuffle, None);
     }
 
     fn plan(layout: &Layout, b: usize, training: Training, rank: usize, world: usize) -> TrainingPlan {

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::BatchOptions;
-use super::plan::{Layout, Rank, Shuffle, Training, TrainingPlan};
+use super::plan::{Layout, Rank, Training, TrainingPlan};
 use super::shuffle::{STREAM_VERSION, mix};
 use crate::error::{Error, Result};
 
@@ -257,9 +257,7 @@ impl State {
             }
             (k, s) => k.or(s.map(|s| s as usize)),
         };
-        let buffer = training.shuffle.and_then(|s| s.buffer).or(self.shuffle_buffer);
-        let adopted =
-            Training { splits, shuffle: training.shuffle.map(|s| Shuffle { buffer, ..s }), ..*training };
+        let adopted = training.adopting(splits, self.shuffle_buffer);
         let plan = TrainingPlan::new(layout, options, &adopted, rank, self.epoch)?;
         if self.shuffle_buffer != plan.shuffle_buffer() {
             return Err(mismatch(
@@ -342,7 +340,7 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Even;
+    use super::super::{Even, Shuffle};
     use super::*;
 
     fn options(b: usize) -> BatchOptions {

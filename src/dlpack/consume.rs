@@ -8,6 +8,43 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi::dlpack::DLDevice;
 
+/// What an object given to a call that takes data is taken as: the first of these that it
+/// offers, in [`Entry::ORDER`], the same for every such call (`from_dlpack`, `tensor`,
+/// `to_dlpack`, `batches`). Arrow data on the host comes before `__dlpack__` (a pyarrow array
+/// has both, and its `__dlpack__` refuses nulls and booleans); Arrow data offered only on a
+/// device comes after the tensor protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// dlframe's own tensor.
+    Ours,
+    /// A DLPack capsule.
+    Capsule,
+    /// `__arrow_c_array__` or `__arrow_c_stream__`.
+    ArrowHost,
+    /// `__dlpack__`, imported along the [`ImportRequest`]'s rungs.
+    Dlpack,
+    /// `__sycl_usm_array_interface__`, `__array_interface__`, `__array_struct__` or the buffer
+    /// protocol.
+    Interface,
+    /// `__arrow_c_device_array__` or `__arrow_c_device_stream__`.
+    ArrowDevice,
+    /// A lazy query (a Polars LazyFrame), collected first.
+    Lazy,
+}
+
+impl Entry {
+    /// The order in which an object's offers are looked for.
+    pub const ORDER: [Entry; 7] = [
+        Entry::Ours,
+        Entry::Capsule,
+        Entry::ArrowHost,
+        Entry::Dlpack,
+        Entry::Interface,
+        Entry::ArrowDevice,
+        Entry::Lazy,
+    ];
+}
+
 /// Where an imported tensor may stay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keep {

@@ -23,7 +23,7 @@ mod import;
 pub mod request;
 
 pub use allocate::{allocate_into, zeros_like};
-pub use consume::{DlpackCall, Failure, ImportRequest, Keep, Offer, Rung, Then};
+pub use consume::{DlpackCall, Entry, Failure, ImportRequest, Keep, Offer, Rung, Then};
 pub use export::{
     Exported, ExportedLegacy, ExportedVersioned, ManagedTensor, borrowed_view, export_legacy,
     export_versioned,
