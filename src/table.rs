@@ -54,6 +54,23 @@ pub enum TableTensors {
     Dict(Vec<(String, Converted)>),
 }
 
+impl TableTensors {
+    /// Each conversion finished for its caller ([`transfer::completed`]).
+    ///
+    /// # Errors
+    /// A device error.
+    pub fn completed(self, nulls: crate::options::NullPolicy) -> Result<Self> {
+        Ok(match self {
+            TableTensors::One(c) => TableTensors::One(transfer::completed(c, nulls)?),
+            TableTensors::Dict(cols) => TableTensors::Dict(
+                cols.into_iter()
+                    .map(|(n, c)| Ok((n, transfer::completed(c, nulls)?)))
+                    .collect::<Result<_>>()?,
+            ),
+        })
+    }
+}
+
 /// A table's fields and, per field, its chunks.
 pub type TableColumns = (Vec<FieldRef>, Vec<Vec<ArrayRef>>);
 
@@ -143,7 +160,8 @@ pub fn input_on(
     match split_struct(field, chunks)? {
         Some((fields, columns)) => table_on(&fields, &columns, layout, opts, device),
         None => transfer::column_on(field, chunks, opts, device).map(TableTensors::One),
-    }
+    }?
+    .completed(opts.nulls)
 }
 
 /// What `dlframe.tensor` makes of Arrow input (an Arrow device array or stream): [`input_on`]
@@ -203,6 +221,32 @@ mod tests {
         let a = s.as_struct().column(0).clone();
         let a_field = Arc::new(arrow_schema::Field::new("a", a.data_type().clone(), true));
         assert_eq!(shape(input_on(&a_field, &[a], Columns::Stack, &f32s, Device::Cpu).unwrap()), [3]);
+    }
+
+    #[test]
+    fn what_leaves_the_core_is_finished_a_mask_under_nulls_mask_for_every_tensor() {
+        // The binding hands the parts over as they are: it no longer completes the mask.
+        let (field, s) = table();
+        let mask = ExportOptions { nulls: crate::options::NullPolicy::Mask, ..ExportOptions::default() };
+        let masked =
+            |c: &Converted| c.mask.as_ref().map(|m| m.shape().to_vec()) == Some(c.values.shape().to_vec());
+        let chunks = std::slice::from_ref(&s);
+        let TableTensors::One(m) = input_on(&field, chunks, Columns::Stack, &mask, Device::Cpu).unwrap()
+        else {
+            panic!("stacked")
+        };
+        assert!(masked(&m));
+        let TableTensors::Dict(d) = input_on(&field, chunks, Columns::Dict, &mask, Device::Cpu).unwrap()
+        else {
+            panic!("a dict")
+        };
+        assert!(d.iter().all(|(_, c)| masked(c)));
+        let TableTensors::One(plain) =
+            input_on(&field, chunks, Columns::Stack, &ExportOptions::default(), Device::Cpu).unwrap()
+        else {
+            panic!("stacked")
+        };
+        assert!(plain.mask.is_none());
     }
 
     #[test]

@@ -169,20 +169,27 @@ pub fn all_valid_like(values: &Tensor) -> Result<Tensor> {
     move_to(&host.with_copied(true), values.device())
 }
 
-/// The tensors a conversion hands its caller, in order: the values; under
-/// [`NullPolicy::Mask`] the mask ([`all_valid_like`] when there were no nulls, which
-/// allocates); a ragged column's lengths or offsets. With a consumer's `stream` (a CUDA
-/// handle), that stream is made to wait for the work that made them.
+/// A conversion as its caller gets it: under [`NullPolicy::Mask`] a mask always
+/// ([`all_valid_like`] when there were no nulls, which allocates). The exits of a conversion
+/// (`table::input_on`, a batch's `Window::convert`) finish it so, once.
 ///
 /// # Errors
 /// A device error.
-pub fn handed_over(c: Converted, nulls: NullPolicy, stream: Option<usize>) -> Result<Vec<Tensor>> {
+pub fn completed(c: Converted, nulls: NullPolicy) -> Result<Converted> {
+    if nulls != NullPolicy::Mask || c.mask.is_some() {
+        return Ok(c);
+    }
+    Ok(Converted { mask: Some(all_valid_like(&c.values)?), ..c })
+}
+
+/// The tensors a finished conversion ([`completed`]) hands its caller, in order: the values,
+/// the mask, a ragged column's lengths or offsets. With a consumer's `stream` (a CUDA handle),
+/// that stream is made to wait for the work that made them.
+///
+/// # Errors
+/// A device error.
+pub fn handed_over(c: Converted, stream: Option<usize>) -> Result<Vec<Tensor>> {
     let Converted { values, mask, index } = c;
-    let mask = match (nulls, mask) {
-        (NullPolicy::Mask, None) => Some(all_valid_like(&values)?),
-        (NullPolicy::Mask, m) => m,
-        _ => None,
-    };
     let parts: Vec<Tensor> = std::iter::once(values).chain(mask).chain(index).collect();
     if let Some(h) = stream {
         for sync in parts.iter().filter_map(Tensor::sync) {
@@ -394,16 +401,15 @@ mod tests {
         let c =
             |mask: Option<Tensor>, index: Option<Tensor>| Converted { values: values.clone(), mask, index };
         let dtypes = |parts: Vec<Tensor>| parts.iter().map(|t| t.dtype()).collect::<Vec<_>>();
-        assert_eq!(dtypes(handed_over(c(None, None), NullPolicy::Error, None).unwrap()), [DType::Float32]);
+        let finished = |c, nulls| handed_over(completed(c, nulls).unwrap(), None).unwrap();
+        assert_eq!(dtypes(finished(c(None, None), NullPolicy::Error)), [DType::Float32]);
         // Under nulls="mask" a column without nulls gets an all-true mask of its shape.
-        let parts = handed_over(c(None, Some(index.clone())), NullPolicy::Mask, None).unwrap();
+        let parts = finished(c(None, Some(index.clone())), NullPolicy::Mask);
         assert_eq!(dtypes(parts.clone()), [DType::Float32, DType::Bool, DType::Int64]);
         assert_eq!((parts[1].shape(), parts[1].as_slice::<bool>().unwrap()), (&[3][..], &[true; 3][..]));
         let filled = NullPolicy::Fill(crate::options::Scalar::Float(0.0));
-        assert_eq!(
-            dtypes(handed_over(c(None, Some(index)), filled, Some(7)).unwrap()),
-            [DType::Float32, DType::Int64]
-        );
+        let c = completed(c(None, Some(index)), filled).unwrap();
+        assert_eq!(dtypes(handed_over(c, Some(7)).unwrap()), [DType::Float32, DType::Int64]);
     }
 
     #[test]

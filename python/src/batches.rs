@@ -16,7 +16,6 @@ use dlframe::Device;
 use dlframe::batches::pass::{Epoch, Setup};
 use dlframe::batches::stream::{Arrays, Source, Stream};
 use dlframe::batches::{BatchOptions, Even, Layout, Rank, State, Training, TrainingPlan};
-use dlframe::options::NullPolicy;
 
 use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
 use crate::convert::wrap_table;
@@ -228,7 +227,6 @@ impl PyPlan {
 #[pyclass(name = "BatchStream", module = "dlframe._native")]
 pub struct PyBatchStream {
     stream: Stream<Error>,
-    nulls: NullPolicy,
 }
 
 #[pymethods]
@@ -270,7 +268,7 @@ impl PyBatchStream {
         let stream = py
             .detach(|| Stream::start(&readers::READERS, source, setup, prefetch, panicked))
             .map_err(|e| dlframe::Error::InvalidArgument(format!("could not start the batch thread: {e}")))?;
-        Ok(PyBatchStream { stream, nulls: options.export.nulls })
+        Ok(PyBatchStream { stream })
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -282,7 +280,7 @@ impl PyBatchStream {
     fn __next__(&mut self, py: Python<'_>) -> Result<Option<Py<PyAny>>> {
         let stream = &mut self.stream;
         match py.detach(|| stream.next()) {
-            Some(Ok(t)) => wrap_table(py, t, self.nulls, None).map(Some),
+            Some(Ok(t)) => wrap_table(py, t, None).map(Some),
             end => {
                 self.finish(py);
                 end.transpose().map(|_| None)

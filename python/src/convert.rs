@@ -8,7 +8,7 @@ use pyo3_arrow::PyDataType;
 
 use dlframe::arrow::Converted;
 use dlframe::dlpack::request::consumer_stream_on;
-use dlframe::options::{ExportOptions, NullPolicy};
+use dlframe::options::ExportOptions;
 use dlframe::table::{TableTensors, input_on, tensor_of};
 use dlframe::{DType, Device, Tensor, transfer};
 
@@ -20,19 +20,13 @@ use crate::input::{Form, Input};
 use crate::per_type::PerType;
 use crate::tensor::PyTensor;
 
-/// The Python result of a conversion (`dlframe::transfer::handed_over`): the values, or
-/// `(values, mask)` under `nulls="mask"`; a ragged column adds its lengths or offsets last:
+/// The Python result of a finished conversion (`dlframe::transfer::handed_over`): the values,
+/// or `(values, mask)` under `nulls="mask"`; a ragged column adds its lengths or offsets last:
 /// `(values, index)` or `(values, mask, index)`. With a consumer `stream` (device results
 /// only), that stream is made to wait for the work that made them.
-pub(crate) fn wrap(
-    py: Python<'_>,
-    c: Converted,
-    nulls: NullPolicy,
-    stream: Option<usize>,
-) -> Result<Py<PyAny>> {
-    // Nothing to allocate or wait for without a mask or a stream: the GIL stays held.
-    let plain = nulls != NullPolicy::Mask && stream.is_none();
-    let mut parts = gil::run(py, plain, 0, || transfer::handed_over(c, nulls, stream))?;
+pub(crate) fn wrap(py: Python<'_>, c: Converted, stream: Option<usize>) -> Result<Py<PyAny>> {
+    // Nothing to wait for without a stream: the GIL stays held.
+    let mut parts = gil::run(py, stream.is_none(), 0, || transfer::handed_over(c, stream))?;
     if parts.len() == 1 {
         return Ok(Py::new(py, PyTensor::new(parts.remove(0)))?.into_any());
     }
@@ -41,18 +35,13 @@ pub(crate) fn wrap(
 }
 
 /// A table's tensors for Python: [`wrap`] of the one tensor, or a dict of them by name.
-pub(crate) fn wrap_table(
-    py: Python<'_>,
-    t: TableTensors,
-    nulls: NullPolicy,
-    stream: Option<usize>,
-) -> Result<Py<PyAny>> {
+pub(crate) fn wrap_table(py: Python<'_>, t: TableTensors, stream: Option<usize>) -> Result<Py<PyAny>> {
     match t {
-        TableTensors::One(c) => wrap(py, c, nulls, stream),
+        TableTensors::One(c) => wrap(py, c, stream),
         TableTensors::Dict(cols) => {
             let out = PyDict::new(py);
             for (name, c) in cols {
-                out.set_item(name, wrap(py, c, nulls, stream)?)?;
+                out.set_item(name, wrap(py, c, stream)?)?;
             }
             Ok(out.into_any().unbind())
         }
@@ -125,12 +114,11 @@ pub fn to_dlpack<'py>(
     {
         return Ok(Py::new(py, PyTensor::new(t))?.into_any());
     }
-    let nulls = opts.nulls;
     let (chunks, field) = obj.chunks()?;
     let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
     let cpu = target == Device::Cpu;
     let t = gil::run(py, cpu, bytes, || input_on(&field, &chunks, columns.0, &opts, target))?;
-    wrap_table(py, t, nulls, stream)
+    wrap_table(py, t, stream)
 }
 
 /// `dlframe.tensor` of an object with no tensor protocol: `dlframe::table::tensor_of` of its

@@ -567,7 +567,8 @@ impl Window {
     /// # Errors
     /// The conversion's errors (nulls under the error policy, values that do not fit a cast).
     pub fn convert(&self) -> Result<TableTensors> {
-        self.converted().map_err(|e| e.at_rows(|row| (self.source_row(row), Rows::Source)))
+        let converted = self.converted().map_err(|e| e.at_rows(|row| (self.source_row(row), Rows::Source)));
+        converted?.completed(self.options.export.nulls)
     }
 
     /// The source's row of the batch's row `row`.
