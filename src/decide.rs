@@ -46,6 +46,9 @@ pub enum Cause {
     /// A list view column, whose rows are laid end to end.
     #[error("the rows of list view column '{column}' are laid end to end in a new buffer")]
     ListView { column: String },
+    /// Values decoded from a file into a new tensor.
+    #[error("values read from a Parquet file are decoded into a new tensor")]
+    Decoded,
     /// The rows of a ragged list column padded to one length.
     #[error("padding the ragged rows of column '{column}' makes a new tensor")]
     RaggedPad { column: String },

@@ -282,6 +282,15 @@ pub enum Error {
     /// array, a negative length, missing buffers).
     #[error("invalid Arrow device array: {0}")]
     InvalidDeviceArray(String),
+    /// A file that is not Parquet as its footer or pages say (truncated, sizes or offsets that
+    /// lie, values past a dictionary): the file is named.
+    #[error("{file}: not a readable Parquet file: {why}")]
+    InvalidParquet {
+        /// The file's path.
+        file: String,
+        /// What is malformed, and where.
+        why: String,
+    },
     /// Memory offered in a form that cannot be taken as it is (a description that reaches
     /// outside its buffer, memory the host cannot read). The message names the remedy.
     #[error("{0}")]
@@ -384,6 +393,7 @@ impl Error {
             | Error::ValueOutOfRange { .. }
             | Error::InexactCast { .. }
             | Error::InvalidArgument(_)
+            | Error::InvalidParquet { .. }
             | Error::StateMismatch { .. }
             | Error::InvalidStream { .. } => ErrorKind::Value,
             Error::Arrow(_) | Error::Cuda(_) => ErrorKind::Runtime,

@@ -290,3 +290,30 @@ pub fn tensor_metadata(input: &[u8]) {
         let _ = contiguous_copy(&c.values).expect("an accepted tensor can be copied");
     }
 }
+
+/// A Parquet file from fuzz bytes that start with `PAR1`, read whole by [`ParquetFile::read`]
+/// (the direct path where it applies, arrow-rs's reader otherwise); for other bytes, a run of
+/// the RLE / bit-packed hybrid encoding that the direct path decodes (the first byte its width,
+/// 64 values). A malformed file must be an error, never a panic or a read past the bytes.
+///
+/// [`ParquetFile::read`]: crate::parquet::ParquetFile::read
+#[cfg(feature = "parquet")]
+pub fn parquet_file(input: &[u8]) {
+    use crate::options::{NullPolicy, Scalar};
+    use crate::parquet::{ParquetFile, hybrid};
+    if !input.starts_with(b"PAR1") {
+        let (width, data) = input.split_first().map_or((0, &[][..]), |(w, d)| (*w % 40, d));
+        let mut out = [0u32; 64];
+        if let Ok(read) = hybrid::decode(data, width, &mut out) {
+            assert!(read <= data.len(), "read {read} of {} bytes", data.len());
+        }
+        return;
+    }
+    let bytes = bytes::Bytes::copy_from_slice(input);
+    let Ok(file) = ParquetFile::from_bytes("fuzz.parquet".into(), bytes) else { return };
+    let units: Vec<usize> = (0..file.units().len()).collect();
+    let opts = ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(0)), ..ExportOptions::default() };
+    if let Ok(m) = file.read(&units, &opts) {
+        assert_eq!(m.values.shape()[0] as u64, file.units().iter().sum::<u64>());
+    }
+}

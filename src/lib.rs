@@ -61,6 +61,8 @@ pub mod fuzz;
 pub mod interface;
 pub mod kernels;
 pub mod options;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 #[cfg(feature = "polars")]
 #[cfg_attr(docsrs, doc(cfg(feature = "polars")))]
 pub mod polars;

@@ -8,8 +8,16 @@ use dlframe::fuzz::{Outcome, dlpack_import, dlpack_import_outcome, tensor_metada
 
 type Harness = fn(&[u8]);
 
+#[cfg(not(feature = "parquet"))]
 const TARGETS: [(&str, Harness); 3] =
     [("dlpack_import", dlpack_import), ("typestr", typestr), ("tensor_metadata", tensor_metadata)];
+#[cfg(feature = "parquet")]
+const TARGETS: [(&str, Harness); 4] = [
+    ("dlpack_import", dlpack_import),
+    ("typestr", typestr),
+    ("tensor_metadata", tensor_metadata),
+    ("parquet_file", dlframe::fuzz::parquet_file),
+];
 
 fn files(dir: &Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };

@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["polars", "cuda"],
     &["transfer"],
     &["dlpack", "table"],
-    &["batches"],
+    &["batches", "parquet"],
 ];
 
 /// The crate root's re-exports, by the module they come from.

@@ -1,0 +1,286 @@
+//! Parquet files read straight into a matrix (issue 56's reader, its first part): the footer is
+//! read once, then only the row groups asked for. For flat columns of one fixed-width type
+//! stored PLAIN or dictionary-encoded, uncompressed or in snappy, zstd or lz4, each page's values
+//! are written into their rows and column of the `(rows, columns)` matrix in one pass after the
+//! codec's, the null fill in the same pass, one row group per thread ([`Route::Direct`]).
+//! Anything else goes through arrow-rs's reader and the table conversion ([`Route::Arrow`],
+//! which says why). A local file is memory-mapped: an uncompressed page is read in place.
+//!
+//! A malformed file (a truncated footer, page sizes or offsets that lie, indices past a
+//! dictionary) is an [`Error::InvalidParquet`] naming the file, never a read past the data.
+
+pub mod hybrid;
+pub mod pages;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::ArrayRef;
+use arrow_schema::{DataType, FieldRef};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::{Compression, Encoding, Type as Physical};
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::serialized_reader::SerializedPageReader;
+use rayon::prelude::*;
+
+use crate::arrow::Converted;
+use crate::decide::{Cause, decide};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kernels::{Element, HostBuffer, fill_value};
+use crate::options::{ExportOptions, NullPolicy, Order};
+use crate::table::{Columns, TableTensors, table_on};
+use crate::tensor::Tensor;
+
+use pages::{Column, OnNull, Plain};
+
+/// How a read is carried out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Pages written straight into the matrix.
+    Direct,
+    /// arrow-rs's reader, then the table conversion; the reason the direct path does not apply.
+    Arrow(String),
+}
+
+/// A Parquet file, its footer read and checked.
+pub struct ParquetFile {
+    name: String,
+    data: Bytes,
+    meta: Arc<ParquetMetaData>,
+    fields: Vec<FieldRef>,
+}
+
+impl ParquetFile {
+    /// Opens `path`: memory-mapped, its footer read (no data page is read).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParquet`] naming the file: not readable, or not Parquet (a truncated
+    /// footer, metadata that does not parse or whose schema Arrow cannot take).
+    pub fn open(path: &Path) -> Result<ParquetFile> {
+        let name = path.display().to_string();
+        let bad = |why: String| Error::InvalidParquet { file: name.clone(), why };
+        let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+        let len = file.metadata().map_err(|e| bad(e.to_string()))?.len();
+        if len < 12 {
+            return Err(bad(format!("{len} bytes, fewer than a Parquet file's magic and footer")));
+        }
+        // SAFETY: the map is read-only and private; a file changed by another process while it
+        // is mapped is outside what this reader (or any reader of the file) can guard against, as
+        // arrow-rs's and pyarrow's memory-mapped reads say too.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| bad(e.to_string()))?;
+        Self::from_bytes(name, Bytes::from_owner(map))
+    }
+
+    /// A Parquet file already in memory, named `name` in errors.
+    ///
+    /// # Errors
+    /// As [`ParquetFile::open`].
+    pub fn from_bytes(name: String, data: Bytes) -> Result<ParquetFile> {
+        let bad = |why: String| Error::InvalidParquet { file: name.clone(), why };
+        let meta = ParquetMetaDataReader::new().parse_and_finish(&data).map_err(|e| bad(e.to_string()))?;
+        let schema = parquet::arrow::parquet_to_arrow_schema(
+            meta.file_metadata().schema_descr(),
+            meta.file_metadata().key_value_metadata(),
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        for rg in meta.row_groups() {
+            for c in rg.columns() {
+                let (start, len) = c.byte_range();
+                if start.checked_add(len).is_none_or(|end| end > data.len() as u64) {
+                    return Err(bad(format!(
+                        "column chunk '{}' claims bytes {start}..+{len} of {}",
+                        c.column_path(),
+                        data.len()
+                    )));
+                }
+            }
+        }
+        let fields = schema.fields().iter().cloned().collect();
+        Ok(ParquetFile { name, data, meta: Arc::new(meta), fields })
+    }
+
+    /// The rows of each row group: the units a plan assigns.
+    pub fn units(&self) -> Vec<u64> {
+        self.meta.row_groups().iter().map(|rg| rg.num_rows().max(0) as u64).collect()
+    }
+
+    /// The columns, as Arrow fields.
+    pub fn fields(&self) -> &[FieldRef] {
+        &self.fields
+    }
+
+    /// How [`ParquetFile::read`] would read `units` with `opts`.
+    pub fn route(&self, units: &[usize], opts: &ExportOptions) -> Route {
+        match self.direct_dtype(units, opts) {
+            Ok(_) => Route::Direct,
+            Err(why) => Route::Arrow(why),
+        }
+    }
+
+    /// The rows of `units` (row groups, in this order) as one `(rows, columns)` matrix, as
+    /// `to_dlpack` makes a table of them (a copy: values are decoded from the file).
+    ///
+    /// # Errors
+    /// [`Error::InvalidParquet`] for a malformed file or a unit it lacks; the conversion's
+    /// errors (nulls under `nulls="error"`, a fill that does not fit); under `copy=False` the
+    /// refusal of a copy.
+    pub fn read(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
+        decide(opts.copy, Some(Cause::Decoded))?;
+        if let Some(&u) = units.iter().find(|&&u| u >= self.meta.num_row_groups()) {
+            return Err(self.bad(format!("no row group {u} (the file has {})", self.meta.num_row_groups())));
+        }
+        match self.direct_dtype(units, opts) {
+            Ok(DType::Float32) => self.direct::<f32>(units, opts),
+            Ok(DType::Float64) => self.direct::<f64>(units, opts),
+            Ok(DType::Int32) => self.direct::<i32>(units, opts),
+            Ok(DType::Int64) => self.direct::<i64>(units, opts),
+            _ => self.through_arrow(units, opts),
+        }
+    }
+
+    fn bad(&self, why: String) -> Error {
+        Error::InvalidParquet { file: self.name.clone(), why }
+    }
+
+    /// The one dtype of the direct path's matrix, or why it does not apply.
+    fn direct_dtype(&self, units: &[usize], opts: &ExportOptions) -> std::result::Result<DType, String> {
+        let schema = self.meta.file_metadata().schema_descr();
+        if self.fields.is_empty() || schema.num_columns() != self.fields.len() {
+            return Err("nested or no columns".into());
+        }
+        if !matches!(opts.nulls, NullPolicy::Error | NullPolicy::Fill(_) | NullPolicy::Nan) {
+            return Err(format!("nulls={:?}", opts.nulls));
+        }
+        if opts.order != Order::C {
+            return Err("order='F'".into());
+        }
+        let mut dtype = None;
+        for (i, f) in self.fields.iter().enumerate() {
+            let d = match (f.data_type(), schema.column(i).physical_type()) {
+                (DataType::Int32, Physical::INT32) => DType::Int32,
+                (DataType::Int64, Physical::INT64) => DType::Int64,
+                (DataType::Float32, Physical::FLOAT) => DType::Float32,
+                (DataType::Float64, Physical::DOUBLE) => DType::Float64,
+                (t, _) => return Err(format!("column '{}' is {t}", f.name())),
+            };
+            if schema.column(i).max_def_level() > 1 || schema.column(i).max_rep_level() > 0 {
+                return Err(format!("column '{}' is nested", f.name()));
+            }
+            if *dtype.get_or_insert(d) != d {
+                return Err("columns of different types".into());
+            }
+        }
+        let dtype = dtype.expect("a column");
+        if opts.dtype.is_some_and(|d| d != dtype) {
+            return Err(format!("a cast from {dtype}"));
+        }
+        if matches!(opts.nulls, NullPolicy::Nan) && !matches!(dtype, DType::Float32 | DType::Float64) {
+            return Err(format!("nulls='nan' into {dtype}"));
+        }
+        for &u in units {
+            for c in self.meta.row_groups().get(u).map_or(&[][..], |rg| rg.columns()) {
+                if !matches!(
+                    c.compression(),
+                    Compression::UNCOMPRESSED
+                        | Compression::SNAPPY
+                        | Compression::ZSTD(_)
+                        | Compression::LZ4_RAW
+                ) {
+                    return Err(format!("column chunk '{}' is {}", c.column_path(), c.compression()));
+                }
+                let plain =
+                    [Encoding::PLAIN, Encoding::PLAIN_DICTIONARY, Encoding::RLE_DICTIONARY, Encoding::RLE];
+                if let Some(e) = c.encodings().find(|e| !plain.contains(e)) {
+                    return Err(format!("column chunk '{}' is encoded {e}", c.column_path()));
+                }
+            }
+        }
+        Ok(dtype)
+    }
+
+    /// The direct path: each unit's block of rows decoded on its own thread, every column of
+    /// it written into its place.
+    fn direct<T: Plain + Element>(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
+        let k = self.fields.len();
+        let rows: Vec<usize> =
+            units.iter().map(|&u| self.meta.row_group(u).num_rows().max(0) as usize).collect();
+        let total: usize = rows.iter().sum();
+        let on_null = match opts.nulls {
+            NullPolicy::Error => OnNull::Refuse,
+            p => OnNull::Fill(fill_value::<T>(p.fill())?),
+        };
+        // Every cell is written before the matrix is handed out (a chunk short of its rows is
+        // an error), so a recycled buffer will do; a row count that no memory holds is refused.
+        let cells = total.checked_mul(k).filter(|c| c.checked_mul(T::SIZE).is_some());
+        let cells = cells.ok_or_else(|| self.bad(format!("{total} rows of {k} columns")))?;
+        let mut buf = HostBuffer::for_overwrite(cells * T::SIZE)?;
+        let mut blocks = Vec::with_capacity(units.len());
+        let mut rest = buf.typed_mut::<T>();
+        for &n in &rows {
+            let (block, after) = rest.split_at_mut(n * k);
+            blocks.push(block);
+            rest = after;
+        }
+        let work = blocks.into_par_iter().zip(units.par_iter().zip(&rows));
+        let nulls = crate::kernels::install(|| {
+            work.map(|(block, (&u, &n))| self.unit_into(u, n, block, on_null)).collect::<Result<Vec<_>>>()
+        })?;
+        for (j, f) in self.fields.iter().enumerate() {
+            let null_count: usize = nulls.iter().map(|per| per[j]).sum();
+            if null_count > 0 && matches!(on_null, OnNull::Refuse) {
+                return Err(Error::Nulls { column: f.name().clone(), null_count });
+            }
+        }
+        let shape = vec![total as i64, k as i64];
+        let values = Tensor::from_buffer(buf.into_buffer(), 0, shape, None, T::DTYPE)?.with_copied(true);
+        Ok(Converted { values, mask: None, index: None })
+    }
+
+    /// Row group `u` (`n` rows) into `block`, column by column; the nulls of each column.
+    fn unit_into<T: Plain>(
+        &self,
+        u: usize,
+        n: usize,
+        block: &mut [T],
+        on_null: OnNull<T>,
+    ) -> Result<Vec<usize>> {
+        let rg = self.meta.row_group(u);
+        let k = self.fields.len();
+        let mut nulls = Vec::with_capacity(k);
+        for (j, chunk) in rg.columns().iter().enumerate() {
+            let name = || format!("row group {u}, column '{}'", self.fields[j].name());
+            let mut pages = SerializedPageReader::new(Arc::new(self.data.clone()), chunk, n, None)
+                .map_err(|e| self.bad(format!("{}: {e}", name())))?;
+            let max_def = chunk.column_descr().max_def_level();
+            let out = Column { rows: block, stride: k, col: j };
+            let met = pages::decode_chunk(&mut pages, max_def, n, out, on_null)
+                .map_err(|why| self.bad(format!("{}: {why}", name())))?;
+            nulls.push(met);
+        }
+        Ok(nulls)
+    }
+
+    /// arrow-rs's reader over `units`, then the table conversion of its columns.
+    fn through_arrow(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(self.data.clone())
+            .and_then(|b| b.with_row_groups(units.to_vec()).build())
+            .map_err(|e| self.bad(e.to_string()))?;
+        let mut columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); self.fields.len()];
+        for batch in reader {
+            let batch = batch.map_err(|e| self.bad(e.to_string()))?;
+            for (col, array) in columns.iter_mut().zip(batch.columns()) {
+                col.push(array.clone());
+            }
+        }
+        match table_on(&self.fields, &columns, Columns::Stack, opts, Device::Cpu)? {
+            TableTensors::One(c) => crate::transfer::completed(c, opts.nulls),
+            TableTensors::Dict(_) => unreachable!("Columns::Stack gives one tensor"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

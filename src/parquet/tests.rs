@@ -1,0 +1,271 @@
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Float32Array, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray};
+use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::{WriterProperties, WriterVersion};
+
+use super::*;
+use crate::options::{CopyPolicy, Scalar};
+
+/// A file of `batch` written with `props` (row groups of `group` rows, pages of 37 rows, so that
+/// a row group holds several pages and the last of each is short).
+fn written(batch: &RecordBatch, props: WriterProperties) -> ParquetFile {
+    let mut out = Vec::new();
+    let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+    ParquetFile::from_bytes("t.parquet".into(), Bytes::from(out)).unwrap()
+}
+
+fn props(codec: Compression, dictionary: bool, version: WriterVersion, group: usize) -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(codec)
+        .set_dictionary_enabled(dictionary)
+        .set_writer_version(version)
+        .set_max_row_group_row_count(Some(group))
+        .set_data_page_row_count_limit(37)
+        .set_write_batch_size(37)
+        .build()
+}
+
+/// 1,000 rows of three float32 columns; the second with a null every 7th row, the third with
+/// few distinct values (a dictionary that holds).
+fn floats() -> RecordBatch {
+    let n = 1000;
+    let a = Float32Array::from_iter_values((0..n).map(|i| i as f32 * 0.5));
+    let b = Float32Array::from_iter((0..n).map(|i| (i % 7 != 3).then(|| -(i as f32))));
+    let c = Float32Array::from_iter_values((0..n).map(|i| (i % 5) as f32));
+    RecordBatch::try_from_iter([
+        ("a", Arc::new(a) as ArrayRef),
+        ("b", Arc::new(b) as ArrayRef),
+        ("c", Arc::new(c) as ArrayRef),
+    ])
+    .unwrap()
+}
+
+fn filled(v: f64) -> ExportOptions {
+    ExportOptions { nulls: NullPolicy::Fill(Scalar::Float(v)), ..ExportOptions::default() }
+}
+
+fn bits(c: &Converted) -> (Vec<i64>, Vec<u8>) {
+    let t = &c.values;
+    (t.shape().to_vec(), t.as_bytes().unwrap().to_vec())
+}
+
+#[test]
+fn every_codec_encoding_and_page_version_reads_as_arrow_rs_reads_it() {
+    let batch = floats();
+    let codecs = [
+        Compression::UNCOMPRESSED,
+        Compression::SNAPPY,
+        Compression::ZSTD(ZstdLevel::default()),
+        Compression::LZ4_RAW,
+    ];
+    let mut cases = 0;
+    for codec in codecs {
+        for dictionary in [false, true] {
+            for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
+                // Row groups of uneven size: 300, 300, 300, 100.
+                let f = written(&batch, props(codec, dictionary, version, 300));
+                assert_eq!(f.units(), [300, 300, 300, 100]);
+                let all: Vec<usize> = (0..4).collect();
+                for opts in
+                    [filled(-1.0), ExportOptions { nulls: NullPolicy::Nan, ..ExportOptions::default() }]
+                {
+                    assert_eq!(f.route(&all, &opts), Route::Direct, "{codec} {dictionary} {version:?}");
+                    let direct = f.read(&all, &opts).unwrap();
+                    let reference = f.through_arrow(&all, &opts).unwrap();
+                    assert_eq!(
+                        bits(&direct),
+                        bits(&reference),
+                        "{codec} dictionary={dictionary} {version:?}"
+                    );
+                    cases += 1;
+                }
+                // A subset, out of order: the rows of units 3 then 1.
+                let some = f.read(&[3, 1], &filled(0.0)).unwrap();
+                assert_eq!(bits(&some), bits(&f.through_arrow(&[3, 1], &filled(0.0)).unwrap()));
+                assert_eq!(some.values.shape(), [400, 3]);
+            }
+        }
+    }
+    assert_eq!(cases, 32);
+    // The values themselves: row 11 of unit 0 is (5.5, -11.0, 1.0); row 3 of b is null.
+    let f = written(&batch, props(Compression::SNAPPY, true, WriterVersion::PARQUET_1_0, 300));
+    let m = f.read(&[0], &filled(9.0)).unwrap();
+    let v = m.values.as_slice::<f32>().unwrap();
+    assert_eq!(&v[33..36], &[5.5, -11.0, 1.0]);
+    assert_eq!(v[3 * 3 + 1], 9.0);
+    assert!(m.values.copied());
+}
+
+#[test]
+fn every_fixed_width_type_reads_directly_and_mixed_types_or_casts_go_through_arrow() {
+    let n = 100;
+    let cols: [(ArrayRef, DType); 4] = [
+        (Arc::new(Int32Array::from_iter_values(0..n)), DType::Int32),
+        (Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i << 40))), DType::Int64),
+        (Arc::new(Float32Array::from_iter_values((0..n).map(|i| i as f32 / 3.0))), DType::Float32),
+        (Arc::new(Float64Array::from_iter_values((0..n).map(|i| i as f64 / 7.0))), DType::Float64),
+    ];
+    for (array, dtype) in &cols {
+        let batch = RecordBatch::try_from_iter([("x", array.clone()), ("y", array.clone())]).unwrap();
+        let f = written(
+            &batch,
+            props(Compression::ZSTD(ZstdLevel::default()), false, WriterVersion::PARQUET_1_0, 64),
+        );
+        let opts = ExportOptions::default();
+        assert_eq!(f.route(&[0, 1], &opts), Route::Direct);
+        // Format 2 writes integers DELTA_BINARY_PACKED, which arrow-rs's reader decodes.
+        let v2 = written(
+            &batch,
+            props(Compression::ZSTD(ZstdLevel::default()), false, WriterVersion::PARQUET_2_0, 64),
+        );
+        let delta = matches!(*dtype, DType::Int32 | DType::Int64);
+        assert_eq!(
+            matches!(v2.route(&[0, 1], &opts), Route::Arrow(why) if why.contains("DELTA_BINARY_PACKED")),
+            delta
+        );
+        assert_eq!(bits(&v2.read(&[0, 1], &opts).unwrap()), bits(&f.read(&[0, 1], &opts).unwrap()));
+        let m = f.read(&[0, 1], &opts).unwrap();
+        assert_eq!(m.values.dtype(), *dtype);
+        assert_eq!(bits(&m), bits(&f.through_arrow(&[0, 1], &opts).unwrap()));
+        // A cast is the table conversion's (checked there).
+        let cast = ExportOptions { dtype: Some(DType::Float64), ..ExportOptions::default() };
+        if *dtype != DType::Float64 {
+            assert!(matches!(f.route(&[0], &cast), Route::Arrow(why) if why.contains("cast")));
+        }
+    }
+    let mixed = RecordBatch::try_from_iter([("i", cols[0].0.clone()), ("f", cols[2].0.clone())]).unwrap();
+    let f = written(&mixed, props(Compression::UNCOMPRESSED, false, WriterVersion::PARQUET_1_0, 64));
+    let opts = ExportOptions { dtype: Some(DType::Float32), ..ExportOptions::default() };
+    assert!(matches!(f.route(&[0], &opts), Route::Arrow(why) if why.contains("different types")));
+    assert_eq!(f.read(&[0, 1], &opts).unwrap().values.shape(), [100, 2]);
+}
+
+#[test]
+fn nulls_are_refused_by_name_or_masked_through_arrow_and_copy_false_is_refused() {
+    let f = written(&floats(), props(Compression::SNAPPY, false, WriterVersion::PARQUET_1_0, 500));
+    let e = f.read(&[0, 1], &ExportOptions::default()).unwrap_err();
+    assert!(matches!(&e, Error::Nulls { column, null_count: 143 } if column == "b"), "{e}");
+    let mask = ExportOptions { nulls: NullPolicy::Mask, ..ExportOptions::default() };
+    assert!(matches!(f.route(&[0], &mask), Route::Arrow(_)));
+    let masked = f.read(&[0], &mask).unwrap();
+    assert_eq!(masked.mask.unwrap().shape(), [500, 3]);
+    let never = ExportOptions { copy: CopyPolicy::Never, ..filled(0.0) };
+    assert!(matches!(f.read(&[0], &never), Err(Error::CopyRequired { .. })));
+    // A fill that an integer column cannot hold is refused as the conversion refuses it.
+    let ints =
+        RecordBatch::try_from_iter([("i", Arc::new(Int32Array::from(vec![Some(1), None])) as ArrayRef)])
+            .unwrap();
+    let f = written(&ints, props(Compression::UNCOMPRESSED, false, WriterVersion::PARQUET_1_0, 10));
+    assert!(matches!(f.read(&[0], &filled(0.5)), Err(Error::ValueOutOfRange { .. })));
+    assert_eq!(f.read(&[0], &filled(7.0)).unwrap().values.as_slice::<i32>().unwrap(), [1, 7]);
+}
+
+#[test]
+fn a_string_column_goes_through_arrow_and_says_why() {
+    let batch = RecordBatch::try_from_iter([
+        ("x", Arc::new(Float32Array::from(vec![1.0, 2.0])) as ArrayRef),
+        ("s", Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef),
+    ])
+    .unwrap();
+    let f = written(&batch, props(Compression::UNCOMPRESSED, false, WriterVersion::PARQUET_1_0, 10));
+    assert!(
+        matches!(f.route(&[0], &ExportOptions::default()), Route::Arrow(why) if why.contains("'s' is Utf8"))
+    );
+    // The table conversion then refuses the string column, naming it.
+    assert!(f.read(&[0], &ExportOptions::default()).unwrap_err().to_string().contains('s'));
+}
+
+#[test]
+fn hostile_files_are_errors_that_name_the_file_never_a_crash() {
+    for codec in [Compression::UNCOMPRESSED, Compression::SNAPPY] {
+        hostile(codec);
+    }
+}
+
+fn hostile(codec: Compression) {
+    let batch = floats();
+    let mut good = Vec::new();
+    let mut w = ArrowWriter::try_new(
+        &mut good,
+        batch.schema(),
+        Some(props(codec, true, WriterVersion::PARQUET_1_0, 300)),
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let named = |e: Error| {
+        assert!(e.to_string().starts_with("t.parquet: not a readable Parquet file"), "{e}");
+    };
+    // Truncated: no footer, or a footer cut.
+    for cut in [0, 4, 11, good.len() / 2, good.len() - 1] {
+        named(ParquetFile::from_bytes("t.parquet".into(), Bytes::from(good[..cut].to_vec())).err().unwrap());
+    }
+    // Every byte of the data region overwritten in turn with values that lie (page sizes,
+    // levels, indices, values): each read ends in its values or an error, never a panic or a
+    // read past the data.
+    let footer = u32::from_le_bytes(good[good.len() - 8..good.len() - 4].try_into().unwrap()) as usize;
+    let data_end = good.len() - 8 - footer;
+    let (mut errors, mut reads) = (0, 0);
+    for at in (4..data_end).step_by(11) {
+        for value in [0x00u8, 0x7f, 0xff] {
+            let mut bad = good.clone();
+            bad[at] = value;
+            let Ok(f) = ParquetFile::from_bytes("t.parquet".into(), Bytes::from(bad)) else { continue };
+            match std::panic::catch_unwind(|| f.read(&[0, 1, 2, 3], &filled(0.0))) {
+                Ok(Ok(_)) => reads += 1,
+                Ok(Err(e)) => {
+                    if let Error::InvalidParquet { .. } = e {
+                        named(e);
+                    }
+                    errors += 1;
+                }
+                Err(_) => panic!("{codec}: byte {at} set to {value:#x} panicked"),
+            }
+        }
+    }
+    assert!(errors > 50 && reads > 0, "{codec}: {errors} errors, {reads} reads");
+    // A unit the file lacks.
+    let f = ParquetFile::from_bytes("t.parquet".into(), Bytes::from(good)).unwrap();
+    named(f.read(&[4], &filled(0.0)).unwrap_err());
+}
+
+#[test]
+fn a_file_on_disk_is_mapped_and_a_missing_one_is_named() {
+    let dir = std::env::temp_dir().join(format!("dlframe-parquet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("f.parquet");
+    let batch = floats();
+    let file = std::fs::File::create(&path).unwrap();
+    let mut w = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let f = ParquetFile::open(&path).unwrap();
+    assert_eq!(f.read(&[0], &filled(0.0)).unwrap().values.shape(), [1000, 3]);
+    let e = ParquetFile::open(&dir.join("missing.parquet")).err().unwrap();
+    assert!(e.to_string().contains("missing.parquet"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn files_that_pyarrow_wrote_read_directly_as_arrow_rs_reads_them() {
+    // The fuzz seeds: written by pyarrow (PLAIN v1, dictionary + snappy v2, zstd in row groups of
+    // 20), a float32 column and one with a null every fifth row.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/parquet_file");
+    let mut read = 0;
+    for name in ["plain_v1", "dict_snappy_v2", "zstd_groups"] {
+        let f = ParquetFile::open(&dir.join(format!("{name}.parquet"))).unwrap();
+        let all: Vec<usize> = (0..f.units().len()).collect();
+        assert_eq!(f.route(&all, &filled(0.0)), Route::Direct, "{name}");
+        let direct = f.read(&all, &filled(-1.0)).unwrap();
+        assert_eq!(bits(&direct), bits(&f.through_arrow(&all, &filled(-1.0)).unwrap()), "{name}");
+        let v = direct.values.as_slice::<f32>().unwrap();
+        assert_eq!((v[2 * 5], v[2 * 5 + 1], v[2 * 6 + 1]), (5.0, -1.0, 6.0), "{name}");
+        read += 1;
+    }
+    assert_eq!(read, 3);
+}
