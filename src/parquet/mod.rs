@@ -34,7 +34,11 @@ use crate::options::{ExportOptions, NullPolicy, Order};
 use crate::table::{Columns, TableTensors, table_on};
 use crate::tensor::Tensor;
 
-use pages::{Column, OnNull, Plain};
+use pages::{Cursor, OnNull, Plain};
+
+/// Rows of every column written before the next rows: a tile of 1,024 rows of 8 columns of
+/// f32 is 32 KB, which stays in the first or second level cache while it is written.
+const TILE: usize = 1024;
 
 /// How a read is carried out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +145,27 @@ impl ParquetFile {
         }
     }
 
+    /// The rows of `units` as `to_dlpack` makes a table of them on `device`: one matrix
+    /// ([`Columns::Stack`]: on the CPU by [`ParquetFile::read`], elsewhere read through Arrow and
+    /// moved as a table is) or one tensor per column ([`Columns::Dict`], through Arrow). A copy.
+    ///
+    /// # Errors
+    /// As [`ParquetFile::read`] and [`table_on`].
+    pub fn read_table(
+        &self,
+        units: &[usize],
+        layout: Columns,
+        opts: &ExportOptions,
+        device: Device,
+    ) -> Result<TableTensors> {
+        if layout == Columns::Stack && device == Device::Cpu {
+            return Ok(TableTensors::One(self.read(units, opts)?));
+        }
+        decide(opts.copy, Some(Cause::Decoded))?;
+        let columns = self.arrow_columns(units)?;
+        table_on(&self.fields, &columns, layout, opts, device)?.completed(opts.nulls)
+    }
+
     fn bad(&self, why: String) -> Error {
         Error::InvalidParquet { file: self.name.clone(), why }
     }
@@ -231,7 +256,7 @@ impl ParquetFile {
         for (j, f) in self.fields.iter().enumerate() {
             let null_count: usize = nulls.iter().map(|per| per[j]).sum();
             if null_count > 0 && matches!(on_null, OnNull::Refuse) {
-                return Err(Error::Nulls { column: f.name().clone(), null_count });
+                return Err(Error::Nulls { column: format!("'{}'", f.name()), null_count });
             }
         }
         let shape = vec![total as i64, k as i64];
@@ -239,7 +264,8 @@ impl ParquetFile {
         Ok(Converted { values, mask: None, index: None })
     }
 
-    /// Row group `u` (`n` rows) into `block`, column by column; the nulls of each column.
+    /// Row group `u` (`n` rows) into `block`, a tile of [`TILE`] rows at a time: every column's
+    /// rows of the tile are written while the tile is in cache. The nulls of each column.
     fn unit_into<T: Plain>(
         &self,
         u: usize,
@@ -249,22 +275,34 @@ impl ParquetFile {
     ) -> Result<Vec<usize>> {
         let rg = self.meta.row_group(u);
         let k = self.fields.len();
-        let mut nulls = Vec::with_capacity(k);
+        let named = |j: usize, why: String| {
+            self.bad(format!("row group {u}, column '{}': {why}", self.fields[j].name()))
+        };
+        let mut cursors = Vec::with_capacity(k);
         for (j, chunk) in rg.columns().iter().enumerate() {
-            let name = || format!("row group {u}, column '{}'", self.fields[j].name());
-            let mut pages = SerializedPageReader::new(Arc::new(self.data.clone()), chunk, n, None)
-                .map_err(|e| self.bad(format!("{}: {e}", name())))?;
-            let max_def = chunk.column_descr().max_def_level();
-            let out = Column { rows: block, stride: k, col: j };
-            let met = pages::decode_chunk(&mut pages, max_def, n, out, on_null)
-                .map_err(|why| self.bad(format!("{}: {why}", name())))?;
-            nulls.push(met);
+            let pages = SerializedPageReader::new(Arc::new(self.data.clone()), chunk, n, None)
+                .map_err(|e| named(j, e.to_string()))?;
+            cursors.push(Cursor::new(pages, chunk.column_descr().max_def_level(), on_null));
+        }
+        for start in (0..n).step_by(TILE) {
+            let rows = TILE.min(n - start);
+            let tile = &mut block[start * k..(start + rows) * k];
+            for (j, cursor) in cursors.iter_mut().enumerate() {
+                cursor.fill(tile, k, j, rows).map_err(|why| named(j, why))?;
+            }
+        }
+        let nulls = cursors.iter().map(|c| c.nulls).collect();
+        for (j, cursor) in cursors.into_iter().enumerate() {
+            cursor.finish().map_err(|why| named(j, why))?;
         }
         Ok(nulls)
     }
 
-    /// arrow-rs's reader over `units`, then the table conversion of its columns.
-    fn through_arrow(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
+    /// The columns of `units` as arrow-rs's reader decodes them, in chunks.
+    fn arrow_columns(&self, units: &[usize]) -> Result<Vec<Vec<ArrayRef>>> {
+        if let Some(&u) = units.iter().find(|&&u| u >= self.meta.num_row_groups()) {
+            return Err(self.bad(format!("no row group {u} (the file has {})", self.meta.num_row_groups())));
+        }
         let reader = ParquetRecordBatchReaderBuilder::try_new(self.data.clone())
             .and_then(|b| b.with_row_groups(units.to_vec()).build())
             .map_err(|e| self.bad(e.to_string()))?;
@@ -275,6 +313,12 @@ impl ParquetFile {
                 col.push(array.clone());
             }
         }
+        Ok(columns)
+    }
+
+    /// arrow-rs's reader over `units`, then the table conversion of its columns.
+    fn through_arrow(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
+        let columns = self.arrow_columns(units)?;
         match table_on(&self.fields, &columns, Columns::Stack, opts, Device::Cpu)? {
             TableTensors::One(c) => crate::transfer::completed(c, opts.nulls),
             TableTensors::Dict(_) => unreachable!("Columns::Stack gives one tensor"),

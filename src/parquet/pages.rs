@@ -1,9 +1,12 @@
 //! A column chunk's pages written straight into a matrix's column: the direct path of the
-//! reader. One pass over each page's bytes (after the codec's): the definition levels and the
-//! values (PLAIN, or a dictionary's indices) land in their rows, nulls filled as asked. What
-//! this path does not decode (other encodings, nested columns) never reaches it: the reader
-//! routes it to arrow-rs's reader first.
+//! reader. A [`Cursor`] holds one column chunk's current page and hands its rows out a tile at a
+//! time, so that the reader fills a tile of rows of every column while the tile is in cache. One
+//! pass over each page's bytes (after the codec's): the definition levels and the values (PLAIN,
+//! or a dictionary's indices) land in their rows, nulls filled as asked. What this path does not
+//! decode (other encodings, nested columns) never reaches it: the reader routes it to
+//! arrow-rs's reader first.
 
+use bytes::Bytes;
 use parquet::basic::Encoding;
 use parquet::column::page::{Page, PageReader};
 
@@ -29,17 +32,7 @@ macro_rules! plain {
 }
 plain!(i32, i64, f32, f64);
 
-/// Where a column's rows go: `rows[r * stride + col]` for row `r` of the chunk.
-pub struct Column<'a, T> {
-    /// The rows of the matrix the chunk's rows are part of.
-    pub rows: &'a mut [T],
-    /// Values from one row to the next (the matrix's columns).
-    pub stride: usize,
-    /// The column written.
-    pub col: usize,
-}
-
-/// What a null becomes: a fill value, or an error (the caller counts them).
+/// What a null becomes: a fill value, or nothing (the caller refuses the nulls it is told of).
 #[derive(Clone, Copy)]
 pub enum OnNull<T> {
     /// The value written in a null's place.
@@ -48,121 +41,220 @@ pub enum OnNull<T> {
     Refuse,
 }
 
-/// Writes the `rows` rows of a flat column chunk (`max_def` 0 or 1) from `pages` into `out`.
-/// Returns how many nulls it met (each written as `on_null` says; under [`OnNull::Refuse`]
-/// they are left as they were and counted).
-///
-/// # Errors
-/// A description of what is malformed or not for this path: a page of another encoding, levels
-/// or values that the page does not hold, dictionary indices out of range, a chunk whose pages
-/// hold more or fewer rows than the row group says.
-pub fn decode_chunk<T: Plain>(
-    pages: &mut dyn PageReader,
-    max_def: i16,
-    rows: usize,
-    out: Column<'_, T>,
-    on_null: OnNull<T>,
-) -> Result<usize, String> {
-    let Column { rows: dst, stride, col } = out;
-    if rows > 0 && dst.len() <= (rows - 1).saturating_mul(stride).saturating_add(col) {
-        return Err("the output holds fewer rows than the chunk".into());
-    }
-    let mut dict: Option<Vec<T>> = None;
-    let (mut row, mut nulls) = (0usize, 0usize);
-    let mut levels = Vec::new();
-    let mut indices = Vec::new();
-    while let Some(page) = pages.get_next_page().map_err(|e| e.to_string())? {
-        let (n, encoding, defs, values) = match &page {
-            Page::DictionaryPage { buf, num_values, encoding, .. } => {
-                if !matches!(encoding, Encoding::PLAIN | Encoding::PLAIN_DICTIONARY) {
-                    return Err(format!("a dictionary page encoded {encoding}"));
-                }
-                dict = Some(plain_values(buf, *num_values as usize)?);
-                continue;
-            }
-            Page::DataPage { buf, num_values, encoding, def_level_encoding, .. } => {
-                let n = *num_values as usize;
-                if max_def == 0 {
-                    (n, *encoding, None, &buf[..])
-                } else {
-                    if *def_level_encoding != Encoding::RLE {
-                        return Err(format!("definition levels encoded {def_level_encoding}"));
-                    }
-                    let len = buf.get(..4).ok_or("definition levels past the end of the page")?;
-                    let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
-                    let end = 4usize.saturating_add(len);
-                    let defs = buf.get(4..end).ok_or("definition levels past the end of the page")?;
-                    (n, *encoding, Some(defs), &buf[end..])
-                }
-            }
-            Page::DataPageV2 {
-                buf, num_values, encoding, def_levels_byte_len, rep_levels_byte_len, ..
-            } => {
-                if *rep_levels_byte_len != 0 {
-                    return Err("repetition levels in a flat column".into());
-                }
-                let len = *def_levels_byte_len as usize;
-                let defs = buf.get(..len).ok_or("definition levels past the end of the page")?;
-                (*num_values as usize, *encoding, (max_def > 0).then_some(defs), &buf[len..])
-            }
-        };
-        if n > rows - row {
-            return Err(format!("pages hold more than the row group's {rows} rows"));
-        }
-        let valid = match defs {
-            None => None,
-            Some(defs) => {
-                levels.resize(n, 0);
-                hybrid::decode(defs, hybrid::bit_width(max_def as u32), &mut levels)?;
-                Some(&levels[..])
-            }
-        };
-        let present = valid.map_or(n, |l| l.iter().filter(|&&d| d == max_def as u32).count());
-        let mut put = |i: usize, v: T| dst[(row + i) * stride + col] = v;
-        let mut next_value: Box<dyn FnMut() -> T + '_> = match encoding {
-            Encoding::PLAIN => {
-                let bytes = values.get(..present * T::SIZE).ok_or("values past the end of the page")?;
-                let mut chunks = bytes.chunks_exact(T::SIZE);
-                Box::new(move || T::from_le(chunks.next().expect("present values")))
-            }
-            Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY => {
-                let dict = dict.as_deref().ok_or("dictionary indices before a dictionary page")?;
-                let width = *values.first().ok_or("dictionary indices past the end of the page")?;
-                indices.resize(present, 0);
-                hybrid::decode(&values[1..], width, &mut indices)?;
-                if let Some(bad) = indices.iter().find(|&&i| i as usize >= dict.len()) {
-                    return Err(format!("dictionary index {bad} of a dictionary of {}", dict.len()));
-                }
-                let mut at = indices.iter();
-                Box::new(move || dict[*at.next().expect("present values") as usize])
-            }
-            other => return Err(format!("values encoded {other}")),
-        };
-        match valid {
-            None => (0..n).for_each(|i| put(i, next_value())),
-            Some(levels) => {
-                for (i, &d) in levels.iter().enumerate() {
-                    if d == max_def as u32 {
-                        put(i, next_value());
-                    } else {
-                        nulls += 1;
-                        if let OnNull::Fill(v) = on_null {
-                            put(i, v);
-                        }
-                    }
-                }
-            }
-        }
-        row += n;
-    }
-    if row != rows {
-        return Err(format!("pages hold {row} rows of the row group's {rows}"));
-    }
-    Ok(nulls)
+/// The values of the current page.
+enum Values<T> {
+    /// PLAIN bytes (the page's, shared), and the next value's offset.
+    Plain(Bytes, usize),
+    /// A dictionary's values at indices, and the next index's place.
+    Dict(Vec<T>, usize),
 }
 
-/// `n` PLAIN values at the start of `buf`.
-fn plain_values<T: Plain>(buf: &[u8], n: usize) -> Result<Vec<T>, String> {
-    let bytes = buf.get(..n.saturating_mul(T::SIZE)).ok_or("dictionary values past the end of the page")?;
-    Ok(bytes.chunks_exact(T::SIZE).map(T::from_le).collect())
+/// The data page being read: its rows, where the next one is, its levels (none for a required
+/// column) and its values.
+struct Current<T> {
+    rows: usize,
+    at: usize,
+    levels: Vec<u32>,
+    values: Values<T>,
+}
+
+/// One column chunk being read, a tile of rows at a time.
+pub struct Cursor<T, R> {
+    pages: R,
+    max_def: u32,
+    dict: Option<Vec<T>>,
+    page: Option<Current<T>>,
+    on_null: OnNull<T>,
+    /// Nulls met so far.
+    pub nulls: usize,
+}
+
+impl<T: Plain, R: PageReader> Cursor<T, R> {
+    /// A cursor over the pages of a flat column chunk (`max_def` 0 or 1).
+    pub fn new(pages: R, max_def: i16, on_null: OnNull<T>) -> Self {
+        Cursor { pages, max_def: max_def.max(0) as u32, dict: None, page: None, on_null, nulls: 0 }
+    }
+
+    /// Writes the next `rows` rows into `out[r * stride + col]`, `r` from 0.
+    ///
+    /// # Errors
+    /// A description of what is malformed or not for this path: a page of another encoding,
+    /// levels or values that the page does not hold, dictionary indices out of range, pages
+    /// that end before the rows do.
+    pub fn fill(&mut self, out: &mut [T], stride: usize, col: usize, rows: usize) -> Result<(), String> {
+        if rows > 0 && out.len() <= (rows - 1).saturating_mul(stride).saturating_add(col) {
+            return Err("the output holds fewer rows than asked for".into());
+        }
+        let mut r = 0;
+        while r < rows {
+            let page = match &mut self.page {
+                Some(p) if p.at < p.rows => p,
+                _ => {
+                    self.page = Some(self.next_page()?.ok_or("pages end before the row group's rows")?);
+                    continue;
+                }
+            };
+            let m = (rows - r).min(page.rows - page.at);
+            let dst = &mut out[r * stride + col..];
+            let levels = page.levels.get(page.at..page.at + m);
+            self.nulls += put(dst, stride, m, levels, self.max_def, &mut page.values, self.on_null);
+            page.at += m;
+            r += m;
+        }
+        Ok(())
+    }
+
+    /// Checks that no rows are left after the row group's (a chunk that holds more rows than
+    /// its row group says is malformed).
+    ///
+    /// # Errors
+    /// As [`Cursor::fill`].
+    pub fn finish(mut self) -> Result<(), String> {
+        let more = "pages hold more rows than the row group";
+        if self.page.as_ref().is_some_and(|p| p.at < p.rows) {
+            return Err(more.into());
+        }
+        while let Some(p) = self.next_page()? {
+            if p.rows > 0 {
+                return Err(more.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The next data page, read (a dictionary page before it is kept); None at the end.
+    fn next_page(&mut self) -> Result<Option<Current<T>>, String> {
+        loop {
+            let Some(page) = self.pages.get_next_page().map_err(|e| e.to_string())? else { return Ok(None) };
+            let (n, encoding, defs, values, offset) = match &page {
+                Page::DictionaryPage { buf, num_values, encoding, .. } => {
+                    if !matches!(encoding, Encoding::PLAIN | Encoding::PLAIN_DICTIONARY) {
+                        return Err(format!("a dictionary page encoded {encoding}"));
+                    }
+                    let n = *num_values as usize;
+                    let bytes = buf
+                        .get(..n.saturating_mul(T::SIZE))
+                        .ok_or("dictionary values past the end of the page")?;
+                    self.dict = Some(bytes.chunks_exact(T::SIZE).map(T::from_le).collect());
+                    continue;
+                }
+                Page::DataPage { buf, num_values, encoding, def_level_encoding, .. } => {
+                    let n = *num_values as usize;
+                    if self.max_def == 0 {
+                        (n, *encoding, None, buf, 0)
+                    } else {
+                        if *def_level_encoding != Encoding::RLE {
+                            return Err(format!("definition levels encoded {def_level_encoding}"));
+                        }
+                        let len = buf.get(..4).ok_or("definition levels past the end of the page")?;
+                        let end = 4usize
+                            .saturating_add(u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize);
+                        let defs = buf.get(4..end).ok_or("definition levels past the end of the page")?;
+                        (n, *encoding, Some(defs), buf, end)
+                    }
+                }
+                Page::DataPageV2 {
+                    buf,
+                    num_values,
+                    encoding,
+                    def_levels_byte_len,
+                    rep_levels_byte_len,
+                    ..
+                } => {
+                    if *rep_levels_byte_len != 0 {
+                        return Err("repetition levels in a flat column".into());
+                    }
+                    let len = *def_levels_byte_len as usize;
+                    let defs = buf.get(..len).ok_or("definition levels past the end of the page")?;
+                    (*num_values as usize, *encoding, (self.max_def > 0).then_some(defs), buf, len)
+                }
+            };
+            let mut levels = Vec::new();
+            if let Some(defs) = defs {
+                levels.resize(n, 0);
+                hybrid::decode(defs, hybrid::bit_width(self.max_def), &mut levels)?;
+            }
+            let present =
+                if levels.is_empty() { n } else { levels.iter().filter(|&&d| d == self.max_def).count() };
+            let values = &values[offset..];
+            let values = match encoding {
+                Encoding::PLAIN => {
+                    if values.len() < present.saturating_mul(T::SIZE) {
+                        return Err("values past the end of the page".into());
+                    }
+                    Values::Plain(page_bytes(&page).slice(offset..), 0)
+                }
+                Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY => {
+                    let dict = self.dict.as_deref().ok_or("dictionary indices before a dictionary page")?;
+                    let width = *values.first().ok_or("dictionary indices past the end of the page")?;
+                    let mut indices = vec![0u32; present];
+                    hybrid::decode(&values[1..], width, &mut indices)?;
+                    if let Some(bad) = indices.iter().find(|&&i| i as usize >= dict.len()) {
+                        return Err(format!("dictionary index {bad} of a dictionary of {}", dict.len()));
+                    }
+                    Values::Dict(indices.iter().map(|&i| dict[i as usize]).collect(), 0)
+                }
+                other => return Err(format!("values encoded {other}")),
+            };
+            return Ok(Some(Current { rows: n, at: 0, levels, values }));
+        }
+    }
+}
+
+/// A page's bytes (shared).
+fn page_bytes(page: &Page) -> Bytes {
+    match page {
+        Page::DataPage { buf, .. } | Page::DataPageV2 { buf, .. } | Page::DictionaryPage { buf, .. } => {
+            buf.clone()
+        }
+    }
+}
+
+/// Writes `m` rows from `values` into `dst[i * stride]`, a null where a level is below
+/// `max_def` (filled as `on_null` says); returns the nulls. The values were checked to hold one
+/// per present row when the page was read.
+fn put<T: Plain>(
+    dst: &mut [T],
+    stride: usize,
+    m: usize,
+    levels: Option<&[u32]>,
+    max_def: u32,
+    values: &mut Values<T>,
+    on_null: OnNull<T>,
+) -> usize {
+    let rows = dst.iter_mut().step_by(stride).take(m);
+    let mut nulls = 0;
+    match (levels, values) {
+        (None, Values::Plain(bytes, next)) => {
+            let src = bytes[*next..*next + m * T::SIZE].chunks_exact(T::SIZE);
+            rows.zip(src).for_each(|(d, s)| *d = T::from_le(s));
+            *next += m * T::SIZE;
+        }
+        (None, Values::Dict(v, next)) => {
+            rows.zip(&v[*next..*next + m]).for_each(|(d, s)| *d = *s);
+            *next += m;
+        }
+        (Some(levels), values) => {
+            for (d, &l) in rows.zip(levels) {
+                if l == max_def {
+                    *d = match values {
+                        Values::Plain(bytes, next) => {
+                            *next += T::SIZE;
+                            T::from_le(&bytes[*next - T::SIZE..*next])
+                        }
+                        Values::Dict(v, next) => {
+                            *next += 1;
+                            v[*next - 1]
+                        }
+                    };
+                } else {
+                    nulls += 1;
+                    if let OnNull::Fill(f) = on_null {
+                        *d = f;
+                    }
+                }
+            }
+        }
+    }
+    nulls
 }
