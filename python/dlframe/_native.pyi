@@ -140,7 +140,8 @@ def to_dlpack(
     pad_value: bool | int | float | None = None,
     max_len: int | None = None,
 ) -> Tensor | tuple[Tensor, ...] | dict[str, Any]:
-    """Any Arrow producer as a tensor.
+    """Any Arrow producer as a tensor (or the path of a Parquet file, read by dlframe's own
+    reader: pages of flat fixed-width columns written straight into the matrix).
 
     A column (chunked or not) becomes one tensor: zero-copy for one chunk of numeric data
     without nulls, otherwise one fused copy. A table or record batch becomes an ``(n, k)``

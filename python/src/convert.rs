@@ -9,6 +9,7 @@ use pyo3_arrow::PyDataType;
 use dlframe::arrow::Converted;
 use dlframe::dlpack::request::consumer_stream_on;
 use dlframe::options::ExportOptions;
+use dlframe::parquet::ParquetFile;
 use dlframe::table::{TableTensors, input_on, tensor_of};
 use dlframe::{DType, Device, Tensor, transfer};
 
@@ -49,8 +50,9 @@ pub(crate) fn wrap_table(py: Python<'_>, t: TableTensors, stream: Option<usize>)
 }
 
 /// Any Arrow producer (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow: anything with
-/// `__arrow_c_array__` or `__arrow_c_stream__`), or a Polars LazyFrame (collected on the
-/// streaming engine), as a tensor.
+/// `__arrow_c_array__` or `__arrow_c_stream__`), a Polars LazyFrame (collected on the
+/// streaming engine), or the path of a Parquet file (`dlframe::parquet`: the pages of flat
+/// fixed-width columns written straight into the matrix), as a tensor.
 ///
 /// A column (chunked or not) becomes one tensor: zero-copy for one chunk of numeric data
 /// without nulls, otherwise one fused copy. A table or record batch becomes an `(n, k)` matrix
@@ -113,6 +115,13 @@ pub fn to_dlpack<'py>(
         && let Some(t) = pyarrow_numeric(a)
     {
         return Ok(Py::new(py, PyTensor::new(t))?.into_any());
+    }
+    if let Input::File(_, path) = &obj {
+        // A Parquet file: the reader writes its pages into the matrix (`dlframe::parquet`).
+        let file = py.detach(|| ParquetFile::open(path))?;
+        let units: Vec<usize> = (0..file.units().len()).collect();
+        let t = py.detach(|| file.read_table(&units, columns.0, &opts, target))?;
+        return wrap_table(py, t, stream);
     }
     let (chunks, field) = obj.chunks()?;
     let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();

@@ -4,13 +4,14 @@
 //! here, through the PyCapsule interface.
 
 use std::ffi::CStr;
+use std::path::PathBuf;
 
 use arrow_array::ArrayRef;
 use arrow_schema::FieldRef;
 use arrow_schema::ffi::FFI_ArrowSchema;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{IntoPyDict, PyCapsule};
+use pyo3::types::{IntoPyDict, PyCapsule, PyString};
 use pyo3_arrow::ffi::ArrayIterator;
 use pyo3_arrow::input::AnyArray;
 use pyo3_arrow::{PyArray, PyArrayReader};
@@ -43,6 +44,8 @@ pub enum Input<'py> {
     Interface(Bound<'py, PyAny>, Offered<'py>),
     /// A Polars LazyFrame, collected (on the streaming engine) when its data is read.
     Lazy(Bound<'py, PyAny>),
+    /// A path (a string or path object): a Parquet file.
+    File(Bound<'py, PyAny>, PathBuf),
     /// None of them.
     Other(Bound<'py, PyAny>),
 }
@@ -112,6 +115,12 @@ impl<'py> Input<'py> {
             }
             Entry::Interface => interface::offered(obj).map(|o| Input::Interface(obj.clone(), o)),
             Entry::ArrowDevice => arrow([Form::DeviceArray, Form::DeviceStream]),
+            Entry::File => {
+                match obj.is_instance_of::<PyString>() || obj.hasattr(intern!(obj.py(), "__fspath__"))? {
+                    true => Some(Input::File(obj.clone(), obj.extract()?)),
+                    false => None,
+                }
+            }
             Entry::Lazy => {
                 let ty = obj.get_type();
                 let lazy = ty.name()? == "LazyFrame" && ty.module()?.to_cow()?.starts_with("polars");
@@ -129,6 +138,7 @@ impl<'py> Input<'py> {
             | Input::Dlpack(o)
             | Input::Interface(o, _)
             | Input::Lazy(o)
+            | Input::File(o, _)
             | Input::Other(o) => o,
         }
     }
@@ -173,8 +183,8 @@ impl<'py> Input<'py> {
         if !self.is_arrow() {
             return Binding::WrongType(format!(
                 "to_dlpack takes an object with __arrow_c_array__, __arrow_c_stream__ or their \
-                 __arrow_c_device_*__ forms (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow) or \
-                 a Polars LazyFrame, not {name}"
+                 __arrow_c_device_*__ forms (pyarrow, polars, datafusion, duckdb, arro3, nanoarrow), \
+                 a Polars LazyFrame or the path of a Parquet file, not {name}"
             ))
             .into();
         }

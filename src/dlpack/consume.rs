@@ -30,11 +30,13 @@ pub enum Entry {
     ArrowDevice,
     /// A lazy query (a Polars LazyFrame), collected first.
     Lazy,
+    /// A path (a string or path object): a Parquet file, read by `dlframe::parquet`.
+    File,
 }
 
 impl Entry {
     /// The order in which an object's offers are looked for.
-    pub const ORDER: [Entry; 7] = [
+    pub const ORDER: [Entry; 8] = [
         Entry::Ours,
         Entry::Capsule,
         Entry::ArrowHost,
@@ -42,6 +44,7 @@ impl Entry {
         Entry::Interface,
         Entry::ArrowDevice,
         Entry::Lazy,
+        Entry::File,
     ];
 }
 
