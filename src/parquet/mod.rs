@@ -282,7 +282,7 @@ impl ParquetFile {
         for (j, chunk) in rg.columns().iter().enumerate() {
             let pages = SerializedPageReader::new(Arc::new(self.data.clone()), chunk, n, None)
                 .map_err(|e| named(j, e.to_string()))?;
-            cursors.push(Cursor::new(pages, chunk.column_descr().max_def_level(), on_null));
+            cursors.push(Cursor::new(pages, n, chunk.column_descr().max_def_level(), on_null));
         }
         for start in (0..n).step_by(TILE) {
             let rows = TILE.min(n - start);

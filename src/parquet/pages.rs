@@ -61,6 +61,9 @@ struct Current<T> {
 /// One column chunk being read, a tile of rows at a time.
 pub struct Cursor<T, R> {
     pages: R,
+    /// Rows of the chunk not yet in a page read: a page that says more is malformed (and its
+    /// levels are never allocated).
+    unread: usize,
     max_def: u32,
     dict: Option<Vec<T>>,
     page: Option<Current<T>>,
@@ -70,9 +73,10 @@ pub struct Cursor<T, R> {
 }
 
 impl<T: Plain, R: PageReader> Cursor<T, R> {
-    /// A cursor over the pages of a flat column chunk (`max_def` 0 or 1).
-    pub fn new(pages: R, max_def: i16, on_null: OnNull<T>) -> Self {
-        Cursor { pages, max_def: max_def.max(0) as u32, dict: None, page: None, on_null, nulls: 0 }
+    /// A cursor over the pages of a flat column chunk (`max_def` 0 or 1) of `rows` rows.
+    pub fn new(pages: R, rows: usize, max_def: i16, on_null: OnNull<T>) -> Self {
+        let max_def = max_def.max(0) as u32;
+        Cursor { pages, unread: rows, max_def, dict: None, page: None, on_null, nulls: 0 }
     }
 
     /// Writes the next `rows` rows into `out[r * stride + col]`, `r` from 0.
@@ -169,6 +173,10 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
                     (*num_values as usize, *encoding, (self.max_def > 0).then_some(defs), buf, len)
                 }
             };
+            if n > self.unread {
+                return Err(format!("a page of {n} rows where {} are left", self.unread));
+            }
+            self.unread -= n;
             let mut levels = Vec::new();
             if let Some(defs) = defs {
                 levels.resize(n, 0);
