@@ -193,11 +193,11 @@ fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
 /// Any tensor as a pyarrow array, zero-copy where the memory allows.
 ///
 /// Accepts objects with `__dlpack__`, raw DLPack capsules, `__array_interface__`,
-/// `__array_struct__`, the buffer protocol and Arrow data (told apart by [`Input`]); when a producer's `__dlpack__` refuses with
-/// BufferError (numpy's datetime64), its array interface is read instead. N-d tensors become
-/// `fixed_shape_tensor` arrays. The producer's memory stays alive as long as the Arrow buffers.
-/// Device tensors become host arrays only with `copy=True`; otherwise BufferError. `copy=False`
-/// raises BufferError when the memory cannot be shared.
+/// `__array_struct__`, the buffer protocol and Arrow data (told apart by [`Input`]); when a
+/// producer's `__dlpack__` refuses with BufferError (numpy's datetime64), its array interface
+/// is read instead. N-d tensors become `fixed_shape_tensor` arrays. The producer's memory stays
+/// alive as long as the Arrow buffers. Device tensors become host arrays only with `copy=True`;
+/// otherwise BufferError. `copy=False` raises BufferError when the memory cannot be shared.
 #[pyfunction]
 #[pyo3(signature = (x, *, copy=None, device=None))]
 pub fn from_dlpack<'py>(

@@ -132,17 +132,8 @@ impl ParquetFile {
     /// errors (nulls under `nulls="error"`, a fill that does not fit); under `copy=False` the
     /// refusal of a copy.
     pub fn read(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
-        decide(opts.copy, Some(Cause::Decoded))?;
-        if let Some(&u) = units.iter().find(|&&u| u >= self.meta.num_row_groups()) {
-            return Err(self.bad(format!("no row group {u} (the file has {})", self.meta.num_row_groups())));
-        }
-        match self.direct_dtype(units, opts) {
-            Ok(DType::Float32) => self.direct::<f32>(units, opts),
-            Ok(DType::Float64) => self.direct::<f64>(units, opts),
-            Ok(DType::Int32) => self.direct::<i32>(units, opts),
-            Ok(DType::Int64) => self.direct::<i64>(units, opts),
-            _ => self.through_arrow(units, opts),
-        }
+        self.asked(units, opts)?;
+        self.matrix(units, opts)
     }
 
     /// The rows of `units` as `to_dlpack` makes a table of them on `device`: one matrix
@@ -158,12 +149,35 @@ impl ParquetFile {
         opts: &ExportOptions,
         device: Device,
     ) -> Result<TableTensors> {
+        self.asked(units, opts)?;
         if layout == Columns::Stack && device == Device::Cpu {
-            return Ok(TableTensors::One(self.read(units, opts)?));
+            return Ok(TableTensors::One(self.matrix(units, opts)?));
         }
-        decide(opts.copy, Some(Cause::Decoded))?;
         let columns = self.arrow_columns(units)?;
         table_on(&self.fields, &columns, layout, opts, device)?.completed(opts.nulls)
+    }
+
+    /// Whether a read of `units` may be made: a copy (values are decoded), of row groups the
+    /// file has.
+    fn asked(&self, units: &[usize], opts: &ExportOptions) -> Result<()> {
+        decide(opts.copy, Some(Cause::Decoded))?;
+        match units.iter().find(|&&u| u >= self.meta.num_row_groups()) {
+            Some(u) => {
+                Err(self.bad(format!("no row group {u} (the file has {})", self.meta.num_row_groups())))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// [`ParquetFile::read`] of units already checked: the direct path where it applies.
+    fn matrix(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
+        match self.direct_dtype(units, opts) {
+            Ok(DType::Float32) => self.direct::<f32>(units, opts),
+            Ok(DType::Float64) => self.direct::<f64>(units, opts),
+            Ok(DType::Int32) => self.direct::<i32>(units, opts),
+            Ok(DType::Int64) => self.direct::<i64>(units, opts),
+            _ => self.through_arrow(units, opts),
+        }
     }
 
     fn bad(&self, why: String) -> Error {
@@ -300,9 +314,6 @@ impl ParquetFile {
 
     /// The columns of `units` as arrow-rs's reader decodes them, in chunks.
     fn arrow_columns(&self, units: &[usize]) -> Result<Vec<Vec<ArrayRef>>> {
-        if let Some(&u) = units.iter().find(|&&u| u >= self.meta.num_row_groups()) {
-            return Err(self.bad(format!("no row group {u} (the file has {})", self.meta.num_row_groups())));
-        }
         let reader = ParquetRecordBatchReaderBuilder::try_new(self.data.clone())
             .and_then(|b| b.with_row_groups(units.to_vec()).build())
             .map_err(|e| self.bad(e.to_string()))?;
@@ -319,8 +330,8 @@ impl ParquetFile {
     /// arrow-rs's reader over `units`, then the table conversion of its columns.
     fn through_arrow(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
         let columns = self.arrow_columns(units)?;
-        match table_on(&self.fields, &columns, Columns::Stack, opts, Device::Cpu)? {
-            TableTensors::One(c) => crate::transfer::completed(c, opts.nulls),
+        match table_on(&self.fields, &columns, Columns::Stack, opts, Device::Cpu)?.completed(opts.nulls)? {
+            TableTensors::One(c) => Ok(c),
             TableTensors::Dict(_) => unreachable!("Columns::Stack gives one tensor"),
         }
     }

@@ -130,7 +130,7 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
     fn next_page(&mut self) -> Result<Option<Current<T>>, String> {
         loop {
             let Some(page) = self.pages.get_next_page().map_err(|e| e.to_string())? else { return Ok(None) };
-            let (n, encoding, defs, values, offset) = match &page {
+            let (n, encoding, defs, buf, offset) = match &page {
                 Page::DictionaryPage { buf, num_values, encoding, .. } => {
                     if !matches!(encoding, Encoding::PLAIN | Encoding::PLAIN_DICTIONARY) {
                         return Err(format!("a dictionary page encoded {encoding}"));
@@ -184,13 +184,13 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
             }
             let present =
                 if levels.is_empty() { n } else { levels.iter().filter(|&&d| d == self.max_def).count() };
-            let values = &values[offset..];
+            let values = &buf[offset..];
             let values = match encoding {
                 Encoding::PLAIN => {
                     if values.len() < present.saturating_mul(T::SIZE) {
                         return Err("values past the end of the page".into());
                     }
-                    Values::Plain(page_bytes(&page).slice(offset..), 0)
+                    Values::Plain(buf.slice(offset..), 0)
                 }
                 Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY => {
                     let dict = self.dict.as_deref().ok_or("dictionary indices before a dictionary page")?;
@@ -205,15 +205,6 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
                 other => return Err(format!("values encoded {other}")),
             };
             return Ok(Some(Current { rows: n, at: 0, levels, values }));
-        }
-    }
-}
-
-/// A page's bytes (shared).
-fn page_bytes(page: &Page) -> Bytes {
-    match page {
-        Page::DataPage { buf, .. } | Page::DataPageV2 { buf, .. } | Page::DictionaryPage { buf, .. } => {
-            buf.clone()
         }
     }
 }
