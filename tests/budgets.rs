@@ -17,7 +17,7 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        23_210,
+        23_685,
         196,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
          the Arrow C device interface), the kernels, CUDA and batches; 21,913 lines and 232 \
@@ -30,16 +30,20 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
          two exits, so that the binding no longer hands `nulls` back (51 lines with a test); the \
          Parquet reader of issue 56 (`parquet/`: the footer, the direct page decoder, the \
          hybrid decoder, the page cursor that fills row tiles, their tests and fuzz harness, and the \
-         table of a file, 1,053 lines; its one block maps the file)",
+         table of a file, 1,053 lines; its one block maps the file); then `dlframe.batches` of \
+         Parquet paths through it (`parquet/files.rs`, the files as one source of units read in \
+         groups, and `arrow/rows.rs`, a matrix as an array of rows and their gather, 475 lines \
+         with their tests)",
     ),
     (
         "python/src",
-        3_058,
+        3_104,
         48,
         "the binding: pyo3 on public APIs; 2,981 lines on 2026-11-28, 2,957 with pyo3's buffer \
          views; 3,053 with the typed input (`input.rs`, 234 lines: the one order of a call's \
          offers, and the Arrow reading it gathered from `convert.rs` and `importer.rs`, less the \
-         keyword rules that went to the core); 3,039 once the core finishes its parts; 3,058 with the path of a Parquet file as an input. The aim is 2,800; its blocks are the capsules, the \
+         keyword rules that went to the core); 3,039 once the core finishes its parts; 3,058 with the path of a Parquet file as an input; 3,104 with Parquet files as a source of \
+         batches (`ParquetFiles`, and the pass reading it without the GIL). The aim is 2,800; its blocks are the capsules, the \
          exchange table and the array-interface structs",
     ),
     ("udfs/datafusion/src", 1_728, 0, "the SQL functions: safe Rust over the core"),

@@ -1,5 +1,5 @@
 """What a source of ``dlframe.batches`` is: a table in memory of known rows, Parquet files (read
-by row groups through pyarrow), or a stream of Arrow producers."""
+by row groups, through dlframe's reader or pyarrow's), or a stream of Arrow producers."""
 
 from __future__ import annotations
 
@@ -84,6 +84,22 @@ def _row_groups(dataset: Any) -> list[tuple[Any, int, int]]:
         frag.ensure_complete_metadata()
         units.extend((frag, rg.id, rg.num_rows) for rg in frag.row_groups)
     return units
+
+
+def _native_files(source: Any, dataset: Any, schedule: Any) -> tuple[Any, str]:
+    """dlframe's reader of the dataset's files, where it decodes the batches of ``schedule``
+    straight into their rows (local paths of flat fixed-width columns of one type, PLAIN or
+    dictionary pages, uncompressed, snappy, zstd or lz4; stacked batches on the CPU), and
+    ``plan()``'s line on it; else None and why pyarrow reads them."""
+    from . import _native
+
+    if not _is_path(source):
+        return None, "pyarrow: a pyarrow dataset is read by pyarrow"
+    if dataset.filesystem.type_name != "local":
+        return None, f"pyarrow: files on {dataset.filesystem.type_name}"
+    files = _native.ParquetFiles(dataset.files)
+    why = files.route(schedule)
+    return (files, "dlframe") if why is None else (None, f"pyarrow: {why}")
 
 
 def _read_row_groups(dataset: Any, units: list[tuple[Any, int, int]], read: list[int]) -> Any:

@@ -3,7 +3,7 @@ split so that a restart on another world size continues the same order, shuffled
 
 The rules (the plan of an epoch, the saved state and its checks) are the native ``Schedule``
 and ``Plan``; this module finds the rank, the DataLoader worker and the source's units, and
-reads Parquet row groups through pyarrow."""
+picks the reader of Parquet row groups (dlframe's, or pyarrow's)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, Iterator
 from . import _native
 from ._place import _Control, _auto_shard, _checked_shard, _index, _register_with_torch, _worker
 from ._sources import _in_memory, _is_parquet, _is_path, _known_rows, _parquet_dataset, _read_row_groups
-from ._sources import _IN_WORKERS, _row_groups, _speaks_arrow, _stream_of
+from ._sources import _IN_WORKERS, _native_files, _row_groups, _speaks_arrow, _stream_of
 
 class Batches:
     """An iterable of tensors of exactly ``batch_size`` rows over any Arrow stream; each
@@ -31,7 +31,9 @@ class Batches:
         self._ctl = _Control()
         self._consumed = -1  # the generation of the loaded position this process has used
         self._progress: list[int] | None = None  # [first step, stride, batches yielded]
-        self._units: Any = None
+        self._units: Any = None  # a Parquet source's row groups
+        self._files: Any = None  # and dlframe's reader of them, where it takes them
+        self._reader = ""
         _register_with_torch(Batches)
 
     def set_epoch(self, epoch: int) -> None:
@@ -105,7 +107,7 @@ class Batches:
         kind, source, layout = self._source(worker)
         plan = self._plan(layout)
         if kind == "units":
-            source = _read_row_groups(self._dataset, self._units, plan.reads(step, own, worker))
+            source = self._files or _read_row_groups(self._dataset, self._units, plan.reads(step, own, worker))
         stream = _native.BatchStream(
             source, self._schedule, plan, step=step, own=own, worker=worker, iterate=kind == "iterable"
         )
@@ -128,9 +130,13 @@ class Batches:
         """This rank's epoch: ``rows`` and ``batches`` it makes, the source's ``total`` rows,
         rows ``dropped`` or ``padded`` by ``even``, the epoch's global ``steps`` of
         ``global_batch`` rows, its ``splits``, whether the order is ``elastic`` (continues on
-        another world size), the ``shuffle_buffer``, and a ``note`` where the splits are not
-        what was asked for (a stream's counts are None: its length is not known ahead)."""
-        return json.loads(self._plan(self._source((0, 1), describe=True)[2]).summary())
+        another world size), the ``shuffle_buffer``, a ``note`` where the splits are not
+        what was asked for (a stream's counts are None: its length is not known ahead), and
+        for Parquet files the ``reader``: ``"dlframe"``, or ``"pyarrow: "`` and why."""
+        summary = json.loads(self._plan(self._source((0, 1), describe=True)[2]).summary())
+        if self._units is not None:
+            summary["reader"] = self._reader
+        return summary
 
     def _plan(self, layout: tuple[int | None, list[int] | None]) -> Any:
         rank, world = self._rank()
@@ -155,8 +161,10 @@ class Batches:
         if _is_parquet(source):
             if self._units is None:
                 self._dataset = _parquet_dataset(source)
-                self._units = _row_groups(self._dataset)
-            return "units", self._dataset, (None, [u[2] for u in self._units])
+                self._files, self._reader = _native_files(source, self._dataset, self._schedule)
+                self._units = _row_groups(self._dataset) if self._files is None else self._files.units
+            rows = self._units if self._files is not None else [u[2] for u in self._units]
+            return "units", self._dataset, (None, rows)
         if describe:
             return "stream", source, (None, None)
         source, iterate = _stream_of(source)

@@ -8,6 +8,9 @@
 //! reads the Python arguments and hands the batches over; `_stream.py` finds the rank, the
 //! DataLoader worker and the source's units.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
 use pyo3_arrow::ffi::ArrayReader;
@@ -16,6 +19,8 @@ use dlframe::Device;
 use dlframe::batches::pass::{Epoch, Setup};
 use dlframe::batches::stream::{Arrays, Source, Stream};
 use dlframe::batches::{BatchOptions, Even, Layout, Rank, State, Training, TrainingPlan};
+use dlframe::parquet::Route;
+use dlframe::parquet::files::ParquetFiles;
 
 use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
 use crate::convert::wrap_table;
@@ -223,6 +228,38 @@ impl PyPlan {
     }
 }
 
+/// Parquet files that dlframe's reader decodes straight into batches: the units of a plan,
+/// and a source of `BatchStream`.
+#[pyclass(name = "ParquetFiles", module = "dlframe._native", frozen)]
+pub struct PyParquetFiles {
+    files: Arc<ParquetFiles>,
+}
+
+#[pymethods]
+impl PyParquetFiles {
+    /// Opens `paths` (local files: memory-mapped, footers read).
+    #[new]
+    fn new(py: Python<'_>, paths: Vec<PathBuf>) -> Result<Self> {
+        let files = py.detach(|| ParquetFiles::open(&paths))?;
+        Ok(PyParquetFiles { files: Arc::new(files) })
+    }
+
+    /// The rows of every row group, file after file.
+    #[getter]
+    fn units(&self) -> Vec<u64> {
+        self.files.units()
+    }
+
+    /// None where the batches of `schedule` are decoded straight into their rows, else why
+    /// they are not.
+    fn route(&self, schedule: &PySchedule) -> Option<String> {
+        match self.files.route(&schedule.options) {
+            Route::Direct => None,
+            Route::Arrow(why) => Some(why),
+        }
+    }
+}
+
 /// One pass over a source: an iterator of tensors (or `(values, mask)` pairs, or dicts).
 #[pyclass(name = "BatchStream", module = "dlframe._native")]
 pub struct PyBatchStream {
@@ -248,8 +285,16 @@ impl PyBatchStream {
     ) -> Result<Self> {
         let py = source.py();
         let options = schedule.options.for_worker(worker.0, worker.1)?;
-        let (setup, table): (Setup, _) = Epoch::resumed(plan.plan.clone(), step, own, worker).setup(options);
-        let source = if iterate {
+        let epoch = Epoch::resumed(plan.plan.clone(), step, own, worker);
+        let (setup, table): (Setup, _) = epoch.setup(options);
+        let source = if let Ok(files) = source.cast::<PyParquetFiles>() {
+            // The pass's units, decoded by dlframe's reader on the batch thread (no GIL).
+            let mut reads = files.get().files.reads(epoch.reads().iter().map(|r| r.unit), options.export);
+            Source::chain(move || {
+                let unit = |(field, rows)| (field, Box::new(std::iter::once(Ok(rows))) as _);
+                reads.next().map(|r| r.map(unit).map_err(Error::from))
+            })
+        } else if iterate {
             let items = source.try_iter()?.unbind();
             Source::chain(move || {
                 Python::attach(|py| {

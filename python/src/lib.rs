@@ -52,6 +52,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<batches::PyBatchStream>()?;
     m.add_class::<batches::PySchedule>()?;
     m.add_class::<batches::PyPlan>()?;
+    m.add_class::<batches::PyParquetFiles>()?;
     m.add_function(wrap_pyfunction!(convert::to_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(importer::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(importer::tensor, m)?)?;

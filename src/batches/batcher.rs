@@ -599,6 +599,13 @@ impl Window {
         for (at, &t) in crate::kernels::chunk_rows(&lens, rows).zip(&to) {
             pairs[t as usize] = at;
         }
+        // An array of rows (a matrix read from Parquet) gathers a row's bytes at a time.
+        if !self.table
+            && *device == Device::Cpu
+            && let Some(rows) = crate::arrow::take_rows(&self.columns[0], &pairs)?
+        {
+            return self.convert_columns(&[vec![rows]]);
+        }
         let gathered = self
             .columns
             .iter()

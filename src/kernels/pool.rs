@@ -70,6 +70,12 @@ pub(crate) fn spawn(f: impl FnOnce() + Send + 'static) {
     }
 }
 
+/// The threads of this process's pool (one where none can be started): how much work to hand
+/// it at once.
+pub(crate) fn threads() -> usize {
+    current().map_or(1, |p| p.current_num_threads())
+}
+
 fn current() -> Option<&'static ThreadPool> {
     let pid = std::process::id();
     let mut slot = POOL.lock().unwrap_or_else(|e| e.into_inner());

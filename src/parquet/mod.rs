@@ -9,6 +9,7 @@
 //! A malformed file (a truncated footer, page sizes or offsets that lie, indices past a
 //! dictionary) is an [`Error::InvalidParquet`] naming the file, never a read past the data.
 
+pub mod files;
 pub mod hybrid;
 pub mod pages;
 
@@ -16,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::ArrayRef;
+use arrow_buffer::Buffer;
 use arrow_schema::{DataType, FieldRef};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -47,6 +49,18 @@ pub enum Route {
     Direct,
     /// arrow-rs's reader, then the table conversion; the reason the direct path does not apply.
     Arrow(String),
+}
+
+/// Why options of any file keep a read off the direct path: a mask or F order (the table
+/// conversion makes them).
+fn direct_options(opts: &ExportOptions) -> std::result::Result<(), String> {
+    if !matches!(opts.nulls, NullPolicy::Error | NullPolicy::Fill(_) | NullPolicy::Nan) {
+        return Err("nulls='mask'".into());
+    }
+    if opts.order != Order::C {
+        return Err("order='F'".into());
+    }
+    Ok(())
 }
 
 /// A Parquet file, its footer read and checked.
@@ -169,14 +183,47 @@ impl ParquetFile {
         }
     }
 
+    /// The rows of `units` as one array of rows, each a `FixedSizeList` of the columns' values:
+    /// the `(rows, columns)` matrix that [`ParquetFile::read`] makes, as Arrow holds it, for a
+    /// batcher to slice (a batch within it shares it) and gather. Only the direct path makes
+    /// it. A copy: values are decoded from the file.
+    ///
+    /// # Errors
+    /// As [`ParquetFile::read`]; [`Error::InvalidArgument`] with the reason where
+    /// [`ParquetFile::route`] is not [`Route::Direct`].
+    pub fn read_rows(&self, units: &[usize], opts: &ExportOptions) -> Result<ArrayRef> {
+        self.asked(units, opts)?;
+        let dtype = self
+            .direct_dtype(units, opts)
+            .map_err(|why| Error::InvalidArgument(format!("{} is not read row-wise: {why}", self.name)))?;
+        let (buffer, rows) = self.decoded(dtype, units, opts)?;
+        let item = match dtype {
+            DType::Float32 => DataType::Float32,
+            DType::Float64 => DataType::Float64,
+            DType::Int32 => DataType::Int32,
+            _ => DataType::Int64,
+        };
+        crate::arrow::rows_array(item, self.fields.len(), rows, buffer)
+    }
+
     /// [`ParquetFile::read`] of units already checked: the direct path where it applies.
     fn matrix(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
-        match self.direct_dtype(units, opts) {
-            Ok(DType::Float32) => self.direct::<f32>(units, opts),
-            Ok(DType::Float64) => self.direct::<f64>(units, opts),
-            Ok(DType::Int32) => self.direct::<i32>(units, opts),
-            Ok(DType::Int64) => self.direct::<i64>(units, opts),
-            _ => self.through_arrow(units, opts),
+        let Ok(dtype) = self.direct_dtype(units, opts) else { return self.through_arrow(units, opts) };
+        let (buffer, rows) = self.decoded(dtype, units, opts)?;
+        let shape = vec![rows as i64, self.fields.len() as i64];
+        let values = Tensor::from_buffer(buffer, 0, shape, None, dtype)?.with_copied(true);
+        Ok(Converted { values, mask: None, index: None })
+    }
+
+    /// The direct path's matrix of `units` in `dtype` (as `direct_dtype` gave it): its bytes and
+    /// its rows.
+    fn decoded(&self, dtype: DType, units: &[usize], opts: &ExportOptions) -> Result<(Buffer, usize)> {
+        match dtype {
+            DType::Float32 => self.direct::<f32>(units, opts),
+            DType::Float64 => self.direct::<f64>(units, opts),
+            DType::Int32 => self.direct::<i32>(units, opts),
+            DType::Int64 => self.direct::<i64>(units, opts),
+            d => unreachable!("the direct path reads no {d}"),
         }
     }
 
@@ -190,12 +237,7 @@ impl ParquetFile {
         if self.fields.is_empty() || schema.num_columns() != self.fields.len() {
             return Err("nested or no columns".into());
         }
-        if !matches!(opts.nulls, NullPolicy::Error | NullPolicy::Fill(_) | NullPolicy::Nan) {
-            return Err(format!("nulls={:?}", opts.nulls));
-        }
-        if opts.order != Order::C {
-            return Err("order='F'".into());
-        }
+        direct_options(opts)?;
         let mut dtype = None;
         for (i, f) in self.fields.iter().enumerate() {
             let d = match (f.data_type(), schema.column(i).physical_type()) {
@@ -241,8 +283,8 @@ impl ParquetFile {
     }
 
     /// The direct path: each unit's block of rows decoded on its own thread, every column of
-    /// it written into its place.
-    fn direct<T: Plain + Element>(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
+    /// it written into its place. The matrix's bytes, and its rows.
+    fn direct<T: Plain + Element>(&self, units: &[usize], opts: &ExportOptions) -> Result<(Buffer, usize)> {
         let k = self.fields.len();
         let rows: Vec<usize> =
             units.iter().map(|&u| self.meta.row_group(u).num_rows().max(0) as usize).collect();
@@ -273,9 +315,7 @@ impl ParquetFile {
                 return Err(Error::Nulls { column: format!("'{}'", f.name()), null_count });
             }
         }
-        let shape = vec![total as i64, k as i64];
-        let values = Tensor::from_buffer(buf.into_buffer(), 0, shape, None, T::DTYPE)?.with_copied(true);
-        Ok(Converted { values, mask: None, index: None })
+        Ok((buf.into_buffer(), total))
     }
 
     /// Row group `u` (`n` rows) into `block`, a tile of [`TILE`] rows at a time: every column's
