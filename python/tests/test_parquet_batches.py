@@ -175,3 +175,18 @@ def test_hostile_files_are_a_value_error_naming_the_file(tmp_path):
         _epoch([paths[2]])
     except ValueError as e:
         assert "part-2.parquet" in str(e)
+
+
+def test_a_page_that_declares_more_than_its_rows_can_fill_is_a_value_error(tmp_path):
+    # One zstd page of 4,096 float32 values (16 KB), whose header then declares 1 MB.
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({"a": np.arange(4096, dtype=np.float32)}), path, compression="zstd",
+                   use_dictionary=False, data_page_size=1 << 20)
+    at = pq.ParquetFile(path).metadata.row_group(0).column(0).data_page_offset
+    data = bytearray(path.read_bytes())
+    assert data[at:at + 3] == b"\x15\x00\x15" and data[at + 5] < 0x80
+    np.testing.assert_array_equal(_epoch([str(path)], 4096)[0][:, 0], np.arange(4096))
+    data[at + 3:at + 6] = b"\xfe\xff\x7f"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"bomb.parquet.*declares 1048575 bytes uncompressed"):
+        _epoch([str(path)], 4096)

@@ -10,6 +10,7 @@
 //! dictionary) is an [`Error::InvalidParquet`] naming the file, never a read past the data.
 
 pub mod files;
+pub mod headers;
 pub mod hybrid;
 pub mod pages;
 
@@ -334,6 +335,12 @@ impl ParquetFile {
         };
         let mut cursors = Vec::with_capacity(k);
         for (j, chunk) in rg.columns().iter().enumerate() {
+            if chunk.compression() != Compression::UNCOMPRESSED {
+                let (start, len) = chunk.byte_range();
+                // A page holds at most the row group's values, levels and a little framing.
+                let limit = (n as u64).saturating_mul(T::SIZE as u64 + 8).saturating_add(64 << 10);
+                headers::check_chunk(&self.data, start, len, limit).map_err(|why| named(j, why))?;
+            }
             let pages = SerializedPageReader::new(Arc::new(self.data.clone()), chunk, n, None)
                 .map_err(|e| named(j, e.to_string()))?;
             cursors.push(Cursor::new(pages, n, chunk.column_descr().max_def_level(), on_null));

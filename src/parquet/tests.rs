@@ -269,3 +269,29 @@ fn files_that_pyarrow_wrote_read_directly_as_arrow_rs_reads_them() {
     }
     assert_eq!(read, 3);
 }
+
+#[test]
+fn a_page_that_declares_more_than_its_rows_can_fill_is_refused_before_it_is_decompressed() {
+    // One snappy page of 4,096 float32 values: 16 KB uncompressed, a size of three varint bytes.
+    let a = Float32Array::from_iter_values((0..4096).map(|i| i as f32));
+    let batch = RecordBatch::try_from_iter([("a", Arc::new(a) as ArrayRef)]).unwrap();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_dictionary_enabled(false)
+        .set_data_page_row_count_limit(1 << 20)
+        .set_write_batch_size(1 << 20)
+        .build();
+    let f = written(&batch, props);
+    let mut bytes = f.data.to_vec();
+    let at = f.meta.row_group(0).column(0).data_page_offset() as usize;
+    // The header: field 1 (the page type, 0), then field 2, the uncompressed size.
+    assert_eq!(bytes[at..at + 3], [0x15, 0x00, 0x15]);
+    assert_eq!(bytes[at + 5] & 0x80, 0, "three varint bytes");
+    let opts = filled(0.0);
+    ParquetFile::from_bytes("t.parquet".into(), Bytes::from(bytes.clone())).unwrap().read(&[0], &opts).unwrap();
+    // 1,048,575 bytes declared, for 4,096 rows that fill at most 114,688.
+    bytes[at + 3..at + 6].copy_from_slice(&[0xfe, 0xff, 0x7f]);
+    let f = ParquetFile::from_bytes("t.parquet".into(), Bytes::from(bytes)).unwrap();
+    let e = f.read(&[0], &opts).unwrap_err().to_string();
+    assert!(e.contains("t.parquet") && e.contains("declares 1048575 bytes uncompressed"), "{e}");
+}
