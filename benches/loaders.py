@@ -2,18 +2,22 @@
 """dlframe.batches against the loaders people train with, one job, one run, timed in turn.
 
 The job: 8 float32 columns, 4M rows (``--rows``), in 8 Parquet files (row groups of 131,072
-rows, no compression) and the same rows written as Lance; batches of 65,536 rows as ``(B, 8)``
-torch float32 tensors, one epoch per timing, the best of 3 (Ray and HF datasets: of 2).
+rows) written once per codec (``--codecs``, default ``none,snappy,zstd``), and the same rows
+written as Lance; batches of 65,536 rows as ``(B, 8)`` torch float32 tensors, one epoch per
+timing, the best of 3 (Ray and HF datasets: of 2).
 
 - floors, measured here: the decode alone (pyarrow's dataset ``to_batches`` loop, no
-  conversion) for Parquet, a numpy copy of the same bytes (memcpy) in memory, and for a
-  shuffle the gather of the same bytes by a permutation (``np.take``) and making that
-  permutation (``rng.permutation``);
+  conversion) for each codec's files, the decompression alone (the same bytes cut into pages
+  of 1 MB as Parquet cuts them, compressed with the codec, then decompressed by
+  ``pyarrow.Codec`` on as many threads as there are cores), a numpy copy of the same bytes
+  (memcpy) in memory, and for a shuffle the gather of the same bytes by a permutation
+  (``np.take``) and making that permutation (``rng.permutation``);
 - dlframe: ``dlframe.batches(paths_or_table, B, to="torch")``, unshuffled and with
   ``shuffle=True, seed=0``: the elastic epoch (the default 8 splits, units shuffled, a buffer
   of one step) and the same with ``splits=1`` (the order before splits: one range of rows);
   and over 4 ranks (``shard=(r, 4)``: 4 processes at once, each reading its quarter, against 1
-  process; the floor is the same with pyarrow decoding a quarter of the files in each process);
+  process, uncompressed files; the floor is the same with pyarrow decoding a quarter of the
+  files in each process);
 - Mosaic Streaming: ``StreamingDataset`` over MDS shards written from the same rows (one
   ``ndarray:float32:8`` column), ``num_canonical_nodes=1``, through a DataLoader that stacks
   each batch's samples; one epoch each way (it reads sample by sample);
@@ -33,7 +37,9 @@ the rounds time all candidates in turn. Ray, Lance, LanceDB, Mosaic Streaming an
 come from the ``bench`` extra (``pip install -e 'python[bench]'``); a peer that is not installed
 is left out of the table and named. Prints a markdown table of ratios. Run with a release
 build of the extension:
-``.venv/bin/python benches/loaders.py [--rows N] [--skip ray,hf,lance,lancedb,mosaic]``.
+``.venv/bin/python benches/loaders.py [--rows N] [--codecs none,snappy,zstd]
+[--skip ray,hf,lance,lancedb,mosaic]``. The peers that read their own files (Lance, LanceDB,
+Mosaic Streaming) are timed once, beside the uncompressed Parquet files.
 """
 
 import importlib.metadata as md
@@ -56,6 +62,8 @@ import dlframe
 COLS, BATCH, FILES, ROW_GROUP = 8, 65_536, 8, 131_072
 ROWS = int(sys.argv[sys.argv.index("--rows") + 1]) if "--rows" in sys.argv else 4_000_000
 SKIP = set(sys.argv[sys.argv.index("--skip") + 1].split(",")) if "--skip" in sys.argv else set()
+CODECS = (sys.argv[sys.argv.index("--codecs") + 1] if "--codecs" in sys.argv else "none,snappy,zstd").split(",")
+PAGE = 1 << 20  # pyarrow's data page size
 NAMES = [f"c{j}" for j in range(COLS)]
 
 
@@ -88,7 +96,7 @@ def timed(candidates, repeat, failed=None):
         try:
             return f()
         except Exception as e:
-            if name.startswith(("dlframe", "decode", "memcpy", "gather", "permutations")):
+            if name.startswith(("dlframe", "decode", "decompression", "memcpy", "gather", "permutations")):
                 raise
             failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
             return None
@@ -173,25 +181,51 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run(tmp):
-    rng = np.random.default_rng(0)
+def write(tmp, table, codec):
+    """The table in FILES Parquet files of `codec`; their paths."""
     per = ROWS // FILES
     paths = []
     for f in range(FILES):
-        t = pa.table({c: rng.random(per, dtype=np.float32) for c in NAMES})
-        path = os.path.join(tmp, f"part-{f}.parquet")
-        pq.write_table(t, path, row_group_size=ROW_GROUP, compression="none")
+        path = os.path.join(tmp, codec, f"part-{f}.parquet")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        pq.write_table(table.slice(f * per, per), path, row_group_size=ROW_GROUP, compression=codec)
         paths.append(path)
-    dataset = ds.dataset(paths, format="parquet")
-    table = dataset.to_table()
+    return paths
+
+
+def decompression(table, codec):
+    """The floor of a codec: the table's column bytes in pages of PAGE bytes, compressed with it,
+    decompressed by pyarrow on as many threads as there are cores. None for no codec."""
+    if codec == "none":
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+
+    c = pa.Codec(codec)
+    pages = []
+    for col in table.columns:
+        raw = np.concatenate([ch.to_numpy() for ch in col.chunks]).tobytes()
+        for at in range(0, len(raw), PAGE):
+            page = raw[at : at + PAGE]
+            pages.append((c.compress(page, asbytes=False), len(page)))
+    pool = ThreadPoolExecutor(os.cpu_count())
+
+    def run():
+        list(pool.map(lambda p: c.decompress(p[0], decompressed_size=p[1], asbytes=False), pages))
+        return 0
+
+    return run
+
+
+def run(tmp):
+    rng = np.random.default_rng(0)
+    table = pa.table({c: rng.random(ROWS // FILES * FILES, dtype=np.float32) for c in NAMES})
+    files = {codec: write(tmp, table, codec) for codec in CODECS}
+    paths = files.get("none") or files[CODECS[0]]
     src = np.stack([table[c].to_numpy() for c in NAMES], axis=1)
     dst = np.empty_like(src)
     block = BATCH
     perm = np.concatenate([rng.permutation(min(block, ROWS - s)) + s for s in range(0, ROWS, block)])
     missing = []
-
-    def decode():
-        return sum(b.num_rows for b in dataset.to_batches(batch_size=BATCH))
 
     def memcpy():
         np.copyto(dst, src)
@@ -218,27 +252,40 @@ def run(tmp):
         ),
         "pyarrow": (lambda: pyarrow_epoch(table.to_batches(BATCH)), 3),
     }
-    pqs = {
-        "decode (pyarrow to_batches)": (decode, 3),
-        "dlframe": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch")), 3),
-        "dlframe shuffled": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0)), 3),
-        "dlframe shuffled, one split": (
-            lambda: epoch(dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0, splits=1)),
-            3,
-        ),
-        "pyarrow": (lambda: pyarrow_epoch(dataset.to_batches(batch_size=BATCH)), 3),
-    }
     import polars as pl
 
+    def parquet(paths, codec):
+        """The candidates that read `paths`, the Parquet files of `codec`."""
+        dataset = ds.dataset(paths, format="parquet")
+        b = dlframe.batches(paths, BATCH)
+        assert b.plan()["reader"] == "dlframe", b.plan()["reader"]
+        c = {
+            "memcpy": (memcpy, 3),
+            "decode (pyarrow to_batches)": (lambda: sum(b.num_rows for b in dataset.to_batches(batch_size=BATCH)), 3),
+            "dlframe": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch")), 3),
+            "dlframe shuffled": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0)), 3),
+            "dlframe shuffled, one split": (
+                lambda: epoch(dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0, splits=1)),
+                3,
+            ),
+            "pyarrow": (lambda: pyarrow_epoch(dataset.to_batches(batch_size=BATCH)), 3),
+        }
+        floor = decompression(table, codec)
+        if floor is not None:
+            c["decompression alone"] = (floor, 3)
+        scan = lambda: pl.scan_parquet(paths)
+        if hasattr(pl.LazyFrame, "collect_batches"):
+            c["Polars"] = (lambda: epoch(s.to_torch() for s in scan().collect_batches(chunk_size=BATCH)), 3)
+        else:
+            c["Polars"] = (lambda: epoch(s.to_torch() for s in scan().collect().iter_slices(BATCH)), 3)
+        return c
+
+    pqs = {codec: parquet(p, codec) for codec, p in files.items()}
+    own = {}  # peers reading their own files
     df = pl.from_arrow(table, rechunk=False)
     shuffled_df = lambda: df.sample(fraction=1.0, shuffle=True, seed=0)
     mem["Polars"] = (lambda: epoch(s.to_torch() for s in df.iter_slices(BATCH)), 3)
     mem["Polars shuffled"] = (lambda: epoch(s.to_torch() for s in shuffled_df().iter_slices(BATCH)), 3)
-    scan = lambda: pl.scan_parquet(paths)
-    if hasattr(pl.LazyFrame, "collect_batches"):
-        pqs["Polars"] = (lambda: epoch(s.to_torch() for s in scan().collect_batches(chunk_size=BATCH)), 3)
-    else:
-        pqs["Polars"] = (lambda: epoch(s.to_torch() for s in scan().collect().iter_slices(BATCH)), 3)
 
     if "hf" not in SKIP and _have("datasets"):
         import datasets
@@ -247,17 +294,18 @@ def run(tmp):
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
         hf_mem = datasets.Dataset(datasets.table.InMemoryTable(table)).with_format("torch")
         hf_mem_shuffled = hf_mem.shuffle(seed=0)
-        hf_stream = datasets.load_dataset(
-            "parquet", data_files=paths, split="train", streaming=True, cache_dir=os.path.join(tmp, "hf")
-        )
         hf_iter = lambda d: epoch(stacked(b) for b in d.iter(batch_size=BATCH))
         mem["HF datasets"] = (lambda: hf_iter(hf_mem), 2)
         mem["HF datasets shuffled"] = (lambda: hf_iter(hf_mem_shuffled), 1)
-        pqs["HF datasets"] = (lambda: hf_iter(hf_stream.with_format("torch")), 2)
-        pqs["HF datasets shuffled"] = (
-            lambda: hf_iter(hf_stream.shuffle(seed=0, buffer_size=BATCH).with_format("torch")),
-            1,
-        )
+        for codec, p in files.items():
+            hf_stream = datasets.load_dataset(
+                "parquet", data_files=p, split="train", streaming=True, cache_dir=os.path.join(tmp, "hf")
+            )
+            pqs[codec]["HF datasets"] = (lambda h=hf_stream: hf_iter(h.with_format("torch")), 2)
+            pqs[codec]["HF datasets shuffled"] = (
+                lambda h=hf_stream: hf_iter(h.shuffle(seed=0, buffer_size=BATCH).with_format("torch")),
+                1,
+            )
     else:
         missing.append("HF datasets")
 
@@ -271,8 +319,8 @@ def run(tmp):
         lance_epoch = lambda **kw: epoch(
             stacked(b) for b in LanceDataset(uri, batch_size=BATCH, auto_detect_rank=False, **kw)
         )
-        pqs["Lance (its own files)"] = (lambda: lance_epoch(), 3)
-        pqs["Lance shuffled"] = (
+        own["Lance (its own files)"] = (lambda: lance_epoch(), 3)
+        own["Lance shuffled"] = (
             lambda: lance_epoch(sampler=ShardedBatchSampler(0, 1, randomize=True, seed=0)),
             3,
         )
@@ -291,8 +339,8 @@ def run(tmp):
                             read_batch_size=BATCH, columns=NAMES, transform=rows_of, transform_parallelism=1)
             return epoch(StreamingDataLoader(d, batch_size=BATCH, num_workers=0, collate_fn=torch.stack))
 
-        pqs["LanceDB StreamingDataset (Lance files)"] = (lambda: lancedb_epoch(False), 1)
-        pqs["LanceDB StreamingDataset shuffled"] = (lambda: lancedb_epoch(True), 1)
+        own["LanceDB StreamingDataset (Lance files)"] = (lambda: lancedb_epoch(False), 1)
+        own["LanceDB StreamingDataset shuffled"] = (lambda: lancedb_epoch(True), 1)
     else:
         missing.append("LanceDB StreamingDataset")
 
@@ -313,8 +361,8 @@ def run(tmp):
                                  num_canonical_nodes=1)
             return epoch(DataLoader(d, batch_size=BATCH, num_workers=0, collate_fn=stack))
 
-        pqs["Mosaic Streaming (MDS files)"] = (lambda: mosaic_epoch(False), 1)
-        pqs["Mosaic Streaming shuffled"] = (lambda: mosaic_epoch(True), 1)
+        own["Mosaic Streaming (MDS files)"] = (lambda: mosaic_epoch(False), 1)
+        own["Mosaic Streaming shuffled"] = (lambda: mosaic_epoch(True), 1)
     else:
         missing.append("Mosaic Streaming")
 
@@ -324,11 +372,12 @@ def run(tmp):
     one_decode, four_decode = sharded(paths, 1, True), sharded(paths, 4, True)
     failed = {}
     t_mem = timed(mem, 3, failed)
-    t_pq = timed(pqs, 3, failed)
+    t_pq = {codec: timed(c, 3, failed) for codec, c in pqs.items()}
+    t_own = timed(own, 3, failed) if own else {}
     if "ray" not in SKIP and _have("ray"):
         t_ray_mem, t_ray_pq = ray_timings(paths, table)
         t_mem.update(t_ray_mem)
-        t_pq.update(t_ray_pq)
+        t_pq[CODECS[0]].update(t_ray_pq)
     else:
         missing.append("Ray Data")
 
@@ -342,7 +391,12 @@ def run(tmp):
     print()
     print("| from | candidate | time / floor | time / dlframe |")
     print("|---|---|---|---|")
-    for where, t, floor_name in (("Parquet", t_pq, "decode (pyarrow to_batches)"), ("memory", t_mem, "memcpy")):
+    sections = [(f"Parquet ({codec})", t, "decode (pyarrow to_batches)") for codec, t in t_pq.items()]
+    if t_own:
+        sections.append(("their own files", {**t_own, "dlframe": t_pq[CODECS[0]]["dlframe"],
+                                             "dlframe shuffled": t_pq[CODECS[0]]["dlframe shuffled"]}, "dlframe"))
+    sections.append(("memory", t_mem, "memcpy"))
+    for where, t, floor_name in sections:
         floor = t[floor_name]
         for name, s in t.items():
             ours = t["dlframe shuffled" if "shuffled" in name else "dlframe"]
@@ -350,28 +404,41 @@ def run(tmp):
     print()
     print("| target | measured | holds |")
     print("|---|---|---|")
-    peers_pq = [v for k, v in t_pq.items() if not k.startswith(("dlframe", "decode")) and "shuffled" not in k]
-    rows = [
-        ("unshuffled from Parquet <= 1.15x the decode", t_pq["dlframe"] / t_pq["decode (pyarrow to_batches)"], 1.15),
-        ("unshuffled from Parquet faster than every peer", t_pq["dlframe"] / min(peers_pq), 1.0),
+    floors = ("dlframe", "decode", "memcpy", "decompression")
+    rows = []
+    for codec, t in t_pq.items():
+        limit = 0.6 if codec == "none" else 0.85
+        peers = {k: v for k, v in {**t, **t_own}.items() if not k.startswith(floors) and "shuffled" not in k}
+        rows.append((f"{codec}: unshuffled <= {limit}x the decode", t["dlframe"] / t["decode (pyarrow to_batches)"], limit))
+        if peers:
+            fastest = min(peers, key=peers.get)
+            rows.append((f"{codec}: unshuffled <= {limit}x the fastest peer ({fastest})", t["dlframe"] / peers[fastest], limit))
+        rows.append((f"{codec}: shuffled <= 1.5x unshuffled", t["dlframe shuffled"] / t["dlframe"], 1.5))
+        rows.append((f"{codec}: elastic shuffled (8 splits) <= 1.1x one split",
+                     t["dlframe shuffled"] / t["dlframe shuffled, one split"], 1.1))
+    rows += [
         ("unshuffled in memory <= 1.1x memcpy", t_mem["dlframe"] / t_mem["memcpy"], 1.1),
-        ("shuffled <= 1.5x unshuffled, from Parquet", t_pq["dlframe shuffled"] / t_pq["dlframe"], 1.5),
         ("shuffled <= 1.5x unshuffled, in memory", t_mem["dlframe shuffled"] / t_mem["dlframe"], 1.5),
-        ("elastic shuffled (8 splits) <= 1.1x one split, from Parquet",
-         t_pq["dlframe shuffled"] / t_pq["dlframe shuffled, one split"], 1.1),
         ("elastic shuffled (8 splits) <= 1.1x one split, in memory",
          t_mem["dlframe shuffled"] / t_mem["dlframe shuffled, one split"], 1.1),
         ("4 ranks at once: time per epoch / 1 rank's", four / one, four_decode / one_decode),
     ]
     for peer in ("Mosaic Streaming", "LanceDB StreamingDataset"):
         for kind, ours in (("", "dlframe"), (" shuffled", "dlframe shuffled")):
-            name = next((k for k in t_pq if k.startswith(peer) and k.endswith(" shuffled") == bool(kind)), None)
+            name = next((k for k in t_own if k.startswith(peer) and k.endswith(" shuffled") == bool(kind)), None)
             if name is not None:
-                rows.append((f"{ours} from Parquet faster than {name}", t_pq[ours] / t_pq[name], 1.0))
+                rows.append((f"{ours} from Parquet faster than {name}", t_pq[CODECS[0]][ours] / t_own[name], 1.0))
     for what, ratio, limit in rows:
         print(f"| {what} | {ratio:.2f}x | {'yes' if ratio <= limit else 'no'} (limit {limit:.2f}x) |")
-    floor = t_mem["gather (np.take, blocks of B)"] / t_mem["memcpy"]
     print()
+    for codec, t in t_pq.items():
+        floor = t.get("decompression alone")
+        print(
+            f"Floors, {codec}: dlframe unshuffled takes {t['dlframe'] / t['memcpy']:.2f}x a memcpy of the same bytes"
+            + (f" and {t['dlframe'] / floor:.2f}x the decompression alone ({floor / t['memcpy']:.2f}x a memcpy)" if floor else "")
+            + "."
+        )
+    floor = t_mem["gather (np.take, blocks of B)"] / t_mem["memcpy"]
     print(
         f"Shuffle floors in memory: a gather of the same bytes by the permutation takes {floor:.2f}x a memcpy, "
         f"and making the permutations {t_mem['permutations (rng.permutation)'] / t_mem['memcpy']:.2f}x "

@@ -3,6 +3,8 @@
 //! row groups, written uncompressed, with snappy and with zstd (PLAIN pages).
 //! - `dlframe`: [`ParquetFile::read`] of every row group (the direct path: pages written into
 //!   the matrix, a row group per thread);
+//! - `dlframe_batches`: the same file as `dlframe.batches` reads it, unshuffled: row groups
+//!   read a group at a time ([`ParquetFiles::reads`]) and cut into batches of 65,536 rows;
 //! - `arrow_rs_decode`: arrow-rs's reader decoding every row group into record batches, and
 //!   nothing else (the decode every loader waits on today);
 //! - `arrow_rs_then_table`: the same, then the table conversion into the matrix (dlframe's
@@ -19,8 +21,11 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, Float32Array, RecordBatch};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dlframe::Device;
+use dlframe::batches::BatchOptions;
+use dlframe::batches::pass::{Setup, produce};
 use dlframe::options::ExportOptions;
 use dlframe::parquet::ParquetFile;
+use dlframe::parquet::files::ParquetFiles;
 use dlframe::table::{Columns, table_on};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -93,6 +98,28 @@ fn bench(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("parquet_{name}"));
         g.throughput(Throughput::Bytes(bytes));
         g.bench_function("dlframe", |b| b.iter(|| black_box(f.read(&units, &opts).expect("read"))));
+        let files = Arc::new(ParquetFiles::open(std::slice::from_ref(&path)).expect("opened"));
+        g.bench_function("dlframe_batches", |b| {
+            b.iter(|| {
+                let mut reads = files.reads(units.iter().copied(), opts);
+                let setup = Setup::in_order(BatchOptions::new(65_536).expect("a batch size"));
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                let mut batches = 0;
+                produce(
+                    || reads.next(),
+                    setup,
+                    2,
+                    |t| {
+                        black_box(t).is_ok_and(|_| {
+                            batches += 1;
+                            true
+                        })
+                    },
+                    &stop,
+                );
+                assert_eq!(batches, ROWS / 65_536);
+            })
+        });
         g.bench_function("arrow_rs_decode", |b| b.iter(|| black_box(arrow_rs_columns(&path))));
         g.bench_function("arrow_rs_then_table", |b| {
             b.iter(|| {
