@@ -48,7 +48,10 @@ pub fn decode(data: &[u8], bit_width: u8, out: &mut [u32]) -> Result<usize, Stri
                 .ok_or("a bit-packed run past the end of the data")?;
             at += bytes;
             let n = groups.saturating_mul(8).min(left);
-            unpack(packed, width, &mut out[done..done + n]);
+            // Whole groups of eight by the width's own code; a last, partial one value by value.
+            let whole = n / 8;
+            unpack_groups(&packed[..whole * width], width, &mut out[done..done + whole * 8]);
+            unpack(&packed[whole * width..], width, &mut out[done + whole * 8..done + n]);
             done += n;
         }
     }
@@ -66,12 +69,56 @@ fn unpack(packed: &[u8], width: usize, out: &mut [u32]) {
     for (i, v) in out.iter_mut().enumerate() {
         let bit = i * width;
         let (byte, shift) = (bit / 8, bit % 8);
-        let mut word = 0u64;
-        for (k, b) in packed[byte..packed.len().min(byte + 5)].iter().enumerate() {
-            word |= u64::from(*b) << (8 * k);
-        }
+        // One load of 8 bytes where they are there (a value spans at most 5), else byte by byte.
+        let word = match packed.get(byte..byte + 8) {
+            Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
+            None => packed[byte..packed.len().min(byte + 5)]
+                .iter()
+                .enumerate()
+                .fold(0u64, |w, (k, b)| w | u64::from(*b) << (8 * k)),
+        };
         *v = ((word >> shift) & mask) as u32;
     }
+}
+
+/// Groups of eight values of `width` bits (`width` bytes each) from `packed` into `out`, by
+/// a decoder made for that width (its shifts and masks constants).
+fn unpack_groups(packed: &[u8], width: usize, out: &mut [u32]) {
+    macro_rules! widths {
+        ($($w:literal)*) => {
+            match width {
+                $($w => group::<$w>(packed, out),)*
+                _ => unpack(packed, width, out),
+            }
+        };
+    }
+    widths!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32);
+}
+
+/// [`unpack_groups`] for a width of `W` bits.
+fn group<const W: usize>(packed: &[u8], out: &mut [u32]) {
+    let mask = if W == 32 { u64::from(u32::MAX) } else { (1u64 << W) - 1 };
+    for (bytes, values) in packed.chunks_exact(W).zip(out.chunks_exact_mut(8)) {
+        // The group's bytes, and room for an 8-byte load at any value's first byte.
+        let mut buf = [0u8; 40];
+        buf[..W].copy_from_slice(bytes);
+        for (j, v) in values.iter_mut().enumerate() {
+            let bit = j * W;
+            let word = u64::from_le_bytes(buf[bit / 8..bit / 8 + 8].try_into().expect("8 bytes"));
+            *v = ((word >> (bit % 8)) & mask) as u32;
+        }
+    }
+}
+
+/// Whether `data` begins with one RLE run of `value` covering at least `n` values: the levels
+/// of a page without nulls, which need not be decoded.
+pub fn one_run(data: &[u8], bit_width: u8, n: usize, value: u32) -> bool {
+    let mut at = 0;
+    let Ok(header) = uleb128(data, &mut at) else { return false };
+    let bytes = usize::from(bit_width).div_ceil(8);
+    let Some(v) = data.get(at..at + bytes) else { return false };
+    let v = v.iter().enumerate().fold(0u64, |w, (k, b)| w | u64::from(*b) << (8 * k));
+    header & 1 == 0 && header >> 1 >= n as u64 && v == u64::from(value)
 }
 
 /// A ULEB128 number at `*at` (at most 5 bytes: a header of 32 bits), and `*at` past it.
@@ -133,5 +180,33 @@ mod tests {
         let mut two = [0u32; 2];
         assert_eq!(decode(&[0xfe, 0x7f, 0x01], 1, &mut two), Ok(3));
         assert_eq!(two, [1, 1]);
+    }
+
+    #[test]
+    fn wide_packed_values_read_with_one_load_equal_those_read_byte_by_byte() {
+        // 17-bit values (dictionary indices), 5 groups: the last values lie within 8 bytes of
+        // the end, where the load falls back to bytes.
+        let values: Vec<u32> = (0..40u32).map(|i| i.wrapping_mul(2_654_435_761) >> 15).collect();
+        let mut packed = vec![0u8; 40 * 17 / 8];
+        for (i, &v) in values.iter().enumerate() {
+            for b in 0..17 {
+                if v >> b & 1 == 1 {
+                    packed[(i * 17 + b) / 8] |= 1 << ((i * 17 + b) % 8);
+                }
+            }
+        }
+        let mut out = [0u32; 40];
+        assert_eq!(decode(&[&[0x0b][..], &packed].concat(), 17, &mut out), Ok(1 + packed.len()));
+        assert_eq!(out[..], values[..]);
+    }
+
+    #[test]
+    fn one_run_of_the_top_level_is_told_from_levels_with_a_null() {
+        assert!(one_run(&[0x10, 0x01], 1, 8, 1), "8 x 1");
+        assert!(one_run(&[0x12, 0x01], 1, 8, 1), "9 x 1 covers 8");
+        assert!(!one_run(&[0x0e, 0x01], 1, 8, 1), "7 x 1 does not");
+        assert!(!one_run(&[0x10, 0x00], 1, 8, 1), "8 nulls");
+        assert!(!one_run(&[0x03, 0xff], 1, 8, 1), "a bit-packed group");
+        assert!(!one_run(&[0x10], 1, 8, 1) && !one_run(&[], 1, 8, 1), "cut short");
     }
 }

@@ -42,20 +42,20 @@ pub enum OnNull<T> {
 }
 
 /// The values of the current page.
-enum Values<T> {
+enum Values {
     /// PLAIN bytes (the page's, shared), and the next value's offset.
     Plain(Bytes, usize),
-    /// A dictionary's values at indices, and the next index's place.
-    Dict(Vec<T>, usize),
+    /// Indices into the dictionary (checked against its length), and the next one's place.
+    Dict(Vec<u32>, usize),
 }
 
 /// The data page being read: its rows, where the next one is, its levels (none for a required
 /// column) and its values.
-struct Current<T> {
+struct Current {
     rows: usize,
     at: usize,
     levels: Vec<u32>,
-    values: Values<T>,
+    values: Values,
 }
 
 /// One column chunk being read, a tile of rows at a time.
@@ -66,7 +66,7 @@ pub struct Cursor<T, R> {
     unread: usize,
     max_def: u32,
     dict: Option<Vec<T>>,
-    page: Option<Current<T>>,
+    page: Option<Current>,
     on_null: OnNull<T>,
     /// Nulls met so far.
     pub nulls: usize,
@@ -101,7 +101,8 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
             let m = (rows - r).min(page.rows - page.at);
             let dst = &mut out[r * stride + col..];
             let levels = page.levels.get(page.at..page.at + m);
-            self.nulls += put(dst, stride, m, levels, self.max_def, &mut page.values, self.on_null);
+            let dict = self.dict.as_deref().unwrap_or_default();
+            self.nulls += put(dst, stride, m, levels, self.max_def, &mut page.values, dict, self.on_null);
             page.at += m;
             r += m;
         }
@@ -127,7 +128,14 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
     }
 
     /// The next data page, read (a dictionary page before it is kept); None at the end.
-    fn next_page(&mut self) -> Result<Option<Current<T>>, String> {
+    fn next_page(&mut self) -> Result<Option<Current>, String> {
+        // The last page's buffers, reused: a page's levels and indices are as long as its rows,
+        // and a fresh allocation of that size would be mapped and zeroed by the system anew.
+        let (mut levels, mut indices) = match self.page.take() {
+            Some(Current { levels, values: Values::Dict(indices, _), .. }) => (levels, indices),
+            Some(Current { levels, .. }) => (levels, Vec::new()),
+            None => (Vec::new(), Vec::new()),
+        };
         loop {
             let Some(page) = self.pages.get_next_page().map_err(|e| e.to_string())? else { return Ok(None) };
             let (n, encoding, defs, buf, offset) = match &page {
@@ -177,10 +185,12 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
                 return Err(format!("a page of {n} rows where {} are left", self.unread));
             }
             self.unread -= n;
-            let mut levels = Vec::new();
-            if let Some(defs) = defs {
+            // A page without nulls has one run of the top level: no level to decode or read.
+            let width = hybrid::bit_width(self.max_def);
+            levels.clear();
+            if let Some(defs) = defs.filter(|d| !hybrid::one_run(d, width, n, self.max_def)) {
                 levels.resize(n, 0);
-                hybrid::decode(defs, hybrid::bit_width(self.max_def), &mut levels)?;
+                hybrid::decode(defs, width, &mut levels)?;
             }
             let present =
                 if levels.is_empty() { n } else { levels.iter().filter(|&&d| d == self.max_def).count() };
@@ -195,12 +205,13 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
                 Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY => {
                     let dict = self.dict.as_deref().ok_or("dictionary indices before a dictionary page")?;
                     let width = *values.first().ok_or("dictionary indices past the end of the page")?;
-                    let mut indices = vec![0u32; present];
+                    indices.clear();
+                    indices.resize(present, 0);
                     hybrid::decode(&values[1..], width, &mut indices)?;
                     if let Some(bad) = indices.iter().find(|&&i| i as usize >= dict.len()) {
                         return Err(format!("dictionary index {bad} of a dictionary of {}", dict.len()));
                     }
-                    Values::Dict(indices.iter().map(|&i| dict[i as usize]).collect(), 0)
+                    Values::Dict(indices, 0)
                 }
                 other => return Err(format!("values encoded {other}")),
             };
@@ -209,19 +220,24 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
     }
 }
 
-/// Writes `m` rows from `values` into `dst[i * stride]`, a null where a level is below
-/// `max_def` (filled as `on_null` says); returns the nulls. The values were checked to hold one
-/// per present row when the page was read.
+/// Writes `m` rows from `values` (or the values of `dict` at them) into `dst[i * stride]`, a
+/// null where a level is below `max_def` (filled as `on_null` says); returns the nulls. The
+/// values were checked to hold one per present row, and the indices to lie in `dict`, when the
+/// page was read.
+#[allow(clippy::too_many_arguments)]
 fn put<T: Plain>(
     dst: &mut [T],
     stride: usize,
     m: usize,
     levels: Option<&[u32]>,
     max_def: u32,
-    values: &mut Values<T>,
+    values: &mut Values,
+    dict: &[T],
     on_null: OnNull<T>,
 ) -> usize {
     let rows = dst.iter_mut().step_by(stride).take(m);
+    // A run of levels without a null is written as a page without levels.
+    let levels = levels.filter(|l| l.iter().any(|&d| d != max_def));
     let mut nulls = 0;
     match (levels, values) {
         (None, Values::Plain(bytes, next)) => {
@@ -230,7 +246,7 @@ fn put<T: Plain>(
             *next += m * T::SIZE;
         }
         (None, Values::Dict(v, next)) => {
-            rows.zip(&v[*next..*next + m]).for_each(|(d, s)| *d = *s);
+            rows.zip(&v[*next..*next + m]).for_each(|(d, &i)| *d = dict[i as usize]);
             *next += m;
         }
         (Some(levels), values) => {
@@ -243,7 +259,7 @@ fn put<T: Plain>(
                         }
                         Values::Dict(v, next) => {
                             *next += 1;
-                            v[*next - 1]
+                            dict[v[*next - 1] as usize]
                         }
                     };
                 } else {

@@ -288,7 +288,10 @@ fn a_page_that_declares_more_than_its_rows_can_fill_is_refused_before_it_is_deco
     assert_eq!(bytes[at..at + 3], [0x15, 0x00, 0x15]);
     assert_eq!(bytes[at + 5] & 0x80, 0, "three varint bytes");
     let opts = filled(0.0);
-    ParquetFile::from_bytes("t.parquet".into(), Bytes::from(bytes.clone())).unwrap().read(&[0], &opts).unwrap();
+    ParquetFile::from_bytes("t.parquet".into(), Bytes::from(bytes.clone()))
+        .unwrap()
+        .read(&[0], &opts)
+        .unwrap();
     // 1,048,575 bytes declared, for 4,096 rows that fill at most 114,688.
     bytes[at + 3..at + 6].copy_from_slice(&[0xfe, 0xff, 0x7f]);
     let f = ParquetFile::from_bytes("t.parquet".into(), Bytes::from(bytes)).unwrap();
