@@ -17,7 +17,7 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        24_038,
+        24_045,
         196,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
          the Arrow C device interface), the kernels, CUDA and batches; 21,913 lines and 232 \
@@ -36,7 +36,8 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
          with their tests); and the page headers of compressed chunks read ahead of arrow-rs's page \
          reader, so that a decompression bomb is refused before it is allocated (`parquet/headers.rs`, \
          259 lines with its tests); dictionary indices unpacked eight at a time by a decoder per \
-         width, and a page's level and index buffers reused (94 lines with their tests)",
+         width, a page's level and index buffers reused, and a tile's dictionary lookups made before its \
+         writes (101 lines with their tests)",
     ),
     (
         "python/src",

@@ -246,7 +246,14 @@ fn put<T: Plain>(
             *next += m * T::SIZE;
         }
         (None, Values::Dict(v, next)) => {
-            rows.zip(&v[*next..*next + m]).for_each(|(d, &i)| *d = dict[i as usize]);
+            // The lookups first, into a run in cache, then the strided writes: the loads from
+            // the dictionary then overlap instead of each waiting behind a store.
+            let mut run = [T::default(); 64];
+            let mut rows = rows;
+            for ids in v[*next..*next + m].chunks(64) {
+                run.iter_mut().zip(ids).for_each(|(r, &i)| *r = dict[i as usize]);
+                rows.by_ref().zip(&run[..ids.len()]).for_each(|(d, &r)| *d = r);
+            }
             *next += m;
         }
         (Some(levels), values) => {
