@@ -17,7 +17,7 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        24_045,
+        24_042,
         196,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
          the Arrow C device interface), the kernels, CUDA and batches; 21,913 lines and 232 \

@@ -31,8 +31,9 @@ class Batches:
         self._ctl = _Control()
         self._consumed = -1  # the generation of the loaded position this process has used
         self._progress: list[int] | None = None  # [first step, stride, batches yielded]
-        self._units: Any = None  # a Parquet source's row groups
-        self._files: Any = None  # and dlframe's reader of them, where it takes them
+        self._rows: list[int] | None = None  # the rows of a Parquet source's row groups
+        self._units: Any = None  # pyarrow's fragments of them, or
+        self._files: Any = None  # dlframe's reader of them, where it takes them
         self._reader = ""
         _register_with_torch(Batches)
 
@@ -134,7 +135,7 @@ class Batches:
         what was asked for (a stream's counts are None: its length is not known ahead), and
         for Parquet files the ``reader``: ``"dlframe"``, or ``"pyarrow: "`` and why."""
         summary = json.loads(self._plan(self._source((0, 1), describe=True)[2]).summary())
-        if self._units is not None:
+        if self._rows is not None:
             summary["reader"] = self._reader
         return summary
 
@@ -159,12 +160,13 @@ class Batches:
         if rows is not None:
             return "table", source, (rows, None)
         if _is_parquet(source):
-            if self._units is None:
+            if self._rows is None:
                 self._dataset = _parquet_dataset(source)
                 self._files, self._reader = _native_files(source, self._dataset, self._schedule)
-                self._units = _row_groups(self._dataset) if self._files is None else self._files.units
-            rows = self._units if self._files is not None else [u[2] for u in self._units]
-            return "units", self._dataset, (None, rows)
+                if self._files is None:
+                    self._units = _row_groups(self._dataset)
+                self._rows = self._files.units if self._files is not None else [u[2] for u in self._units]
+            return "units", self._dataset, (None, self._rows)
         if describe:
             return "stream", source, (None, None)
         source, iterate = _stream_of(source)

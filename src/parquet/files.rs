@@ -116,14 +116,14 @@ impl Reads {
         let width = file.fields.first().and_then(|f| f.data_type().primitive_width()).unwrap_or(8);
         let row_bytes = (file.fields.len() * width) as u64;
         let mut group = vec![local];
-        let mut rows = file.meta.row_group(local).num_rows().max(0) as u64;
+        let mut rows = file.unit_rows(local);
         while group.len() < crate::kernels::threads()
             && let Some(&next) = self.units.front()
             && let Ok((g, l)) = self.files.locate(next)
             && g == f
-            && (rows + file.meta.row_group(l).num_rows().max(0) as u64) * row_bytes <= GROUP_BYTES
+            && (rows + file.unit_rows(l)) * row_bytes <= GROUP_BYTES
         {
-            rows += file.meta.row_group(l).num_rows().max(0) as u64;
+            rows += file.unit_rows(l);
             group.push(l);
             self.units.pop_front();
         }

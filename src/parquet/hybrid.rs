@@ -26,10 +26,7 @@ pub fn decode(data: &[u8], bit_width: u8, out: &mut [u32]) -> Result<usize, Stri
                 return Err("an RLE run of no values".into());
             }
             let bytes = data.get(at..at + value_bytes).ok_or("an RLE run past the end of the data")?;
-            let mut v = 0u32;
-            for (i, b) in bytes.iter().enumerate() {
-                v |= u32::from(*b) << (8 * i);
-            }
+            let v = little_endian(bytes) as u32;
             if width < 32 && v >> width != 0 {
                 return Err(format!("an RLE value {v} wider than {width} bits"));
             }
@@ -72,10 +69,7 @@ fn unpack(packed: &[u8], width: usize, out: &mut [u32]) {
         // One load of 8 bytes where they are there (a value spans at most 5), else byte by byte.
         let word = match packed.get(byte..byte + 8) {
             Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
-            None => packed[byte..packed.len().min(byte + 5)]
-                .iter()
-                .enumerate()
-                .fold(0u64, |w, (k, b)| w | u64::from(*b) << (8 * k)),
+            None => little_endian(&packed[byte..packed.len().min(byte + 5)]),
         };
         *v = ((word >> shift) & mask) as u32;
     }
@@ -117,8 +111,13 @@ pub fn one_run(data: &[u8], bit_width: u8, n: usize, value: u32) -> bool {
     let Ok(header) = uleb128(data, &mut at) else { return false };
     let bytes = usize::from(bit_width).div_ceil(8);
     let Some(v) = data.get(at..at + bytes) else { return false };
-    let v = v.iter().enumerate().fold(0u64, |w, (k, b)| w | u64::from(*b) << (8 * k));
+    let v = little_endian(v);
     header & 1 == 0 && header >> 1 >= n as u64 && v == u64::from(value)
+}
+
+/// The little-endian number of up to 8 `bytes`.
+fn little_endian(bytes: &[u8]) -> u64 {
+    bytes.iter().enumerate().fold(0, |w, (k, b)| w | u64::from(*b) << (8 * k))
 }
 
 /// A ULEB128 number at `*at` (at most 5 bytes: a header of 32 bits), and `*at` past it.

@@ -123,7 +123,12 @@ impl ParquetFile {
 
     /// The rows of each row group: the units a plan assigns.
     pub fn units(&self) -> Vec<u64> {
-        self.meta.row_groups().iter().map(|rg| rg.num_rows().max(0) as u64).collect()
+        (0..self.meta.num_row_groups()).map(|u| self.unit_rows(u)).collect()
+    }
+
+    /// The rows of row group `u` (which the file has).
+    fn unit_rows(&self, u: usize) -> u64 {
+        self.meta.row_group(u).num_rows().max(0) as u64
     }
 
     /// The columns, as Arrow fields.
@@ -198,13 +203,7 @@ impl ParquetFile {
             .direct_dtype(units, opts)
             .map_err(|why| Error::InvalidArgument(format!("{} is not read row-wise: {why}", self.name)))?;
         let (buffer, rows) = self.decoded(dtype, units, opts)?;
-        let item = match dtype {
-            DType::Float32 => DataType::Float32,
-            DType::Float64 => DataType::Float64,
-            DType::Int32 => DataType::Int32,
-            _ => DataType::Int64,
-        };
-        crate::arrow::rows_array(item, self.fields.len(), rows, buffer)
+        crate::arrow::rows_array(dtype.to_arrow(), self.fields.len(), rows, buffer)
     }
 
     /// [`ParquetFile::read`] of units already checked: the direct path where it applies.
@@ -287,8 +286,7 @@ impl ParquetFile {
     /// it written into its place. The matrix's bytes, and its rows.
     fn direct<T: Plain + Element>(&self, units: &[usize], opts: &ExportOptions) -> Result<(Buffer, usize)> {
         let k = self.fields.len();
-        let rows: Vec<usize> =
-            units.iter().map(|&u| self.meta.row_group(u).num_rows().max(0) as usize).collect();
+        let rows: Vec<usize> = units.iter().map(|&u| self.unit_rows(u) as usize).collect();
         let total: usize = rows.iter().sum();
         let on_null = match opts.nulls {
             NullPolicy::Error => OnNull::Refuse,
