@@ -39,7 +39,7 @@ mod fill;
 mod gather;
 mod interleave;
 mod pad;
-mod pool;
+pub(crate) mod pool;
 mod round;
 mod stream;
 mod take;
@@ -53,7 +53,7 @@ pub use fill::fill_nulls;
 pub use gather::{contiguous_copy, gather_strided, ordered_copy};
 pub use interleave::interleave;
 pub use pad::pad_rows;
-pub(crate) use pool::{install, spawn, threads};
+pub(crate) use pool::{install, spawn};
 #[cfg(feature = "cuda")]
 pub(crate) use pool::{on_every_thread, on_own_pool};
 pub use round::{bf16_from_f64, f16_from_f64};

@@ -72,6 +72,7 @@ pub(crate) fn spawn(f: impl FnOnce() + Send + 'static) {
 
 /// The threads of this process's pool (one where none can be started): how much work to hand
 /// it at once.
+#[cfg(feature = "parquet")]
 pub(crate) fn threads() -> usize {
     current().map_or(1, |p| p.current_num_threads())
 }

@@ -117,7 +117,7 @@ impl Reads {
         let row_bytes = (file.fields.len() * width) as u64;
         let mut group = vec![local];
         let mut rows = file.unit_rows(local);
-        while group.len() < crate::kernels::threads()
+        while group.len() < crate::kernels::pool::threads()
             && let Some(&next) = self.units.front()
             && let Ok((g, l)) = self.files.locate(next)
             && g == f
