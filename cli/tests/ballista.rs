@@ -496,6 +496,138 @@ async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
     }
 }
 
+/// A job made with `params` on `scheduler`, as a Ballista 55 client sends it: its id.
+async fn submit(
+    scheduler: &mut SchedulerClient,
+    params: ballista_core::serde::protobuf::ExecuteQueryParams,
+) -> String {
+    use ballista_core::serde::protobuf::execute_query_result::Result as Made;
+    let mut request = with_token(params);
+    request.metadata_mut().insert("ballista-version", "55.0.0".parse().unwrap());
+    match scheduler.execute_query(request).await.unwrap().into_inner().result {
+        Some(Made::Success(made)) => made.job_id,
+        other => panic!("the job was not accepted: {other:?}"),
+    }
+}
+
+type SchedulerClient =
+    ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient<tonic::transport::Channel>;
+
+/// An executor's answer to a fetch of `(job, stage, partition)` with the cluster token: the
+/// bytes of its Flight data, or the error.
+async fn fetch(
+    client: &mut arrow_flight::flight_service_client::FlightServiceClient<tonic::transport::Channel>,
+    job: &str,
+    location: &ballista_core::serde::protobuf::PartitionLocation,
+) -> Result<usize, tonic::Status> {
+    use ballista_core::serde::protobuf;
+    use futures::TryStreamExt;
+    let id = location.partition_id.as_ref().unwrap();
+    let layout = if location.is_sort_shuffle {
+        protobuf::ShuffleLayout::Sort
+    } else {
+        protobuf::ShuffleLayout::Passthrough
+    };
+    let action = protobuf::Action {
+        action_type: Some(protobuf::action::ActionType::FetchPartition(protobuf::FetchPartition {
+            job_id: job.into(),
+            stage_id: id.stage_id,
+            partition_id: id.partition_id,
+            host: "127.0.0.1".into(),
+            port: 1,
+            file_id: location.file_id,
+            layout: layout as i32,
+            ..Default::default()
+        })),
+        settings: vec![],
+    };
+    let ticket = arrow_flight::Ticket { ticket: prost::Message::encode_to_vec(&action).into() };
+    let data: Vec<arrow_flight::FlightData> =
+        client.do_get(with_token(ticket)).await?.into_inner().try_collect().await?;
+    Ok(data.iter().map(|d| d.data_body.len() + d.data_header.len()).sum())
+}
+
+/// Crockford's base32 digits, in which Ballista 55 writes its job ids.
+const CROCKFORD: &[u8] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// A Ballista 55 job id, a snowflake (48 bits of milliseconds, 16 of a count, in Crockford's
+/// base32), as its number; None for any other id.
+fn snowflake(id: &str) -> Option<u64> {
+    if id.len() != 13 {
+        return None;
+    }
+    id.bytes().try_fold(0u64, |n, c| Some((n << 5) | CROCKFORD.iter().position(|&d| d == c)? as u64))
+}
+
+/// The snowflake job id of `n`.
+fn snowflake_id(n: u64) -> String {
+    (0..13).rev().map(|i| CROCKFORD[((n >> (5 * i)) & 31) as usize] as char).collect()
+}
+
+/// Issue 54, the cluster's last hole: an executor serves a job's results to any caller with the
+/// cluster token who names the job. Ballista's ids were snowflakes, so a client that made a job
+/// just before and just after another client's could list the ids between, fetch each, and read
+/// that client's results (this test did, before the scheduler made random ids). Now the id,
+/// told only to the connection that made the job, is the capability to read its results: the
+/// same search finds nothing, while the job's maker reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_job_cannot_be_found_from_ones_own_ids() {
+    use ballista_core::serde::protobuf;
+    use ballista_core::serde::protobuf::job_status::Status;
+
+    let dir = TempDir::new("ballista-ids");
+    let mut cluster = Cluster::start(&dir, 1, 180);
+    let local = SessionContext::new();
+    let connect = || SchedulerClient::connect(format!("http://{}", cluster.address));
+    let (mut attacker, mut victim) = (connect().await.unwrap(), connect().await.unwrap());
+    let before = submit(&mut attacker, job(&local, "SELECT 41 AS a").await).await;
+    let secret = submit(&mut victim, job(&local, "SELECT 'the victim''s row' AS a").await).await;
+    let after = submit(&mut attacker, job(&local, "SELECT 43 AS a").await).await;
+    for id in [&before, &secret, &after] {
+        assert_eq!(id.len(), 32, "not the scheduler's random id: {id}");
+    }
+
+    // The victim's job finishes; it reads its result from the executor by its id.
+    let deadline = Instant::now() + LIMIT;
+    let location = loop {
+        let status = protobuf::GetJobStatusParams { job_id: secret.clone() };
+        let status = victim.get_job_status(with_token(status)).await.unwrap().into_inner();
+        match status.status.and_then(|s| s.status) {
+            Some(Status::Successful(done)) => break done.partition_location[0].clone(),
+            Some(Status::Failed(f)) => panic!("the victim's job failed: {f:?}"),
+            _ => assert!(Instant::now() < deadline, "the victim's job did not finish in time"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", cluster.served_at[0]))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut executor = arrow_flight::flight_service_client::FlightServiceClient::new(channel);
+    let read = fetch(&mut executor, &secret, &location).await.expect("the maker reads its result");
+    assert!(read > 0);
+
+    // The attacker lists every id that could lie between its own two and fetches each: with
+    // snowflakes, the victim's is among them.
+    let mut candidates = vec![];
+    if let (Some(a), Some(b)) = (snowflake(&before), snowflake(&after)) {
+        for ms in (a >> 16)..=(b >> 16).min((a >> 16) + 10_000) {
+            candidates.extend((0..4).map(|count| snowflake_id((ms << 16) | count)));
+        }
+    }
+    let mut found = vec![];
+    for id in candidates.iter().filter(|id| **id != before && **id != after) {
+        if fetch(&mut executor, id, &location).await.is_ok() {
+            found.push(id.clone());
+        }
+    }
+    assert!(found.is_empty(), "the attacker read the results of {found:?} (the victim's is {secret})");
+    for (e, _) in &mut cluster.executors {
+        e.signal("TERM");
+    }
+}
+
 /// A cluster over TLS (row 15's other half: the scheduler and the executors' result servers).
 /// The real Ballista client, trusting the cluster's CA, runs the query across two executors and
 /// gets the local result; a client without TLS is refused by the scheduler, and plain text to an

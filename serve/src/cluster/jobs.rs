@@ -3,11 +3,18 @@
 //! token, so the connection is what tells them apart (a Ballista client asks for a job and
 //! follows it on one connection). Another connection is told the job is unknown, whether it
 //! exists or not. The table keeps the newest [`MAX_JOBS`] jobs; an older one belongs to no one.
+//!
+//! A job's id is also what an executor serves its results by, to any caller with the cluster
+//! token. Ballista's own ids are snowflakes (the millisecond and a count): a client could find
+//! the id of a job made between two of its own and read its results. So the scheduler makes ids
+//! of 128 bits from the system's random source ([`RandomJobIds`]), told only to the connection
+//! that made the job: the id is the capability to read its results.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 
+use ballista_scheduler::scheduler_server::JobIdGenerator;
 use tonic::{Request, Status};
 
 /// How many jobs the table remembers.
@@ -16,6 +23,19 @@ pub(crate) const MAX_JOBS: usize = 65_536;
 /// The connection a call came on, as axum gives it to the scheduler's handlers.
 pub(crate) fn peer<T>(request: &Request<T>) -> Option<SocketAddr> {
     request.extensions().get::<axum::extract::ConnectInfo<SocketAddr>>().map(|c| c.0)
+}
+
+/// Job ids of 128 bits from the system's random source, as 32 lowercase hex digits: nothing in
+/// one id tells another.
+pub(crate) struct RandomJobIds;
+
+#[tonic::async_trait]
+impl JobIdGenerator for RandomJobIds {
+    async fn next_id(&self) -> String {
+        let mut bits = [0u8; 16];
+        getrandom::fill(&mut bits).expect("the system's random source");
+        bits.iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 /// Each job's owner, the oldest forgotten first.
@@ -85,6 +105,22 @@ mod tests {
         assert!(jobs.check("a1", at("10.0.0.1:4001"), true).is_ok());
         assert!(jobs.check("a1", at("10.0.0.2:4000"), true).is_err());
         assert!(jobs.check("a1", None, true).is_err());
+    }
+
+    #[tokio::test]
+    async fn job_ids_are_random_and_distinct() {
+        let mut seen = std::collections::HashSet::new();
+        let mut ones = 0u32;
+        for _ in 0..4096 {
+            let id = RandomJobIds.next_id().await;
+            assert_eq!(id.len(), 32, "{id}");
+            assert!(id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{id}");
+            ones += u128::from_str_radix(&id, 16).unwrap().count_ones();
+            assert!(seen.insert(id), "an id came twice");
+        }
+        // Half the 4096 x 128 bits set, within 1% (the sum's deviation is 362 bits).
+        let half = 4096 * 64;
+        assert!(ones.abs_diff(half) < half / 100, "{ones} bits set of {}", 2 * half);
     }
 
     #[test]

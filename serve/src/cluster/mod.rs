@@ -151,6 +151,8 @@ async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
     config.expire_dead_executor_interval_seconds =
         config.expire_dead_executor_interval_seconds.min(args.executor_timeout / 2).max(1);
     config.override_session_builder = Some(Arc::new(scheduler_session));
+    // A job's id is the capability to read its results (see `jobs`): random, not Ballista's snowflakes.
+    config.job_id_generator = Some(Arc::new(jobs::RandomJobIds));
     // The executors ask for tasks: the scheduler never calls them, so they open no task port.
     config.scheduling_policy = TaskSchedulingPolicy::PullStaged;
     let auth = args.tokens.auth();
