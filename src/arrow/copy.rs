@@ -12,7 +12,7 @@ use arrow_schema::{DataType, FieldRef};
 use super::read::{
     bool_bytes, column_ref, leaf_of, leaf_validity, null_row_slots, segments, validity_bytes, validity_of,
 };
-use super::spec::{ColumnSpec, Execution, MatrixSpec};
+use super::spec::{ColumnSpec, Execution, Made, MatrixSpec};
 use super::to_tensor::from_leaf;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -56,7 +56,7 @@ pub(crate) fn plain_to_tensor(
         Execution::Share | Execution::ShareThenReorder => shared(&spec)?,
         Execution::Copy => copy_column(&spec)?,
     };
-    let mask = spec.mask.then(|| validity_mask(&spec)).transpose()?;
+    let mask = spec.made.mask.then(|| validity_mask(&spec)).transpose()?;
     in_order(Converted { values, mask, index: None }, opts.order)
 }
 
@@ -78,8 +78,8 @@ pub(crate) fn in_order(c: Converted, order: Order) -> Result<Converted> {
 /// nulls hold whatever Arrow left there; the mask says which they are).
 fn shared(spec: &ColumnSpec) -> Result<Tensor> {
     let (leaf, _) = leaf_of(&spec.chunks[0]);
-    Ok(from_leaf(leaf.as_ref(), spec.leaf, spec.shape.clone(), Some(spec.strides.clone()))?
-        .with_logical(spec.logical()))
+    Ok(from_leaf(leaf.as_ref(), spec.leaf, spec.made.shape.clone(), Some(spec.made.strides.clone()))?
+        .with_logical(spec.made.logical.clone()))
 }
 
 /// Several same-length columns (each in chunks) as one `(n, k)` tensor in C or F order, with
@@ -95,8 +95,8 @@ pub fn columns_to_tensor(
     columns: &[Vec<ArrayRef>],
     opts: &ExportOptions,
 ) -> Result<Converted> {
-    let MatrixSpec { n, k, dtypes, target, storage, fill, shape, strides, mask: want_mask, inexact } =
-        MatrixSpec::new(fields, columns, opts)?;
+    let MatrixSpec { n, k, dtypes, made, inexact } = MatrixSpec::new(fields, columns, opts)?;
+    let Made { target, storage, fill, shape, strides, mask: want_mask, .. } = made;
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
     let segments = segments(columns);
     let rows: Vec<usize> = segments.iter().map(|s| s.end - s.start).collect();
@@ -159,15 +159,15 @@ fn validity_mask(spec: &ColumnSpec) -> Result<Tensor> {
         expand_validity(chunk, &mut out[pos..pos + slots])?;
         pos += slots;
     }
-    let t = Tensor::from_vec(out, spec.shape.clone())?;
+    let t = Tensor::from_vec(out, spec.made.shape.clone())?;
     // The mask follows the values' memory order (permuted tensors too). Relabel u8 -> bool:
     // both are one byte per element and every byte is 0 or 1.
     // SAFETY: the same allocation and element count, with a permutation of C strides.
     let t = unsafe {
         Tensor::from_raw_parts(
             t.data_ptr() as *mut u8,
-            spec.shape.clone(),
-            Some(spec.strides.clone()),
+            spec.made.shape.clone(),
+            Some(spec.made.strides.clone()),
             DType::Bool,
             t.device(),
             false,
@@ -197,7 +197,7 @@ fn expand_validity(array: &ArrayRef, out: &mut [u8]) -> Result<()> {
 
 /// One copy of a column into a fresh buffer: chunks concatenated, nulls filled, cast fused.
 fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
-    let target = spec.target;
+    let target = spec.made.target;
     let mut out = Output::new(target, spec.rows * spec.cell_size)?;
     if spec.is_plain_concat() {
         concat_plain(&spec.chunks, target, out.buf.as_mut_slice())?;
@@ -213,15 +213,16 @@ fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
         each(work, parallel, |((chunk, pos), mut piece)| {
             let (leaf_array, list_nulls) = leaf_of(chunk);
             if spec.leaf == DType::Bool {
-                piece.unpack_bools(leaf_array.as_ref(), bool_byte(spec.fill))?;
+                piece.unpack_bools(leaf_array.as_ref(), bool_byte(spec.made.fill))?;
             } else {
                 let col = column_ref(leaf_array.as_ref(), spec.leaf, spec.field.name())?.starting_at(pos);
-                piece.write(std::slice::from_ref(&col), spec.fill, spec.inexact)?;
+                piece.write(std::slice::from_ref(&col), spec.made.fill, spec.inexact)?;
             }
-            null_row_slots(&list_nulls).try_for_each(|slots| piece.fill(spec.fill, slots))
+            null_row_slots(&list_nulls).try_for_each(|slots| piece.fill(spec.made.fill, slots))
         })?;
     }
-    Ok(out.into_tensor(target, spec.shape.clone(), spec.strides.clone())?.with_logical(spec.logical()))
+    let made = &spec.made;
+    Ok(out.into_tensor(target, made.shape.clone(), made.strides.clone())?.with_logical(made.logical.clone()))
 }
 
 /// The byte a null becomes in a bool tensor: the spec gives a bool's fill as its 0/1 byte.

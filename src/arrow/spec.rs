@@ -17,6 +17,30 @@ use crate::kernels;
 use crate::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Order, Scalar};
 use crate::tensor::{c_strides, is_f_contiguous};
 
+/// What a conversion makes, as both executors write it (the CPU copy engine and the CUDA
+/// plan hold this one description, not their own).
+#[derive(Debug, Clone)]
+pub(crate) struct Made {
+    /// The dtype of the result.
+    pub target: DType,
+    /// The dtype written: bools are written as their 0/1 bytes, into u8 storage labelled bool
+    /// when every column of a matrix is bool, or cast like any u8 column (numpy's True -> 1)
+    /// when they join numbers; a column's is its target.
+    pub storage: DType,
+    /// The result's shape: `[rows, *cell]` for a column, `[n, k]` for a matrix.
+    pub shape: Vec<i64>,
+    /// Its strides (elements): C order, a tensor column's permuted cells, or a matrix's F order.
+    pub strides: Vec<i64>,
+    /// Whether a validity mask is made (asked for, and there are nulls).
+    pub mask: bool,
+    /// The value null slots become, range-checked against `target` (a bool's as its 0/1 byte);
+    /// `None` when the copy writes no null and no fill was given.
+    pub fill: Option<Scalar>,
+    /// The Arrow field the result keeps for the way back: a column's own when the dtype is
+    /// unchanged.
+    pub logical: Option<FieldRef>,
+}
+
 /// One column (in one or more chunks) as one tensor, checked.
 #[derive(Debug, Clone)]
 pub(crate) struct ColumnSpec {
@@ -26,23 +50,14 @@ pub(crate) struct ColumnSpec {
     pub chunks: Vec<ArrayRef>,
     /// The dtype of the scalar leaf.
     pub leaf: DType,
-    /// The dtype of the result.
-    pub target: DType,
+    /// What the conversion makes.
+    pub made: Made,
     /// Nulls at every level, in leaf slots covered.
     pub null_count: usize,
     /// Rows.
     pub rows: usize,
-    /// `[rows, *cell]`.
-    pub shape: Vec<i64>,
-    /// C order, or the permuted order of a tensor column's cells.
-    pub strides: Vec<i64>,
     /// Leaf slots per row.
     pub cell_size: usize,
-    /// Whether a validity mask is made (asked for, and there are nulls).
-    pub mask: bool,
-    /// The value null slots become, range-checked against `target`; `None` when the copy
-    /// writes no null and no fill was given.
-    pub fill: Option<Scalar>,
     /// What an integer that a float target cannot hold exactly does.
     pub inexact: Inexact,
     /// Why the column cannot be shared as it is, in the asked order (`None`: zero-copy is
@@ -129,18 +144,16 @@ impl ColumnSpec {
         let shareable = needs_copy.is_none();
         let copy_reason =
             needs_copy.or_else(|| fortran.then(|| Cause::Fortran { column: column(), shape: shape.clone() }));
+        let mask = null_count > 0 && opts.nulls == NullPolicy::Mask;
+        let logical = (target == leaf).then(|| field.clone());
         Ok(ColumnSpec {
             field: field.clone(),
             chunks: chunks.to_vec(),
             leaf,
-            target,
+            made: Made { target, storage: target, shape, strides, mask, fill, logical },
             null_count,
             rows,
-            shape,
-            strides,
             cell_size: layout.cell,
-            mask: null_count > 0 && opts.nulls == NullPolicy::Mask,
-            fill,
             inexact: opts.inexact,
             copy_reason,
             shareable,
@@ -148,16 +161,10 @@ impl ColumnSpec {
         })
     }
 
-    /// The Arrow field the result keeps for the way back: the column's own when the dtype is
-    /// unchanged.
-    pub fn logical(&self) -> Option<FieldRef> {
-        (self.target == self.leaf).then(|| self.field.clone())
-    }
-
     /// Whether a copy is only the chunks' leaf bytes placed one after another: the same
     /// dtype, no nulls, no bit-packed bools.
     pub fn is_plain_concat(&self) -> bool {
-        self.leaf != DType::Bool && self.target == self.leaf && self.null_count == 0
+        self.leaf != DType::Bool && self.made.target == self.leaf && self.null_count == 0
     }
 }
 
@@ -195,20 +202,8 @@ pub(crate) struct MatrixSpec {
     /// The dtype each column's field gives ([`field_dtype`]), in order: its leaf arrays' dtype,
     /// which an extension's `FixedSizeBinary` storage does not say by itself.
     pub dtypes: Vec<DType>,
-    /// The dtype of the result.
-    pub target: DType,
-    /// The dtype written: bools are written as their 0/1 bytes, into u8 storage labelled bool
-    /// when every column is bool, or cast like any u8 column (numpy's True -> 1) when they join
-    /// numbers.
-    pub storage: DType,
-    /// The value nulls become, in `storage` terms (a bool matrix's fill is its 0/1 byte).
-    pub fill: Option<Scalar>,
-    /// `[n, k]`.
-    pub shape: Vec<i64>,
-    /// C or F strides of the shape.
-    pub strides: Vec<i64>,
-    /// Whether a validity mask is made (asked for, and there are nulls).
-    pub mask: bool,
+    /// What the conversion makes (`[n, k]`, in C or F order; no Arrow field of its own).
+    pub made: Made,
     /// What an integer that a float target cannot hold exactly does.
     pub inexact: Inexact,
 }
@@ -283,7 +278,8 @@ impl MatrixSpec {
         };
         let storage = if target == DType::Bool { DType::UInt8 } else { target };
         let mask = opts.nulls == NullPolicy::Mask && null_count > 0;
-        Ok(MatrixSpec { n, k, dtypes, target, storage, fill, shape, strides, mask, inexact: opts.inexact })
+        let made = Made { target, storage, shape, strides, mask, fill, logical: None };
+        Ok(MatrixSpec { n, k, dtypes, made, inexact: opts.inexact })
     }
 }
 

@@ -35,11 +35,11 @@ pub fn take_matrix(
     let spec = MatrixSpec::new(fields, columns, opts)?;
     let chunks = columns.first().map_or(0, Vec::len);
     let plain = opts.order == Order::C
-        && !spec.mask
-        && spec.target != DType::Bool
+        && !spec.made.mask
+        && spec.made.target != DType::Bool
         && columns.iter().zip(&spec.dtypes).all(|(c, &d)| {
             c.len() == chunks
-                && d == spec.storage
+                && d == spec.made.storage
                 && c.iter().zip(&columns[0]).all(|(a, first)| a.len() == first.len() && a.null_count() == 0)
         });
     if !plain {
@@ -55,11 +55,11 @@ pub fn take_matrix(
         })
         .collect::<Result<Vec<_>>>()?;
     let shape = vec![rows.len() as i64, fields.len() as i64];
-    let mut buf = HostBuffer::for_overwrite(rows.len() * fields.len() * spec.storage.itemsize())?;
-    kernels::take_rows_into(spec.storage, &by_chunk, rows, to, buf.as_mut_slice())?;
+    let mut buf = HostBuffer::for_overwrite(rows.len() * fields.len() * spec.made.storage.itemsize())?;
+    kernels::take_rows_into(spec.made.storage, &by_chunk, rows, to, buf.as_mut_slice())?;
     let strides = c_strides(&shape);
     let values =
-        Tensor::from_buffer(buf.into_buffer(), 0, shape, Some(strides), spec.storage)?.with_copied(true);
+        Tensor::from_buffer(buf.into_buffer(), 0, shape, Some(strides), spec.made.storage)?.with_copied(true);
     Ok(Some(Converted { values, mask: None, index: None }))
 }
 

@@ -108,9 +108,9 @@ impl Emulator {
     /// threads, when needed): the output bytes and the mask. The outputs start as 0xAB, so an
     /// element no thread writes shows.
     pub fn run(&self, plan: &Plan, grid: (u32, u32), block: u32) -> (Vec<u8>, Option<Vec<u8>>) {
-        let n = plan.len * plan.storage.itemsize();
+        let n = plan.len * plan.made.storage.itemsize();
         let mut out = aligned(n, 0xab);
-        let mut mask = plan.mask.then(|| aligned(plan.len, 0xab));
+        let mut mask = plan.made.mask.then(|| aligned(plan.len, 0xab));
         for (at, b) in plan.output_copies() {
             bytes(&mut out)[at..at + b.len()].copy_from_slice(b);
         }
@@ -140,8 +140,8 @@ impl Emulator {
                                 scratch.as_ptr(),
                                 scratch.as_ptr().add(table_at),
                                 segs.len() as u64,
-                                super::plan::code(plan.storage),
-                                plan.storage.itemsize() as u64,
+                                super::plan::code(plan.made.storage),
+                                plan.made.storage.itemsize() as u64,
                                 plan.fill,
                             )
                         }

@@ -18,7 +18,7 @@ use arrow_buffer::{Buffer, NullBuffer};
 use arrow_schema::{DataType, FieldRef};
 
 use crate::arrow::read::{column_ref, leaf_of, leaf_validity, segments};
-use crate::arrow::spec::{ColumnSpec, MatrixSpec};
+use crate::arrow::spec::{ColumnSpec, Made, MatrixSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -73,43 +73,21 @@ pub(crate) struct Plan {
     table: Vec<u8>,
     table_at: usize,
     scratch_len: usize,
-    /// The dtype the kernel writes (bool columns joining numbers become numbers).
-    pub storage: DType,
-    /// The dtype of the result.
-    pub dtype: DType,
+    /// What the conversion makes, as the spec says it (the kernel writes `made.storage`, and a
+    /// validity mask of the same shape and strides where `made.mask`).
+    pub made: Made,
     /// Elements written.
     pub len: usize,
-    /// The result's shape and strides (elements).
-    pub shape: Vec<i64>,
-    /// See `shape`.
-    pub strides: Vec<i64>,
-    /// Whether a validity mask (bool, same shape and strides) is written too.
-    pub mask: bool,
-    /// The fill value's little-endian bytes in `storage`.
+    /// The fill value's little-endian bytes in `made.storage`.
     pub fill: u64,
-    /// The Arrow field the result came from, when its dtype is the field's.
-    pub logical: Option<FieldRef>,
 }
 
 impl Plan {
-    fn new(storage: DType, dtype: DType, shape: Vec<i64>, strides: Vec<i64>, mask: bool, fill: u64) -> Self {
-        let len = shape.iter().map(|&d| d as usize).product();
-        Plan {
-            pieces: Vec::new(),
-            to_out: Vec::new(),
-            segs: Vec::new(),
-            table: Vec::new(),
-            table_at: 0,
-            scratch_len: 0,
-            storage,
-            dtype,
-            len,
-            shape,
-            strides,
-            mask,
-            fill,
-            logical: None,
-        }
+    fn new(made: Made) -> Result<Self> {
+        let len = made.shape.iter().map(|&d| d as usize).product();
+        let fill = fill_bits(made.storage, made.fill)?;
+        let (pieces, to_out, segs, table) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        Ok(Plan { pieces, to_out, segs, table, table_at: 0, scratch_len: 0, made, len, fill })
     }
 
     /// Places `bytes` of `buf` in the scratch buffer (16-byte aligned) and returns its offset.
@@ -149,7 +127,7 @@ impl Plan {
         // nulls: those the kernel writes whole from the scratch buffer, since filling the null
         // slots in place would write parts of most of the output's sectors (one value in ten
         // null touches nearly all of them) and so cost the device a read and a write of it.
-        let inplace = dtype == self.storage && stride == 1 && dtype != DType::Bool && validity.is_none();
+        let inplace = dtype == self.made.storage && stride == 1 && dtype != DType::Bool && validity.is_none();
         let (src, src_bit) = if dtype == DType::Bool {
             (self.place(values, off / 8..(off + len).div_ceil(8))?, (off % 8) as u64)
         } else if inplace {
@@ -227,15 +205,15 @@ impl Plan {
     /// not copied into place (a cast, bools, an interleave). A column of one dtype without
     /// nulls is only the output copies.
     pub fn needs_kernel(&self) -> bool {
-        self.mask || self.segs.iter().any(|s| s.inplace == 0 || s.valid != NO_VALIDITY)
+        self.made.mask || self.segs.iter().any(|s| s.inplace == 0 || s.valid != NO_VALIDITY)
     }
 
     /// The kernel that carries out this plan: `unpack` when every segment is bools written into
     /// bools with stride 1 and there is no mask, `convert` otherwise.
     pub fn kernel(&self) -> Kernel {
         let bool = code(DType::Bool);
-        let bools = self.storage == DType::Bool
-            && !self.mask
+        let bools = self.made.storage == DType::Bool
+            && !self.made.mask
             && self.segs.iter().all(|s| s.dtype == bool && s.stride == 1 && s.inplace == 0);
         if bools { Kernel::Unpack } else { Kernel::Convert }
     }
@@ -277,10 +255,8 @@ pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions
             spec.field.name()
         )));
     }
-    let (leaf, target) = (spec.leaf, spec.target);
-    let fill = fill_bits(target, spec.fill)?;
-    let mut plan = Plan::new(target, target, spec.shape.clone(), spec.strides.clone(), spec.mask, fill);
-    plan.logical = spec.logical();
+    let (leaf, target) = (spec.leaf, spec.made.target);
+    let mut plan = Plan::new(spec.made.clone())?;
     let mut pos = 0;
     for chunk in &spec.chunks {
         let (leaf_array, list_nulls) = leaf_of(chunk);
@@ -309,9 +285,8 @@ pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions
 /// # Errors
 /// As [`crate::arrow::columns_to_tensor`].
 pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Plan> {
-    let MatrixSpec { n, k, dtypes, target, storage, fill, shape, strides, mask, inexact } =
-        MatrixSpec::new(fields, columns, opts)?;
-    let fill = fill_bits(storage, fill)?;
+    let MatrixSpec { n, k, dtypes, made, inexact } = MatrixSpec::new(fields, columns, opts)?;
+    let (target, storage) = (made.target, made.storage);
     if target != DType::Bool {
         // Row ranges over which every column is one chunk, in the CPU path's order, so that the
         // first value found not to fit is the one the CPU path reports.
@@ -328,7 +303,7 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
             }
         }
     }
-    let mut plan = Plan::new(storage, target, shape, strides, mask, fill);
+    let mut plan = Plan::new(made)?;
     match opts.order {
         // Each column's chunks go to a contiguous run of the output.
         Order::F => {

@@ -42,7 +42,7 @@ fn address(g: &Gpu, slice: &CudaSlice<u8>) -> sys::CUdeviceptr {
 /// straight into it, then (when there is more to do) the rest uploaded into one scratch buffer
 /// and one `convert` launch; the scratch buffer is freed on the stream after the kernel.
 pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
-    let item = plan.storage.itemsize();
+    let item = plan.made.storage.itemsize();
     let (out, mask) = guarded(|| -> Result<(CudaSlice<u8>, Option<CudaSlice<u8>>)> {
         g.bind()?;
         let s = &g.stream;
@@ -51,7 +51,7 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
         // event that consumers wait on.
         let mut out = unsafe { g.alloc(plan.len * item) }?;
         // SAFETY: as above; the kernel writes one mask byte per element it writes.
-        let mut mask = plan.mask.then(|| unsafe { g.alloc(plan.len) }).transpose()?;
+        let mut mask = plan.made.mask.then(|| unsafe { g.alloc(plan.len) }).transpose()?;
         let base = address(&g, &out);
         let mut copies: Vec<_> = plan.output_copies().map(|(at, bytes)| (base + at as u64, bytes)).collect();
         let scratch = if plan.needs_kernel() {
@@ -74,16 +74,11 @@ pub(super) fn run(g: Arc<Gpu>, plan: &Plan) -> Result<Converted> {
         }
         Ok((out, mask))
     })?;
-    let values = owned_tensor(
-        g.clone(),
-        out,
-        plan.shape.clone(),
-        plan.strides.clone(),
-        plan.dtype,
-        plan.logical.clone(),
-    )?;
+    let m = &plan.made;
+    let values =
+        owned_tensor(g.clone(), out, m.shape.clone(), m.strides.clone(), m.target, m.logical.clone())?;
     let mask = mask
-        .map(|m| owned_tensor(g, m, plan.shape.clone(), plan.strides.clone(), DType::Bool, None))
+        .map(|k| owned_tensor(g, k, m.shape.clone(), m.strides.clone(), DType::Bool, None))
         .transpose()?;
     Ok(Converted { values, mask, index: None })
 }

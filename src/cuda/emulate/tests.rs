@@ -112,7 +112,7 @@ fn check(
         (p, c) => panic!("{what}: device plan {:?} but CPU {:?}", p.err(), c.err()),
     };
     assert_eq!(
-        (plan.dtype, &plan.shape[..], &plan.strides[..]),
+        (plan.made.target, &plan.made.shape[..], &plan.made.strides[..]),
         (cpu.values.dtype(), cpu.values.shape(), cpu.values.strides()),
         "{what}"
     );
@@ -120,13 +120,18 @@ fn check(
     // rows) a grid-width apart; a wide one.
     for (grid, block) in [((1, 1), 1), ((2, 1), 2), ((3, 2), 4)] {
         let (out, mask) = e.run(&plan, grid, block);
-        assert_same(plan.dtype, &out, &memory(&cpu.values), what);
+        assert_same(plan.made.target, &out, &memory(&cpu.values), what);
         assert_eq!(mask, cpu.mask.as_ref().map(memory), "{what}: mask");
     }
     if crate::cuda::device_count() > 0 {
         // The same plan on the real device, where there is one.
         let c = crate::cuda::transfer::run(crate::cuda::driver::gpu(0).unwrap(), &plan).unwrap();
-        assert_same(plan.dtype, &device_memory(&c.values), &memory(&cpu.values), &format!("{what} (device)"));
+        assert_same(
+            plan.made.target,
+            &device_memory(&c.values),
+            &memory(&cpu.values),
+            &format!("{what} (device)"),
+        );
         assert_eq!(
             c.mask.as_ref().map(device_memory),
             cpu.mask.as_ref().map(memory),
