@@ -65,7 +65,9 @@ pub struct Cursor<T, R> {
     /// levels are never allocated).
     unread: usize,
     max_def: u32,
-    dict: Option<Vec<T>>,
+    /// The dictionary page's values, as the page holds them (no copy: the file's mapped bytes,
+    /// or the codec's output).
+    dict: Option<Bytes>,
     page: Option<Current>,
     on_null: OnNull<T>,
     /// Nulls met so far.
@@ -144,10 +146,10 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
                         return Err(format!("a dictionary page encoded {encoding}"));
                     }
                     let n = *num_values as usize;
-                    let bytes = buf
-                        .get(..n.saturating_mul(T::SIZE))
-                        .ok_or("dictionary values past the end of the page")?;
-                    self.dict = Some(bytes.chunks_exact(T::SIZE).map(T::from_le).collect());
+                    if buf.len() < n.saturating_mul(T::SIZE) {
+                        return Err("dictionary values past the end of the page".into());
+                    }
+                    self.dict = Some(buf.slice(..n * T::SIZE));
                     continue;
                 }
                 Page::DataPage { buf, num_values, encoding, def_level_encoding, .. } => {
@@ -203,13 +205,14 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
                     Values::Plain(buf.slice(offset..), 0)
                 }
                 Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY => {
-                    let dict = self.dict.as_deref().ok_or("dictionary indices before a dictionary page")?;
+                    let dict = self.dict.as_ref().ok_or("dictionary indices before a dictionary page")?;
                     let width = *values.first().ok_or("dictionary indices past the end of the page")?;
                     indices.clear();
                     indices.resize(present, 0);
                     hybrid::decode(&values[1..], width, &mut indices)?;
-                    if let Some(bad) = indices.iter().find(|&&i| i as usize >= dict.len()) {
-                        return Err(format!("dictionary index {bad} of a dictionary of {}", dict.len()));
+                    let len = dict.len() / T::SIZE;
+                    if let Some(bad) = indices.iter().find(|&&i| i as usize >= len) {
+                        return Err(format!("dictionary index {bad} of a dictionary of {len}"));
                     }
                     Values::Dict(indices, 0)
                 }
@@ -220,7 +223,13 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
     }
 }
 
-/// Writes `m` rows from `values` (or the values of `dict` at them) into `dst[i * stride]`, a
+/// Value `i` of a dictionary page's bytes (little-endian `T`s, as Parquet stores them).
+fn entry<T: Plain>(dict: &[u8], i: u32) -> T {
+    let at = i as usize * T::SIZE;
+    T::from_le(&dict[at..at + T::SIZE])
+}
+
+/// Writes `m` rows from `values` (or the values of `dict`'s bytes at them) into `dst[i * stride]`, a
 /// null where a level is below `max_def` (filled as `on_null` says); returns the nulls. The
 /// values were checked to hold one per present row, and the indices to lie in `dict`, when the
 /// page was read.
@@ -232,7 +241,7 @@ fn put<T: Plain>(
     levels: Option<&[u32]>,
     max_def: u32,
     values: &mut Values,
-    dict: &[T],
+    dict: &[u8],
     on_null: OnNull<T>,
 ) -> usize {
     let rows = dst.iter_mut().step_by(stride).take(m);
@@ -251,7 +260,7 @@ fn put<T: Plain>(
             let mut run = [T::default(); 64];
             let mut rows = rows;
             for ids in v[*next..*next + m].chunks(64) {
-                run.iter_mut().zip(ids).for_each(|(r, &i)| *r = dict[i as usize]);
+                run.iter_mut().zip(ids).for_each(|(r, &i)| *r = entry(dict, i));
                 rows.by_ref().zip(&run[..ids.len()]).for_each(|(d, &r)| *d = r);
             }
             *next += m;
@@ -266,7 +275,7 @@ fn put<T: Plain>(
                         }
                         Values::Dict(v, next) => {
                             *next += 1;
-                            dict[v[*next - 1] as usize]
+                            entry(dict, v[*next - 1])
                         }
                     };
                 } else {

@@ -101,6 +101,47 @@ fn every_codec_encoding_and_page_version_reads_as_arrow_rs_reads_it() {
     assert!(m.values.copied());
 }
 
+/// Dictionaries of 96 KB (past the first level of the cache, read where the page holds them),
+/// with nulls, beside a column of a small dictionary, in row groups of uneven size, every
+/// codec, read as arrow-rs reads them.
+#[test]
+fn columns_of_large_dictionaries_read_as_arrow_rs_reads_them() {
+    let n = 27_000;
+    // Values of random mantissas, so that no codec makes the dictionary small.
+    let distinct = 24_576;
+    let value = |k: usize| f32::from_bits(0x3f80_0000 | ((k as u32).wrapping_mul(2_654_435_761) >> 9));
+    let big = move |seed: usize| (0..n).map(move |i| value((i * 7919 + seed) % distinct));
+    let a = Float32Array::from_iter_values(big(1));
+    let b = Float32Array::from_iter(big(2).enumerate().map(|(i, v)| (i % 11 != 4).then_some(v)));
+    let c = Float32Array::from_iter_values((0..n).map(|i| (i % 3) as f32));
+    let batch = RecordBatch::try_from_iter([
+        ("a", Arc::new(a) as ArrayRef),
+        ("b", Arc::new(b) as ArrayRef),
+        ("c", Arc::new(c) as ArrayRef),
+    ])
+    .unwrap();
+    for codec in [Compression::UNCOMPRESSED, Compression::SNAPPY, Compression::ZSTD(ZstdLevel::default())] {
+        let props = WriterProperties::builder()
+            .set_compression(codec)
+            .set_max_row_group_row_count(Some(20_000))
+            .set_dictionary_page_size_limit(1 << 20)
+            .build();
+        let f = written(&batch, props);
+        assert_eq!(f.units(), [20_000, 7_000]);
+        let meta = f.meta.row_group(0).column(0);
+        let dict = meta.data_page_offset() - meta.dictionary_page_offset().expect("a dictionary page");
+        assert!(dict >= 64 << 10, "{codec}: a dictionary of {dict} bytes");
+        for units in [vec![0, 1], vec![1, 0]] {
+            let opts = filled(-7.0);
+            assert_eq!(f.route(&units, &opts), Route::Direct);
+            let direct = f.read(&units, &opts).unwrap();
+            assert_eq!(bits(&direct), bits(&f.through_arrow(&units, &opts).unwrap()), "{codec} {units:?}");
+        }
+        let e = f.read(&[0, 1], &ExportOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("'b'"), "{e}");
+    }
+}
+
 #[test]
 fn every_fixed_width_type_reads_directly_and_mixed_types_or_casts_go_through_arrow() {
     let n = 100;
