@@ -44,13 +44,15 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
     ),
     (
         "python/src",
-        3_104,
+        3_117,
         48,
         "the binding: pyo3 on public APIs; 2,981 lines on 2026-11-28, 2,957 with pyo3's buffer \
          views; 3,053 with the typed input (`input.rs`, 234 lines: the one order of a call's \
          offers, and the Arrow reading it gathered from `convert.rs` and `importer.rs`, less the \
          keyword rules that went to the core); 3,039 once the core finishes its parts; 3,058 with the path of a Parquet file as an input; 3,104 with Parquet files as a source of \
-         batches (`ParquetFiles`, and the pass reading it without the GIL). The aim is 2,800; its blocks are the capsules, the \
+         batches (`ParquetFiles`, and the pass reading it without the GIL); 3,117 with the Arrow methods of each \
+         type learnt once and the two small calls' fast paths ahead of the typed input (issue 55's \
+         per-call benchmarks had found them 25% and 120% slower than before the typed input). The aim is 2,800; its blocks are the capsules, the \
          exchange table and the array-interface structs",
     ),
     ("udfs/datafusion/src", 1_728, 0, "the SQL functions: safe Rust over the core"),

@@ -17,7 +17,7 @@ use crate::args::{ColumnsArg, ConsumerStream, DTypeArg, FillValue, OrderArg, Tar
 use crate::capsule;
 use crate::error::{Binding, Result};
 use crate::gil;
-use crate::input::{Form, Input};
+use crate::input::Input;
 use crate::per_type::PerType;
 use crate::tensor::PyTensor;
 
@@ -89,7 +89,7 @@ pub(crate) fn wrap_table(py: Python<'_>, t: TableTensors, stream: Option<usize>)
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,
-    obj: Input<'py>,
+    obj: &Bound<'py, PyAny>,
     nulls: &str,
     fill_value: Option<FillValue>,
     copy: Option<bool>,
@@ -110,12 +110,12 @@ pub fn to_dlpack<'py>(
         && target == Device::Cpu
         && columns.0 == dlframe::table::Columns::Stack
         && stream.is_none();
-    if defaults
-        && let Input::Arrow(a, Form::Array) = &obj
-        && let Some(t) = pyarrow_numeric(a)
-    {
+    // A pyarrow array of numbers (which the input's order takes as Arrow data), before the
+    // input is told apart: the common small call, at pyarrow's own DLPack export.
+    if defaults && let Some(t) = pyarrow_numeric(obj) {
         return Ok(Py::new(py, PyTensor::new(t))?.into_any());
     }
+    let obj = obj.extract::<Input>()?;
     if let Input::File(_, path) = &obj {
         // A Parquet file: the reader writes its pages into the matrix (`dlframe::parquet`).
         let file = py.detach(|| ParquetFile::open(path))?;

@@ -202,12 +202,22 @@ fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
 #[pyo3(signature = (x, *, copy=None, device=None))]
 pub fn from_dlpack<'py>(
     py: Python<'py>,
-    x: Input<'py>,
+    x: &Bound<'py, PyAny>,
     copy: Option<bool>,
     device: Option<HostDevice>,
 ) -> Result<Bound<'py, PyAny>> {
     // `HostDevice` has refused every device but the CPU.
     let _ = device;
+    // A plain numpy array (which the input's order takes as a `__dlpack__` producer) goes to
+    // pyarrow's own DLPack import as it is: what dlframe's import of it would hand pyarrow,
+    // without making and exporting a tensor in between, nor telling the input apart first.
+    if copy != Some(true)
+        && ndarray::as_ndarray(x)?.is_some_and(ndarray::NdArray::is_plain_1d)
+        && let Some(shared) = pyarrow_from_dlpack(py, x)
+    {
+        return Ok(shared);
+    }
+    let x = x.extract::<Input>()?;
     let (tensor, copy) = match &x {
         Input::Ours(t) => {
             let t = &t.get().inner;
@@ -216,17 +226,7 @@ pub fn from_dlpack<'py>(
             (host, if fresh { None } else { copy })
         }
         Input::Capsule(cap) => (capsule::consume(cap)?.into_tensor(), copy),
-        Input::Dlpack(x) => {
-            // A plain numpy array goes to pyarrow's own DLPack import as it is: what dlframe's
-            // import of it would hand pyarrow, without making and exporting a tensor in between.
-            if copy != Some(true)
-                && ndarray::as_ndarray(x)?.is_some_and(ndarray::NdArray::is_plain_1d)
-                && let Some(shared) = pyarrow_from_dlpack(py, x)
-            {
-                return Ok(shared);
-            }
-            (import_ladder(x, copy, Keep::Host)?, copy)
-        }
+        Input::Dlpack(x) => (import_ladder(x, copy, Keep::Host)?, copy),
         Input::Interface(o, offer) => {
             (interface::import_offered(o, offer, CopyPolicy::from(copy))?.tensor, copy)
         }
