@@ -108,6 +108,24 @@ impl NullPolicy {
         }
     }
 
+    /// Refuses `null_count` nulls (of the column `named` says) under [`NullPolicy::Error`]: the
+    /// one place where nulls are refused by name.
+    ///
+    /// # Errors
+    /// [`Error::Nulls`].
+    pub fn admit(self, null_count: usize, named: impl FnOnce() -> String) -> Result<()> {
+        if null_count > 0 && self == NullPolicy::Error {
+            return Err(Error::Nulls { column: named(), null_count });
+        }
+        Ok(())
+    }
+
+    /// Whether a conversion of `null_count` nulls makes a validity mask: asked for, and there
+    /// are nulls (a result without nulls gets its all-true mask when it is finished).
+    pub fn masks(self, null_count: usize) -> bool {
+        null_count > 0 && self == NullPolicy::Mask
+    }
+
     /// The byte a null becomes in a bool tensor: only a bool, 0 or 1 fills one.
     ///
     /// # Errors

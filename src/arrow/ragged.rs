@@ -53,12 +53,7 @@ pub fn ragged_to_tensor(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOpti
         _ => None,
     };
     let mut rows = Rows::read(chunks, cap)?;
-    if rows.null_rows > 0 && opts.nulls == NullPolicy::Error {
-        return Err(Error::Nulls {
-            column: format!("'{}' (null list rows)", field.name()),
-            null_count: rows.null_rows,
-        });
-    }
+    opts.nulls.admit(rows.null_rows, || format!("'{}' (null list rows)", field.name()))?;
     // The child under the column's name, so that its errors name the column.
     let child_field = Arc::new(
         Field::new(field.name(), child.data_type().clone(), child.is_nullable())

@@ -113,9 +113,7 @@ impl ColumnSpec {
         }
         check_chunk_types(field, chunks)?;
         let null_count: usize = chunks.iter().map(|c| nested_null_count(c.as_ref())).sum();
-        if null_count > 0 && opts.nulls == NullPolicy::Error {
-            return Err(Error::Nulls { column: format!("'{}'", field.name()), null_count });
-        }
+        opts.nulls.admit(null_count, || format!("'{}'", field.name()))?;
         let layout = CellLayout::from_field(field)?;
         let leaf = layout.dtype;
         let target = opts.dtype.unwrap_or(leaf);
@@ -144,7 +142,7 @@ impl ColumnSpec {
         let shareable = needs_copy.is_none();
         let copy_reason =
             needs_copy.or_else(|| fortran.then(|| Cause::Fortran { column: column(), shape: shape.clone() }));
-        let mask = null_count > 0 && opts.nulls == NullPolicy::Mask;
+        let mask = opts.nulls.masks(null_count);
         let logical = (target == leaf).then(|| field.clone());
         Ok(ColumnSpec {
             field: field.clone(),
@@ -185,9 +183,10 @@ fn checked_fill(
     match target {
         DType::Bool => Ok(Some(Scalar::Int(nulls.bool_fill()?.into()))),
         t => {
-            kernels::fill_bits(t, nulls.fill())?;
-            kernels::check_fill_exact(t, nulls.fill(), inexact)?;
-            Ok(Some(nulls.fill()))
+            let fill = nulls.fill();
+            kernels::fill_bits(t, fill)?;
+            kernels::check_fill_exact(t, fill, inexact)?;
+            Ok(Some(fill))
         }
     }
 }
@@ -250,9 +249,7 @@ impl MatrixSpec {
                 _ => field_dtype(f).map_err(|e| name_column(e, f))?,
             };
             let nulls: usize = chunks.iter().map(|c| c.null_count()).sum();
-            if nulls > 0 && opts.nulls == NullPolicy::Error {
-                return Err(Error::Nulls { column: format!("'{}'", f.name()), null_count: nulls });
-            }
+            opts.nulls.admit(nulls, || format!("'{}'", f.name()))?;
             null_count += nulls;
             dtypes.push(dt);
         }
@@ -277,7 +274,7 @@ impl MatrixSpec {
             Order::F => vec![1, n as i64],
         };
         let storage = if target == DType::Bool { DType::UInt8 } else { target };
-        let mask = opts.nulls == NullPolicy::Mask && null_count > 0;
+        let mask = opts.nulls.masks(null_count);
         let made = Made { target, storage, shape, strides, mask, fill, logical: None };
         Ok(MatrixSpec { n, k, dtypes, made, inexact: opts.inexact })
     }

@@ -310,9 +310,7 @@ impl ParquetFile {
         })?;
         for (j, f) in self.fields.iter().enumerate() {
             let null_count: usize = nulls.iter().map(|per| per[j]).sum();
-            if null_count > 0 && matches!(on_null, OnNull::Refuse) {
-                return Err(Error::Nulls { column: format!("'{}'", f.name()), null_count });
-            }
+            opts.nulls.admit(null_count, || format!("'{}'", f.name()))?;
         }
         Ok((buf.into_buffer(), total))
     }
