@@ -108,8 +108,8 @@ impl NullPolicy {
         }
     }
 
-    /// Refuses `null_count` nulls (of the column `named` says) under [`NullPolicy::Error`]: the
-    /// one place where nulls are refused by name.
+    /// Refuses `null_count` nulls of the column `named` says under [`NullPolicy::Error`] (nulls
+    /// of a nested level, which no policy fills, are refused where they are found).
     ///
     /// # Errors
     /// [`Error::Nulls`].
