@@ -92,14 +92,24 @@ fn unpack_groups(packed: &[u8], width: usize, out: &mut [u32]) {
 /// [`unpack_groups`] for a width of `W` bits.
 fn group<const W: usize>(packed: &[u8], out: &mut [u32]) {
     let mask = if W == 32 { u64::from(u32::MAX) } else { (1u64 << W) - 1 };
-    for (bytes, values) in packed.chunks_exact(W).zip(out.chunks_exact_mut(8)) {
-        // The group's bytes, and room for an 8-byte load at any value's first byte.
-        let mut buf = [0u8; 40];
-        buf[..W].copy_from_slice(bytes);
+    let unpack8 = |bytes: &[u8], values: &mut [u32]| {
         for (j, v) in values.iter_mut().enumerate() {
             let bit = j * W;
-            let word = u64::from_le_bytes(buf[bit / 8..bit / 8 + 8].try_into().expect("8 bytes"));
+            let word = u64::from_le_bytes(bytes[bit / 8..bit / 8 + 8].try_into().expect("8 bytes"));
             *v = ((word >> (bit % 8)) & mask) as u32;
+        }
+    };
+    for (g, values) in out.chunks_exact_mut(8).enumerate().take(packed.len() / W) {
+        let at = g * W;
+        match packed.get(at..at + W + 8) {
+            // The group and 8 bytes after it: every value's 8-byte load reads in place.
+            Some(bytes) => unpack8(bytes, values),
+            // A last group: its bytes, and room for an 8-byte load at any value's first byte.
+            None => {
+                let mut buf = [0u8; 40];
+                buf[..W].copy_from_slice(&packed[at..at + W]);
+                unpack8(&buf, values);
+            }
         }
     }
 }
