@@ -104,12 +104,8 @@ fn group<const W: usize>(packed: &[u8], out: &mut [u32]) {
         match packed.get(at..at + W + 8) {
             // The group and 8 bytes after it: every value's 8-byte load reads in place.
             Some(bytes) => unpack8(bytes, values),
-            // A last group: its bytes, and room for an 8-byte load at any value's first byte.
-            None => {
-                let mut buf = [0u8; 40];
-                buf[..W].copy_from_slice(&packed[at..at + W]);
-                unpack8(&buf, values);
-            }
+            // A last group: value by value, each load within the group's bytes.
+            None => unpack(&packed[at..at + W], W, values),
         }
     }
 }
