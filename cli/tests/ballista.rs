@@ -322,6 +322,13 @@ fn with_token<T>(message: T) -> tonic::Request<T> {
     r
 }
 
+/// A job's request as a Ballista 55 client sends it: the token and the client's version.
+fn as_ballista_client<T>(message: T) -> tonic::Request<T> {
+    let mut r = with_token(message);
+    r.metadata_mut().insert("ballista-version", "55.0.0".parse().unwrap());
+    r
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
     use ballista_core::serde::protobuf;
@@ -390,9 +397,7 @@ async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
             ..Default::default()
         };
         // As a Ballista 55 client sends it, so that only the plan's size can refuse it.
-        let mut request = with_token(params);
-        request.metadata_mut().insert("ballista-version", "55.0.0".parse().unwrap());
-        let e = tokio::time::timeout(LIMIT, scheduler.execute_query(request))
+        let e = tokio::time::timeout(LIMIT, scheduler.execute_query(as_ballista_client(params)))
             .await
             .expect("answered in time")
             .expect_err("a 100,000-input union");
@@ -432,13 +437,7 @@ async fn the_cluster_checks_its_token_its_plans_and_its_fetches() {
 
     // A job belongs to the connection that made it: on another, its status, its cancellation
     // and its data are as of a job that does not exist (before, CleanJobData deleted it).
-    let mut request = with_token(job(&local, "SELECT 1 AS a").await);
-    request.metadata_mut().insert("ballista-version", "55.0.0".parse().unwrap());
-    let made = scheduler.execute_query(request).await.unwrap().into_inner();
-    let Some(protobuf::execute_query_result::Result::Success(made)) = made.result else {
-        panic!("the job was not accepted: {made:?}")
-    };
-    let job_id = made.job_id;
+    let job_id = submit(&mut scheduler, job(&local, "SELECT 1 AS a").await).await;
     let mut other = SchedulerGrpcClient::connect(format!("http://{}", cluster.address)).await.unwrap();
     let status = protobuf::GetJobStatusParams { job_id: job_id.clone() };
     let e = other.get_job_status(with_token(status.clone())).await.expect_err("another's job status");
@@ -502,9 +501,7 @@ async fn submit(
     params: ballista_core::serde::protobuf::ExecuteQueryParams,
 ) -> String {
     use ballista_core::serde::protobuf::execute_query_result::Result as Made;
-    let mut request = with_token(params);
-    request.metadata_mut().insert("ballista-version", "55.0.0".parse().unwrap());
-    match scheduler.execute_query(request).await.unwrap().into_inner().result {
+    match scheduler.execute_query(as_ballista_client(params)).await.unwrap().into_inner().result {
         Some(Made::Success(made)) => made.job_id,
         other => panic!("the job was not accepted: {other:?}"),
     }
