@@ -4,7 +4,7 @@
 //! the target dtype. Nothing here reads data or copies.
 
 use crate::dtype::DType;
-use crate::error::{Error, Place, Result};
+use crate::error::{Error, Result};
 
 /// Memory order of a matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -120,41 +120,49 @@ impl NullPolicy {
         Ok(())
     }
 
-    /// Whether a conversion of `null_count` nulls makes a validity mask: asked for, and there
-    /// are nulls (a result without nulls gets its all-true mask when it is finished).
-    pub fn masks(self, null_count: usize) -> bool {
-        null_count > 0 && self == NullPolicy::Mask
-    }
-
-    /// The byte a null becomes in a bool tensor: only a bool, 0 or 1 fills one.
+    /// Decides once what a conversion of `columns` (each a name and its null count) into
+    /// `target` does with their nulls: refuses them under [`NullPolicy::Error`], naming the first
+    /// column with any, and NaN into a dtype that has none. Says whether a validity mask is made
+    /// (asked for, and there are nulls; a result without nulls gets its all-true mask when it is
+    /// finished) and which value the copy writes into null slots: a given fill always (so that
+    /// a value that can never be stored is refused whatever the data), NaN or zero only where
+    /// there is a null to write. The fill is checked against the dtype by the kernels.
     ///
     /// # Errors
-    /// [`Error::ValueOutOfRange`] for any other fill value.
-    pub fn bool_fill(self) -> Result<u8> {
-        match self.fill() {
-            Scalar::Bool(b) => Ok(b as u8),
-            Scalar::Int(i @ (0 | 1)) => Ok(i as u8),
-            other => Err(Error::ValueOutOfRange {
-                value: format!("{other:?}"),
-                place: Place::Fill,
-                target: "bool".into(),
-            }),
+    /// [`Error::Nulls`], and [`Error::InvalidArgument`] naming the remedy for NaN.
+    pub fn decide<'a>(
+        self,
+        columns: impl IntoIterator<Item = (&'a str, usize)>,
+        target: DType,
+    ) -> Result<Nulls> {
+        let mut null_count = 0;
+        for (name, n) in columns {
+            self.admit(n, || format!("'{name}'"))?;
+            null_count += n;
         }
-    }
-
-    /// Refuses a policy that cannot write `null_count` nulls into `target`: NaN into a dtype
-    /// that has none. A column without nulls passes under any policy.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] naming the remedy.
-    pub fn check_target(self, target: DType, null_count: usize) -> Result<()> {
         if self == NullPolicy::Nan && null_count > 0 && !target.is_float() {
             return Err(Error::InvalidArgument(format!(
                 "nulls='nan' needs a float dtype but the tensor is {target}; pass dtype='float64' or nulls='fill'"
             )));
         }
-        Ok(())
+        let fill = match self {
+            NullPolicy::Fill(s) => Some(s),
+            _ => (null_count > 0).then(|| self.fill()),
+        };
+        Ok(Nulls { null_count, mask: null_count > 0 && self == NullPolicy::Mask, fill })
     }
+}
+
+/// What a conversion does with its nulls ([`NullPolicy::decide`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Nulls {
+    /// The nulls of all the columns.
+    pub null_count: usize,
+    /// Whether a validity mask is made.
+    pub mask: bool,
+    /// The value written into null slots, not yet checked against the dtype; `None` when the
+    /// copy writes no null and no fill was given.
+    pub fill: Option<Scalar>,
 }
 
 /// The array API's `copy` argument.

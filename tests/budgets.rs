@@ -17,7 +17,7 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        24_079,
+        24_099,
         196,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
          the Arrow C device interface), the kernels, CUDA and batches; 21,913 lines and 232 \
@@ -42,7 +42,10 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
          fields (28 lines fewer); a dictionary page read where the page holds it, with a test of \
          large dictionaries against arrow-rs (50 lines); the refusal of nulls by name and the mask's \
          rule each written once in `NullPolicy`, where four and two places wrote them (8 lines); \
-         packed indices read in place but for a run's last groups, which the value-by-value unpacking reads (6 lines)",
+         packed indices read in place but for a run's last groups, which the value-by-value unpacking reads (6 lines); then what a conversion does with nulls decided in one call \
+         (`NullPolicy::decide`) and the fill checked once and kept as its bytes, which every writer \
+         (the CPU kernels, the CUDA plan, the Parquet reader) takes as it is, with tests of the kept \
+         bytes and of the Parquet reader now refusing an inexact fill as the conversion does (20 lines)",
     ),
     (
         "python/src",

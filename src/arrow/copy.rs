@@ -17,7 +17,7 @@ use super::to_tensor::from_leaf;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, BitSlice, Column, ColumnRef};
-use crate::options::{ExportOptions, Inexact, Order, Scalar};
+use crate::options::{ExportOptions, Inexact, Order};
 use crate::tensor::{Tensor, is_f_contiguous};
 
 /// A tensor and, under [`NullPolicy::Mask`](crate::options::NullPolicy::Mask), its validity
@@ -226,8 +226,8 @@ fn copy_column(spec: &ColumnSpec) -> Result<Tensor> {
 }
 
 /// The byte a null becomes in a bool tensor: the spec gives a bool's fill as its 0/1 byte.
-fn bool_byte(fill: Option<Scalar>) -> u8 {
-    matches!(fill, Some(Scalar::Int(1))) as u8
+fn bool_byte(fill: Option<u64>) -> u8 {
+    fill.unwrap_or(0) as u8
 }
 
 /// Concatenates chunks without nulls or casts: each chunk's leaf bytes are copied to their
@@ -283,7 +283,7 @@ struct Piece<'a> {
 impl Piece<'_> {
     /// Writes the range's columns, cast and filled: all into its one run (C order, or one
     /// column), or each into its own run (F order) (copies).
-    fn write(&mut self, cols: &[Column], fill: Option<Scalar>, inexact: Inexact) -> Result<()> {
+    fn write(&mut self, cols: &[Column], fill: Option<u64>, inexact: Inexact) -> Result<()> {
         let dtype = self.dtype;
         match self.parts.as_mut_slice() {
             [run] => kernels::interleave_into(dtype, cols, Order::C, fill, inexact, run),
@@ -310,7 +310,7 @@ impl Piece<'_> {
     }
 
     /// Writes `fill` into elements `range` of its run.
-    fn fill(&mut self, fill: Option<Scalar>, range: std::ops::Range<usize>) -> Result<()> {
+    fn fill(&mut self, fill: Option<u64>, range: std::ops::Range<usize>) -> Result<()> {
         let (dtype, item) = (self.dtype, self.dtype.itemsize());
         let run = self.run()?;
         let len = run.len() / item.max(1);

@@ -26,7 +26,7 @@ use crate::decide::{Cause, Decision, decide};
 use crate::dtype::DType;
 use crate::error::{Error, Place, Result};
 use crate::kernels::{self, HostBuffer};
-use crate::options::{CopyPolicy, ExportOptions, NullPolicy, Order, Ragged, Scalar};
+use crate::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Order, Ragged, Scalar};
 use crate::tensor::Tensor;
 
 /// True when `opts` asks for a ragged form and the column is a List or LargeList: the one test
@@ -210,12 +210,10 @@ fn host_contiguous(t: Tensor) -> Result<Tensor> {
     if t.is_c_contiguous() { Ok(t) } else { kernels::contiguous_copy(&t) }
 }
 
-/// The pad value's bytes in `dtype`, range-checked as a fill value is.
+/// The pad value's bytes in `dtype`, range-checked as a fill value is (and rounded where the
+/// dtype holds it only rounded).
 fn pad_item(dtype: DType, pad: Scalar) -> Result<Vec<u8>> {
-    if dtype == DType::Bool {
-        return NullPolicy::Fill(pad).bool_fill().map(|b| vec![b]);
-    }
-    let bits = kernels::fill_bits(dtype, pad).map_err(|e| match e {
+    let bits = kernels::fill_bits(dtype, pad, Inexact::Round).map_err(|e| match e {
         Error::ValueOutOfRange { value, target, .. } => {
             Error::ValueOutOfRange { value, place: Place::Pad, target }
         }

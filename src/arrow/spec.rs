@@ -14,7 +14,7 @@ use crate::decide::{Cause, Decision, decide};
 use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Order, Scalar};
+use crate::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Order};
 use crate::tensor::{c_strides, is_f_contiguous};
 
 /// What a conversion makes, as both executors write it (the CPU copy engine and the CUDA
@@ -33,9 +33,10 @@ pub(crate) struct Made {
     pub strides: Vec<i64>,
     /// Whether a validity mask is made (asked for, and there are nulls).
     pub mask: bool,
-    /// The value null slots become, range-checked against `target` (a bool's as its 0/1 byte);
-    /// `None` when the copy writes no null and no fill was given.
-    pub fill: Option<Scalar>,
+    /// The value null slots become, checked once against `target` ([`kernels::fill_bits`]), as
+    /// its little-endian bytes (a bool's 0/1 byte); `None` when the copy writes no null and no
+    /// fill was given.
+    pub fill: Option<u64>,
     /// The Arrow field the result keeps for the way back: a column's own when the dtype is
     /// unchanged.
     pub logical: Option<FieldRef>,
@@ -113,7 +114,6 @@ impl ColumnSpec {
         }
         check_chunk_types(field, chunks)?;
         let null_count: usize = chunks.iter().map(|c| nested_null_count(c.as_ref())).sum();
-        opts.nulls.admit(null_count, || format!("'{}'", field.name()))?;
         let layout = CellLayout::from_field(field)?;
         let leaf = layout.dtype;
         let target = opts.dtype.unwrap_or(leaf);
@@ -123,7 +123,7 @@ impl ColumnSpec {
                 field.name()
             )));
         }
-        let fill = checked_fill(opts.nulls, target, null_count, opts.inexact)?;
+        let (mask, fill) = nulls_made(opts, [(field.name().as_str(), null_count)], target)?;
         let rows: usize = chunks.iter().map(|c| c.len()).sum();
         let (shape, strides) = layout.column(rows);
         let fortran = opts.order == Order::F && !is_f_contiguous(&shape, &strides);
@@ -142,7 +142,6 @@ impl ColumnSpec {
         let shareable = needs_copy.is_none();
         let copy_reason =
             needs_copy.or_else(|| fortran.then(|| Cause::Fortran { column: column(), shape: shape.clone() }));
-        let mask = opts.nulls.masks(null_count);
         let logical = (target == leaf).then(|| field.clone());
         Ok(ColumnSpec {
             field: field.clone(),
@@ -166,29 +165,16 @@ impl ColumnSpec {
     }
 }
 
-/// The fill a conversion writes into null slots, checked against the dtype it lands in: a
-/// given fill value always (a value that can never be stored is refused whatever the data),
-/// NaN only when there is a null to write it into, and an integer fill held to the same
-/// `inexact` rule as the data.
-fn checked_fill(
-    nulls: NullPolicy,
+/// What a conversion of `columns` (names and null counts) into `target` does with nulls, decided
+/// once ([`NullPolicy::decide`]): whether a mask is made, and the fill's checked bits.
+fn nulls_made<'a>(
+    opts: &ExportOptions,
+    columns: impl IntoIterator<Item = (&'a str, usize)>,
     target: DType,
-    null_count: usize,
-    inexact: Inexact,
-) -> Result<Option<Scalar>> {
-    nulls.check_target(target, null_count)?;
-    if null_count == 0 && !matches!(nulls, NullPolicy::Fill(_)) {
-        return Ok(None);
-    }
-    match target {
-        DType::Bool => Ok(Some(Scalar::Int(nulls.bool_fill()?.into()))),
-        t => {
-            let fill = nulls.fill();
-            kernels::fill_bits(t, fill)?;
-            kernels::check_fill_exact(t, fill, inexact)?;
-            Ok(Some(fill))
-        }
-    }
+) -> Result<(bool, Option<u64>)> {
+    let nulls = opts.nulls.decide(columns, target)?;
+    let fill = nulls.fill.map(|s| kernels::fill_bits(target, s, opts.inexact)).transpose()?;
+    Ok((nulls.mask, fill))
 }
 
 /// Several same-length scalar columns as one `(n, k)` matrix, checked. A matrix is always a
@@ -237,8 +223,7 @@ impl MatrixSpec {
             }
         }
         let mut dtypes = Vec::with_capacity(k);
-        let mut null_count = 0;
-        for (f, chunks) in fields.iter().zip(columns) {
+        for f in fields {
             let dt = match f.data_type() {
                 DataType::FixedSizeList(..) => {
                     return Err(Error::UnsupportedArrowType {
@@ -248,9 +233,6 @@ impl MatrixSpec {
                 }
                 _ => field_dtype(f).map_err(|e| name_column(e, f))?,
             };
-            let nulls: usize = chunks.iter().map(|c| c.null_count()).sum();
-            opts.nulls.admit(nulls, || format!("'{}'", f.name()))?;
-            null_count += nulls;
             dtypes.push(dt);
         }
         decide(opts.copy, Some(Cause::Interleave { columns: k }))?;
@@ -267,14 +249,17 @@ impl MatrixSpec {
                 f.name()
             )));
         }
-        let fill = checked_fill(opts.nulls, target, null_count, opts.inexact)?;
+        let counts = fields
+            .iter()
+            .zip(columns)
+            .map(|(f, c)| (f.name().as_str(), c.iter().map(|a| a.null_count()).sum()));
+        let (mask, fill) = nulls_made(opts, counts, target)?;
         let shape = vec![n as i64, k as i64];
         let strides = match opts.order {
             Order::C => c_strides(&shape),
             Order::F => vec![1, n as i64],
         };
         let storage = if target == DType::Bool { DType::UInt8 } else { target };
-        let mask = opts.nulls.masks(null_count);
         let made = Made { target, storage, shape, strides, mask, fill, logical: None };
         Ok(MatrixSpec { n, k, dtypes, made, inexact: opts.inexact })
     }

@@ -142,7 +142,7 @@ impl Emulator {
                                 segs.len() as u64,
                                 super::plan::code(plan.made.storage),
                                 plan.made.storage.itemsize() as u64,
-                                plan.fill,
+                                plan.made.fill.unwrap_or(0),
                             )
                         }
                     }

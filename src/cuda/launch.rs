@@ -104,7 +104,8 @@ pub(super) fn convert(
         LaunchConfig { grid_dim: (gx as u32, gy as u32, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let table = scratch.slice(table_at..);
     let item = plan.made.storage.itemsize() as u64;
-    let (nseg, out_dt, fill, no_mask) = (segs.len() as u64, plan::code(plan.made.storage), plan.fill, 0u64);
+    let (nseg, out_dt, fill, no_mask) =
+        (segs.len() as u64, plan::code(plan.made.storage), plan.made.fill.unwrap_or(0), 0u64);
     let mut b = g.stream.launch_builder(function);
     b.arg(out);
     match mask {

@@ -22,7 +22,7 @@ use crate::arrow::spec::{ColumnSpec, Made, MatrixSpec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::options::{ExportOptions, Order, Scalar};
+use crate::options::{ExportOptions, Order};
 
 /// `Seg::valid` of a segment without nulls.
 pub(crate) const NO_VALIDITY: u64 = u64::MAX;
@@ -78,16 +78,13 @@ pub(crate) struct Plan {
     pub made: Made,
     /// Elements written.
     pub len: usize,
-    /// The fill value's little-endian bytes in `made.storage`.
-    pub fill: u64,
 }
 
 impl Plan {
-    fn new(made: Made) -> Result<Self> {
+    fn new(made: Made) -> Self {
         let len = made.shape.iter().map(|&d| d as usize).product();
-        let fill = fill_bits(made.storage, made.fill)?;
         let (pieces, to_out, segs, table) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        Ok(Plan { pieces, to_out, segs, table, table_at: 0, scratch_len: 0, made, len, fill })
+        Plan { pieces, to_out, segs, table, table_at: 0, scratch_len: 0, made, len }
     }
 
     /// Places `bytes` of `buf` in the scratch buffer (16-byte aligned) and returns its offset.
@@ -232,13 +229,6 @@ fn within(buf: &Buffer, bytes: &Range<usize>) -> Result<()> {
     Ok(())
 }
 
-/// The fill's bytes in `dtype` (little-endian, as a u64). The spec has range-checked it and
-/// gives a bool's fill as its 0/1 byte, which is written as a uint8's.
-fn fill_bits(dtype: DType, fill: Option<Scalar>) -> Result<u64> {
-    let written = if dtype == DType::Bool { DType::UInt8 } else { dtype };
-    fill.map_or(Ok(0), |s| kernels::fill_bits(written, s))
-}
-
 /// The plan for one column (chunked or not; lists as their fixed-size cells, tensor columns in
 /// their memory order), with the CPU path's checks: nulls, bool and NaN policies, fill range,
 /// and every value of a lossy cast.
@@ -256,7 +246,7 @@ pub(crate) fn column(field: &FieldRef, chunks: &[ArrayRef], opts: &ExportOptions
         )));
     }
     let (leaf, target) = (spec.leaf, spec.made.target);
-    let mut plan = Plan::new(spec.made.clone())?;
+    let mut plan = Plan::new(spec.made.clone());
     let mut pos = 0;
     for chunk in &spec.chunks {
         let (leaf_array, list_nulls) = leaf_of(chunk);
@@ -303,7 +293,7 @@ pub(crate) fn matrix(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &Expo
             }
         }
     }
-    let mut plan = Plan::new(made)?;
+    let mut plan = Plan::new(made);
     match opts.order {
         // Each column's chunks go to a contiguous run of the output.
         Order::F => {
@@ -346,7 +336,7 @@ mod tests {
 
     use super::*;
     use crate::arrow::{FIXED_SHAPE_TENSOR, columns_to_tensor, to_tensor};
-    use crate::options::{CopyPolicy, Inexact, NullPolicy};
+    use crate::options::{CopyPolicy, Inexact, NullPolicy, Scalar};
 
     /// A named column in its chunks.
     type Col = (FieldRef, Vec<ArrayRef>);

@@ -48,10 +48,15 @@ pub trait Element:
     /// The value in this type like Rust's `as` (wrapping integers, saturating floats); the
     /// unchecked cast, used only where [`always_fits`] holds.
     fn from_num_lossy(n: Num) -> Self;
+    /// Its little-endian bytes in the low bytes of a u64, the rest zero: how a checked fill
+    /// value is kept and handed to a device kernel.
+    fn to_word(self) -> u64;
+    /// The value whose little-endian bytes are the low bytes of `bits`.
+    fn from_word(bits: u64) -> Self;
 }
 
 macro_rules! int_element {
-    ($($t:ty => $d:ident, $num:ident);* $(;)?) => {$(
+    ($($t:ty => $d:ident, $num:ident, $u:ty);* $(;)?) => {$(
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$d;
@@ -77,16 +82,24 @@ macro_rules! int_element {
                     Num::Float(v) => v as $t,
                 }
             }
+            #[inline(always)]
+            fn to_word(self) -> u64 {
+                self as $u as u64
+            }
+            #[inline(always)]
+            fn from_word(bits: u64) -> Self {
+                bits as $u as $t
+            }
         }
     )*};
 }
 int_element!(
-    i8 => Int8, Int; i16 => Int16, Int; i32 => Int32, Int; i64 => Int64, Int;
-    u8 => UInt8, UInt; u16 => UInt16, UInt; u32 => UInt32, UInt; u64 => UInt64, UInt;
+    i8 => Int8, Int, u8; i16 => Int16, Int, u16; i32 => Int32, Int, u32; i64 => Int64, Int, u64;
+    u8 => UInt8, UInt, u8; u16 => UInt16, UInt, u16; u32 => UInt32, UInt, u32; u64 => UInt64, UInt, u64;
 );
 
 macro_rules! float_element {
-    ($($t:ty => $d:ident, $from:expr, $to:expr);* $(;)?) => {$(
+    ($($t:ty => $d:ident, $u:ty, $from:expr, $to:expr);* $(;)?) => {$(
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$d;
@@ -112,6 +125,14 @@ macro_rules! float_element {
             fn from_num_lossy(n: Num) -> Self {
                 $from(n)
             }
+            #[inline(always)]
+            fn to_word(self) -> u64 {
+                <$t>::to_bits(self).into()
+            }
+            #[inline(always)]
+            fn from_word(bits: u64) -> Self {
+                <$t>::from_bits(bits as $u)
+            }
         }
     )*};
 }
@@ -120,21 +141,21 @@ macro_rules! float_element {
 // every integer that does not overflow f16 anyway; bfloat16 takes integers through a double
 // rounded to odd.
 float_element!(
-    f16 => Float16, |n| f16_from_f64(as_f64(n)), |x: f16| x.to_f64();
-    f32 => Float32, |n| match n {
+    f16 => Float16, u16, |n| f16_from_f64(as_f64(n)), |x: f16| x.to_f64();
+    f32 => Float32, u32, |n| match n {
         Num::Int(v) => v as f32,
         Num::UInt(v) => v as f32,
         Num::Float(v) => v as f32,
     }, |x: f32| x as f64;
-    f64 => Float64, as_f64, |x: f64| x;
-    bf16 => BFloat16, |n| match n {
+    f64 => Float64, u64, as_f64, |x: f64| x;
+    bf16 => BFloat16, u16, |n| match n {
         Num::Int(v) => bf16_from_f64(odd_f64(v.into())),
         Num::UInt(v) => bf16_from_f64(odd_f64(v.into())),
         Num::Float(v) => bf16_from_f64(v),
     }, |x: bf16| x.to_f64();
     // Integers large enough to round in f64 overflow float8 anyway.
-    F8E4M3FN => Float8E4M3FN, |n| F8E4M3FN::from_f64(as_f64(n)), |x: F8E4M3FN| x.to_f64();
-    F8E5M2 => Float8E5M2, |n| F8E5M2::from_f64(as_f64(n)), |x: F8E5M2| x.to_f64();
+    F8E4M3FN => Float8E4M3FN, u8, |n| F8E4M3FN::from_f64(as_f64(n)), |x: F8E4M3FN| x.to_f64();
+    F8E5M2 => Float8E5M2, u8, |n| F8E5M2::from_f64(as_f64(n)), |x: F8E5M2| x.to_f64();
 );
 
 /// The value as a double, rounded to nearest even once (integers beyond 2^53 round).
@@ -526,6 +547,23 @@ mod tests {
         assert!(
             fails_only_by_overflow(Float64, Float32, Exact) && fails_only_by_overflow(Int32, Float16, Round)
         );
+    }
+
+    #[test]
+    fn a_value_kept_as_a_word_is_the_same_value() {
+        fn round_trip<D: Element>(v: D, word: u64) {
+            assert_eq!(v.to_word(), word, "{v}");
+            assert_eq!(D::from_word(word).to_word(), word, "{v}");
+        }
+        round_trip(-1i8, 0xff);
+        round_trip(-2i32, 0xffff_fffe);
+        round_trip(u64::MAX, u64::MAX);
+        round_trip(f16::from_f64(-2.0), 0xc000);
+        round_trip(bf16::from_f64(1.0), 0x3f80);
+        round_trip(-0.0f32, 0x8000_0000);
+        round_trip(f64::INFINITY, 0x7ff0_0000_0000_0000);
+        round_trip(F8E4M3FN::from_f64(448.0), 0x7e);
+        round_trip(F8E5M2::from_f64(-1.0), 0xbc);
     }
 
     #[test]

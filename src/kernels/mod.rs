@@ -110,22 +110,20 @@ fn elements_mut<D: Element>(bytes: &mut [u8]) -> Result<&mut [D]> {
 }
 
 /// [`interleave`] into `out`, the bytes of `dtype` elements it fills (a whole buffer, or the
-/// piece of one that these rows fill), converting `fill` to `dtype` first (copies).
+/// piece of one that these rows fill), with the fill whose bits [`fill_bits`] gave (copies).
 ///
 /// # Errors
-/// As [`interleave`] and [`fill_value`]; bool targets are refused, and bytes that are not
-/// whole aligned elements.
+/// As [`interleave`]; bool targets are refused, and bytes that are not whole aligned elements.
 pub fn interleave_into(
     dtype: DType,
     cols: &[Column],
     order: Order,
-    fill: Option<Scalar>,
+    fill: Option<u64>,
     inexact: Inexact,
     out: &mut [u8],
 ) -> Result<()> {
     with_numeric!(dtype, D => {
-        let fill = fill.map(fill_value::<D>).transpose()?;
-        interleave(cols, order, fill, inexact, elements_mut::<D>(out)?)
+        interleave(cols, order, fill.map(D::from_word), inexact, elements_mut::<D>(out)?)
     })
 }
 
@@ -153,48 +151,43 @@ pub fn check_cast(dtype: DType, col: &Column, j: usize, inexact: Inexact) -> Res
     with_numeric!(dtype, D => interleave::check_column::<D>(j, col, inexact))
 }
 
-/// Writes `fill` (converted to `dtype`) into every element of `out`.
+/// Writes the fill whose bits [`fill_bits`] gave (zero for `None`) into every element of `out`
+/// (copies).
 ///
 /// # Errors
-/// As [`fill_value`]; bool targets are refused, and bytes that are not whole aligned elements.
-pub fn fill_into(dtype: DType, fill: Option<Scalar>, out: &mut [u8]) -> Result<()> {
+/// Bool targets are refused, and bytes that are not whole aligned elements.
+pub fn fill_into(dtype: DType, fill: Option<u64>, out: &mut [u8]) -> Result<()> {
     with_numeric!(dtype, D => {
-        let v = fill.map(fill_value::<D>).transpose()?.unwrap_or_default();
-        elements_mut::<D>(out)?.fill(v);
+        elements_mut::<D>(out)?.fill(D::from_word(fill.unwrap_or(0)));
         Ok(())
     })
 }
 
-/// Refuses an integer fill value that `dtype` holds only rounded, under [`Inexact::Error`], as
-/// the same value in the data is refused: 1000 into float8_e5m2 (which holds 1024), 2^24 + 1
-/// into float32. A float fill rounds, as float data does. Copies nothing.
+/// A fill value's bytes in `dtype` (little-endian, in the low bytes of a u64), checked once
+/// for every place that writes it: in range as [`fill_value`] checks it, a bool's only from a
+/// bool, 0 or 1 (its 0/1 byte), and an integer that `dtype` holds only rounded refused under
+/// [`Inexact::Error`], as the same value in the data is (1000 into float8_e5m2, which holds
+/// 1024; 2^24 + 1 into float32). A float fill rounds, as float data does. Copies nothing.
 ///
 /// # Errors
-/// [`Error::InexactCast`] with place `(fill_value)`.
-pub fn check_fill_exact(dtype: DType, fill: Scalar, inexact: Inexact) -> Result<()> {
-    let Scalar::Int(i) = fill else { return Ok(()) };
-    with_numeric!(dtype, D => {
-        if cast::<i64, D>(i, inexact).is_none() && D::from_num(Num::Int(i)).is_some() {
-            return Err(Error::InexactCast {
-                value: i.to_string(),
+/// [`Error::ValueOutOfRange`] and [`Error::InexactCast`] with place `(fill_value)`.
+pub fn fill_bits(dtype: DType, fill: Scalar, inexact: Inexact) -> Result<u64> {
+    if dtype == DType::Bool {
+        return match fill {
+            Scalar::Bool(b) => Ok(b.into()),
+            Scalar::Int(i @ (0 | 1)) => Ok(i as u64),
+            other => Err(Error::ValueOutOfRange {
+                value: format!("{other:?}"),
                 place: Place::Fill,
-                target: dtype.to_string(),
-            });
+                target: "bool".into(),
+            }),
+        };
+    }
+    with_numeric!(dtype, D => {
+        let inexact_int = matches!(fill, Scalar::Int(i) if cast::<i64, D>(i, inexact).is_none() && D::from_num(Num::Int(i)).is_some());
+        if let (true, Scalar::Int(i)) = (inexact_int, fill) {
+            return Err(Error::InexactCast { value: i.to_string(), place: Place::Fill, target: dtype.to_string() });
         }
-        Ok(())
+        fill_value::<D>(fill).map(D::to_word)
     })
-}
-
-/// A fill value's bytes in `dtype` (little-endian, in the low bytes of a u64), range-checked as
-/// [`fill_value`] checks it. Copies nothing but the one value.
-///
-/// # Errors
-/// As [`fill_value`]; bool targets are refused.
-pub fn fill_bits(dtype: DType, fill: Scalar) -> Result<u64> {
-    let item = dtype.itemsize();
-    let mut buf = HostBuffer::zeroed(item)?;
-    fill_into(dtype, Some(fill), buf.as_mut_slice())?;
-    let mut out = [0u8; 8];
-    out[..item].copy_from_slice(buf.as_mut_slice());
-    Ok(u64::from_le_bytes(out))
 }

@@ -32,7 +32,7 @@ use crate::decide::{Cause, decide};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{Element, HostBuffer, fill_value};
+use crate::kernels::{Element, HostBuffer, fill_bits};
 use crate::options::{ExportOptions, NullPolicy, Order};
 use crate::table::{Columns, TableTensors, table_on};
 use crate::tensor::Tensor;
@@ -290,7 +290,7 @@ impl ParquetFile {
         let total: usize = rows.iter().sum();
         let on_null = match opts.nulls {
             NullPolicy::Error => OnNull::Refuse,
-            p => OnNull::Fill(fill_value::<T>(p.fill())?),
+            p => OnNull::Fill(T::from_word(fill_bits(T::DTYPE, p.fill(), opts.inexact)?)),
         };
         // Every cell is written before the matrix is handed out (a chunk short of its rows is
         // an error), so a recycled buffer will do; a row count that no memory holds is refused.

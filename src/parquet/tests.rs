@@ -197,6 +197,13 @@ fn nulls_are_refused_by_name_or_masked_through_arrow_and_copy_false_is_refused()
     assert_eq!(masked.mask.unwrap().shape(), [500, 3]);
     let never = ExportOptions { copy: CopyPolicy::Never, ..filled(0.0) };
     assert!(matches!(f.read(&[0], &never), Err(Error::CopyRequired { .. })));
+    // An integer fill that float32 holds only rounded is refused on both routes, as data is.
+    let inexact =
+        ExportOptions { nulls: NullPolicy::Fill(Scalar::Int(16_777_217)), ..ExportOptions::default() };
+    assert_eq!(f.route(&[0], &inexact), Route::Direct);
+    for e in [f.read(&[0], &inexact).unwrap_err(), f.through_arrow(&[0], &inexact).unwrap_err()] {
+        assert!(matches!(&e, Error::InexactCast { value, .. } if value == "16777217"), "{e}");
+    }
     // A fill that an integer column cannot hold is refused as the conversion refuses it.
     let ints =
         RecordBatch::try_from_iter([("i", Arc::new(Int32Array::from(vec![Some(1), None])) as ArrayRef)])

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use crate::options::{CopyPolicy, NullPolicy};
+use crate::options::{CopyPolicy, NullPolicy, Scalar};
 
 use arrow_array::{BooleanArray, Int16Array};
 use arrow_buffer::NullBuffer;
