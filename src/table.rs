@@ -54,23 +54,6 @@ pub enum TableTensors {
     Dict(Vec<(String, Converted)>),
 }
 
-impl TableTensors {
-    /// Each conversion finished for its caller ([`transfer::completed`]).
-    ///
-    /// # Errors
-    /// A device error.
-    pub fn completed(self, nulls: crate::options::NullPolicy) -> Result<Self> {
-        Ok(match self {
-            TableTensors::One(c) => TableTensors::One(transfer::completed(c, nulls)?),
-            TableTensors::Dict(cols) => TableTensors::Dict(
-                cols.into_iter()
-                    .map(|(n, c)| Ok((n, transfer::completed(c, nulls)?)))
-                    .collect::<Result<_>>()?,
-            ),
-        })
-    }
-}
-
 /// A table's fields and, per field, its chunks.
 pub type TableColumns = (Vec<FieldRef>, Vec<Vec<ArrayRef>>);
 
@@ -160,8 +143,7 @@ pub fn input_on(
     match split_struct(field, chunks)? {
         Some((fields, columns)) => table_on(&fields, &columns, layout, opts, device),
         None => transfer::column_on(field, chunks, opts, device).map(TableTensors::One),
-    }?
-    .completed(opts.nulls)
+    }
 }
 
 /// What `dlframe.tensor` makes of Arrow input (an Arrow device array or stream): [`input_on`]

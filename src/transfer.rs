@@ -170,8 +170,9 @@ pub fn all_valid_like(values: &Tensor) -> Result<Tensor> {
 }
 
 /// A conversion as its caller gets it: under [`NullPolicy::Mask`] a mask always
-/// ([`all_valid_like`] when there were no nulls, which allocates). The exits of a conversion
-/// (`table::input_on`, a batch's `Window::convert`) finish it so, once.
+/// ([`all_valid_like`] when there were no nulls, which allocates). The conversions finish
+/// themselves so where they are made ([`column_on`], [`matrix_on`], a shuffled batch's gathered
+/// matrix), once.
 ///
 /// # Errors
 /// A device error.
@@ -277,7 +278,7 @@ pub fn column_on(
     device: Device,
 ) -> Result<Converted> {
     decide_on(opts.copy, device, || format!("column '{}'", field.name()))?;
-    match device {
+    let made = match device {
         Device::Cpu => to_tensor(field, chunks, opts),
         Device::Cuda(_) if made_on_host(field, opts) => {
             let host = to_tensor(field, chunks, opts)?;
@@ -293,7 +294,8 @@ pub fn column_on(
             reached(ordinal, cuda::to_device(field, chunks, opts, ordinal))
         }
         d => Err(unsupported(d)),
-    }
+    };
+    completed(made?, opts.nulls)
 }
 
 /// Whether a column's tensors are made on the host and then moved to a device: a list view
@@ -317,14 +319,15 @@ pub fn matrix_on(
     device: Device,
 ) -> Result<Converted> {
     decide_on(opts.copy, device, || format!("{} columns", fields.len()))?;
-    match device {
+    let made = match device {
         Device::Cpu => columns_to_tensor(fields, columns, opts),
         Device::Cuda(_) => {
             let ordinal = cuda_ordinal(device)?;
             reached(ordinal, cuda::columns_to_device(fields, columns, opts, ordinal))
         }
         d => Err(unsupported(d)),
-    }
+    };
+    completed(made?, opts.nulls)
 }
 
 fn cuda_ordinal(device: Device) -> Result<usize> {

@@ -567,8 +567,7 @@ impl Window {
     /// # Errors
     /// The conversion's errors (nulls under the error policy, values that do not fit a cast).
     pub fn convert(&self) -> Result<TableTensors> {
-        let converted = self.converted().map_err(|e| e.at_rows(|row| (self.source_row(row), Rows::Source)));
-        converted?.completed(self.options.export.nulls)
+        self.converted().map_err(|e| e.at_rows(|row| (self.source_row(row), Rows::Source)))
     }
 
     /// The source's row of the batch's row `row`.
@@ -590,7 +589,7 @@ impl Window {
         let to = order.positions();
         if self.table && *layout == Columns::Stack && *device == Device::Cpu && self.fields.len() > 1 {
             if let Some(m) = crate::arrow::take_matrix(&self.fields, &self.columns, rows, &to, export)? {
-                return Ok(TableTensors::One(m));
+                return Ok(TableTensors::One(transfer::completed(m, export.nulls)?));
             }
         }
         // (chunk, row) of the batch's rows in their order, for arrow's gather.
@@ -635,6 +634,7 @@ mod tests {
     use super::super::Even;
     use super::super::plan::{Layout, Rank, Shuffle, SlotCourse, Training, TrainingPlan, runs};
     use super::*;
+    use crate::options::{ExportOptions, NullPolicy};
 
     /// Units of `sizes` rows holding the row ids, in input batches of at most 7 rows.
     fn units(sizes: &[u64]) -> Vec<Vec<ArrayRef>> {
@@ -840,8 +840,10 @@ mod tests {
             block_steps: 2,
             ..Course::in_order(3)
         };
-        let mut b =
-            Batcher::new(fields, true, BatchOptions::new(3).unwrap()).unwrap().on_course(course).unwrap();
+        // Under nulls="mask" a batch without nulls still has its mask, all true.
+        let export = ExportOptions { nulls: NullPolicy::Mask, ..ExportOptions::default() };
+        let options = BatchOptions { export, ..BatchOptions::new(3).unwrap() };
+        let mut b = Batcher::new(fields, true, options).unwrap().on_course(course).unwrap();
         b.push(vec![col(vec![0.0, 1.0, 2.0, 3.0]), col(vec![0.0, 10.0, 20.0, 30.0])]).unwrap();
         b.push(vec![col(vec![4.0, 5.0]), col(vec![40.0, 50.0])]).unwrap();
         let mut seen = Vec::new();
@@ -849,6 +851,8 @@ mod tests {
             let TableTensors::One(m) = t.unwrap() else { panic!("stacked") };
             assert_eq!(m.values.shape(), &[3, 2]);
             assert!(m.values.copied());
+            let mask = m.mask.expect("a mask under nulls='mask'");
+            assert_eq!((mask.shape(), mask.as_slice::<bool>().unwrap()), (&[3, 2][..], &[true; 6][..]));
             for row in m.values.as_slice::<f32>().unwrap().chunks(2) {
                 assert_eq!(row[1], row[0] * 10.0, "rows stay whole");
                 seen.push(row[0] as i64);

@@ -174,7 +174,7 @@ impl ParquetFile {
             return Ok(TableTensors::One(self.matrix(units, opts)?));
         }
         let columns = self.arrow_columns(units)?;
-        table_on(&self.fields, &columns, layout, opts, device)?.completed(opts.nulls)
+        table_on(&self.fields, &columns, layout, opts, device)
     }
 
     /// Whether a read of `units` may be made: a copy (values are decoded), of row groups the
@@ -373,7 +373,7 @@ impl ParquetFile {
     /// arrow-rs's reader over `units`, then the table conversion of its columns.
     fn through_arrow(&self, units: &[usize], opts: &ExportOptions) -> Result<Converted> {
         let columns = self.arrow_columns(units)?;
-        match table_on(&self.fields, &columns, Columns::Stack, opts, Device::Cpu)?.completed(opts.nulls)? {
+        match table_on(&self.fields, &columns, Columns::Stack, opts, Device::Cpu)? {
             TableTensors::One(c) => Ok(c),
             TableTensors::Dict(_) => unreachable!("Columns::Stack gives one tensor"),
         }
