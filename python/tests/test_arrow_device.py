@@ -32,6 +32,17 @@ class DeviceOnly:
         return self.inner.__arrow_c_device_array__(requested_schema, **kwargs)
 
 
+class Exported:
+    """An Arrow array already exported (a schema and array capsule pair), for pyarrow's public
+    import of the PyCapsule interface, `pa.array`."""
+
+    def __init__(self, schema, array):
+        self.pair = (schema, array)
+
+    def __arrow_c_array__(self, requested_schema=None):
+        return self.pair
+
+
 def data_address(t) -> int:
     return t.__array_interface__["data"][0]
 
@@ -452,7 +463,7 @@ def test_a_requested_number_type_is_cast_as_to_dlpack_casts_through_either_inter
     # back, shared.
     for to in (pa.bool_(), pa.decimal128(5, 0), pa.struct([("a", pa.int8())])):
         schema, array = t.__arrow_c_array__(to.__arrow_c_schema__())
-        own = pa.Array._import_from_c_capsule(schema, array)
+        own = pa.array(Exported(schema, array))
         assert own.type == pa.int32() and own.buffers()[1].address == data_address(t)
     # A tensor column's cells are cast and its shape kept. Given an extension type, pyarrow asks
     # for its storage and returns that (it raised AttributeError in pyarrow 26 when the type
@@ -463,7 +474,7 @@ def test_a_requested_number_type_is_cast_as_to_dlpack_casts_through_either_inter
     assert storage.type == wanted.storage_type
     assert storage.to_pylist() == np.arange(12.0).reshape(2, 6).tolist()
     schema, array = cells.__arrow_c_array__(pa.field("x", wanted).__arrow_c_schema__())
-    labelled = pa.Array._import_from_c_capsule(schema, array)
+    labelled = pa.array(Exported(schema, array))
     assert labelled.type == wanted
     np.testing.assert_array_equal(labelled.to_numpy_ndarray(), np.arange(12).reshape(2, 2, 3))
 

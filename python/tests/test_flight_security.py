@@ -112,7 +112,7 @@ def adbc_unprepared(server, sql):
         stmt = cur.adbc_statement
         stmt.set_sql_query(sql)
         handle, _ = stmt.execute_query()
-        pa.RecordBatchReader._import_from_c(handle.address).read_all()
+        pa.RecordBatchReader.from_stream(handle).read_all()
 
 
 def adbc_prepared(server, sql):
