@@ -57,10 +57,7 @@ fn not_a_dtype(obj: &Bound<'_, PyAny>) -> Error {
 /// The module a dtype-like comes from (`"polars.datatypes.classes"`, `"torch"`), for an object
 /// or a class.
 fn module_of(obj: &Bound<'_, PyAny>) -> String {
-    let ty = match obj.cast::<PyType>() {
-        Ok(t) => t.clone(),
-        Err(_) => obj.get_type(),
-    };
+    let ty = obj.cast::<PyType>().map_or_else(|_| obj.get_type(), |t| t.clone());
     ty.module().map(|m| m.to_string()).unwrap_or_default()
 }
 
@@ -125,16 +122,10 @@ fn int_pair<'py, T>(obj: &Bound<'py, PyAny>, message: &str) -> Result<(T, T)>
 where
     T: for<'a> FromPyObject<'a, 'py> + TryFrom<i64>,
 {
-    if let Some(pair) = exact_int_pair(obj) {
-        return Ok(pair);
+    match exact_int_pair(obj) {
+        Some(pair) => Ok(pair),
+        None => obj.extract::<(T, T)>().map_err(|_| Binding::WrongType(message.into()).into()),
     }
-    let bad = || Error::from(Binding::WrongType(message.into()));
-    let t = obj.cast::<PyTuple>().map_err(|_| bad())?;
-    if t.len() != 2 {
-        return Err(bad());
-    }
-    let item = |i| t.get_borrowed_item(i).ok().and_then(|v| v.extract::<T>().ok()).ok_or_else(bad);
-    Ok((item(0)?, item(1)?))
 }
 
 /// An exact tuple of two exact ints that fit `T`, read directly; None for anything else.
@@ -179,18 +170,10 @@ impl<'a, 'py> FromPyObject<'a, 'py> for ConsumerStream {
     type Error = Error;
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
-        if let Ok(n) = obj.extract::<i64>() {
-            return Ok(ConsumerStream(n));
-        }
-        for attr in ["cuda_stream", "ptr"] {
-            if let Ok(n) = obj.getattr(attr).and_then(|v| v.extract::<i64>()) {
-                return Ok(ConsumerStream(n));
-            }
-        }
-        Err(Binding::WrongType(
-            "stream must be an int (a DLPack stream number or handle) or a torch/cupy stream".into(),
-        )
-        .into())
+        let attr = |name| obj.getattr(name).and_then(|v| v.extract::<i64>());
+        let stream = obj.extract::<i64>().or_else(|_| attr("cuda_stream")).or_else(|_| attr("ptr"));
+        let why = "stream must be an int (a DLPack stream number or handle) or a torch/cupy stream";
+        Ok(ConsumerStream(stream.map_err(|_| Binding::WrongType(why.into()))?))
     }
 }
 
@@ -227,7 +210,7 @@ pub fn export_options(
     fill_value: Option<FillValue>,
     copy: Option<bool>,
     dtype: Option<DTypeArg>,
-    order: OrderArg,
+    order: &str,
     ragged: &str,
     pad_value: Option<FillValue>,
     max_len: Option<usize>,
@@ -237,32 +220,10 @@ pub fn export_options(
         nulls: NullPolicy::parse(nulls, fill_value.map(|f| f.0))?,
         copy: CopyPolicy::from(copy),
         dtype: dtype.map(|d| d.0),
-        order: order.0,
+        order: Order::parse(order)?,
         ragged: Ragged::parse(ragged, pad_value.map(|p| p.0), max_len)?,
         inexact: Inexact::parse(inexact)?,
     })
-}
-
-/// `order=`: `"C"` or `"F"`, through the core's one parser.
-pub struct OrderArg(pub Order);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for OrderArg {
-    type Error = Error;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
-        Ok(OrderArg(Order::parse(&obj.extract::<std::borrow::Cow<'_, str>>()?)?))
-    }
-}
-
-/// `columns=`: how a table becomes tensors (`"stack"` or `"dict"`).
-pub struct ColumnsArg(pub dlframe::table::Columns);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for ColumnsArg {
-    type Error = Error;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> Result<Self> {
-        Ok(ColumnsArg(dlframe::table::Columns::parse(&obj.extract::<std::borrow::Cow<'_, str>>()?)?))
-    }
 }
 
 /// `device=` of a conversion: `"cpu"`, `"cuda"` or `"cuda:N"` (or any object printing so, such

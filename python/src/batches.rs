@@ -4,29 +4,34 @@
 //!
 //! The core owns the rules (`dlframe::batches`: the plan, the saved state and its checks); the
 //! core runs the pass (`dlframe::batches::stream::Stream`) on one of the process's reader threads
-//! (`readers.rs`, which keep a Python thread state for sources that take the GIL). This file
-//! reads the Python arguments and hands the batches over; `_stream.py` finds the rank, the
-//! DataLoader worker and the source's units.
+//! (`dlframe::batches::readers`), each attached to Python once, when it starts, and from then on
+//! waiting and working detached (without the GIL). A source that takes the GIL for every batch
+//! (DataFusion's stream does) then only takes and gives back the GIL, where a thread without a
+//! Python thread state would get a new one from CPython each time and delete it after (most of
+//! the time of a pass over such a source). This file reads the Python arguments and hands the
+//! batches over; `_stream.py` finds the rank, the DataLoader worker and the source's units.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyBool;
 use pyo3_arrow::ffi::ArrayReader;
 
 use dlframe::Device;
 use dlframe::batches::pass::{Epoch, Setup};
+use dlframe::batches::readers::{Done, Readers, Serve};
 use dlframe::batches::stream::{Arrays, Source, Stream};
 use dlframe::batches::{BatchOptions, Even, Layout, Rank, State, Training, TrainingPlan};
 use dlframe::parquet::Route;
 use dlframe::parquet::files::ParquetFiles;
+use dlframe::table::Columns;
 
-use crate::args::{ColumnsArg, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
+use crate::args::{DTypeArg, FillValue, TargetDevice, export_options};
 use crate::convert::wrap_table;
 use crate::error::{Error, Result};
 use crate::input::Input;
-use crate::readers;
 
 /// An Arrow producer's data as a stream of arrays (no copy).
 fn reader_of(obj: &Bound<'_, PyAny>) -> Result<Arrays> {
@@ -86,15 +91,15 @@ pub struct PySchedule {
 #[pymethods]
 impl PySchedule {
     #[new]
-    #[pyo3(signature = (batch_size, *, columns=ColumnsArg(dlframe::table::Columns::Stack), nulls="error", fill_value=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, drop_last=None, prefetch=None, ragged="error", pad_value=None, max_len=None, inexact="error", even="keep", shuffle=None, seed=None, shuffle_buffer=None, splits=None))]
+    #[pyo3(signature = (batch_size, *, columns="stack", nulls="error", fill_value=None, dtype=None, order="C", device=None, drop_last=None, prefetch=None, ragged="error", pad_value=None, max_len=None, inexact="error", even="keep", shuffle=None, seed=None, shuffle_buffer=None, splits=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         batch_size: &Bound<'_, PyAny>,
-        columns: ColumnsArg,
+        columns: &str,
         nulls: &str,
         fill_value: Option<FillValue>,
         dtype: Option<DTypeArg>,
-        order: OrderArg,
+        order: &str,
         device: Option<TargetDevice>,
         drop_last: Option<&Bound<'_, PyAny>>,
         prefetch: Option<&Bound<'_, PyAny>>,
@@ -124,7 +129,7 @@ impl PySchedule {
         )?;
         let options = BatchOptions {
             drop_last: drop_last.map_or(Ok(false), |d| flag_arg(d, "drop_last"))?,
-            columns: columns.0,
+            columns: Columns::parse(columns)?,
             export,
             device: device.map_or(Device::Cpu, |d| d.0),
             ..BatchOptions::new(batch_size)?
@@ -307,11 +312,11 @@ impl PyBatchStream {
                 None => Source::Reader(reader_of(source)?),
             }
         };
-        readers::prepare(py);
+        prepare(py);
         let panicked = || Error::panicked("dlframe.batches' background thread");
         let prefetch = schedule.prefetch;
         let stream = py
-            .detach(|| Stream::start(&readers::READERS, source, setup, prefetch, panicked))
+            .detach(|| Stream::start(&READERS, source, setup, prefetch, panicked))
             .map_err(|e| dlframe::Error::InvalidArgument(format!("could not start the batch thread: {e}")))?;
         Ok(PyBatchStream { stream })
     }
@@ -327,23 +332,17 @@ impl PyBatchStream {
         match py.detach(|| stream.next()) {
             Some(Ok(t)) => wrap_table(py, t, None).map(Some),
             end => {
-                self.finish(py);
+                self.close(py);
                 end.transpose().map(|_| None)
             }
         }
     }
 
-    /// Stops the thread and drops what it made ahead (tensors already handed out stay valid).
+    /// Stops the thread and drops what it made ahead (tensors already handed out stay valid):
+    /// tells the thread to stop, unblocks it, and waits for it (see [`wait`]).
     fn close(&mut self, py: Python<'_>) {
-        self.finish(py);
-    }
-}
-
-impl PyBatchStream {
-    /// Tells the thread to stop, unblocks it, and waits for it (see [`readers::wait`]).
-    fn finish(&mut self, py: Python<'_>) {
         if let Some(done) = self.stream.stop() {
-            readers::wait(py, done);
+            wait(py, done);
         }
     }
 }
@@ -351,7 +350,43 @@ impl PyBatchStream {
 impl Drop for PyBatchStream {
     fn drop(&mut self) {
         if self.stream.running() {
-            Python::attach(|py| self.finish(py));
+            Python::attach(|py| self.close(py));
         }
     }
+}
+
+/// The process's readers.
+pub static READERS: Readers = Readers::new(attach);
+
+/// Runs a new reader's loop attached once: `detach` releases the GIL and, as the loop never
+/// returns, never takes it back. Without an interpreter to attach to, the loop is left to run
+/// unattached.
+fn attach(serve: &mut Option<Serve>) {
+    let _ = Python::try_attach(|py| py.detach(|| serve.take().expect("served once")()));
+}
+
+/// Looks up `sys.is_finalizing` while imports still work (for a later [`wait`]); call it before
+/// starting work.
+pub fn prepare(py: Python<'_>) {
+    let _ = finalizing(py);
+}
+
+/// Waits, without the GIL, until the work has ended. While the interpreter finalizes it does not
+/// wait: work that takes the GIL then is stopped by CPython for good (or blocked in what unwinds
+/// it), and waiting for it would hang the process's exit.
+pub fn wait(py: Python<'_>, done: Done) {
+    if !finalizing(py) {
+        py.detach(move || done.wait());
+    }
+}
+
+/// `sys.is_finalizing`, looked up while imports still work.
+static IS_FINALIZING: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Whether the interpreter is finalizing (also when that cannot be asked any more).
+fn finalizing(py: Python<'_>) -> bool {
+    IS_FINALIZING
+        .get_or_try_init(py, || py.import("sys")?.getattr("is_finalizing").map(Bound::unbind))
+        .and_then(|f| f.bind(py).call0()?.is_truthy())
+        .unwrap_or(true)
 }

@@ -6,36 +6,39 @@
 //! to `used_*`, and hand the pointer to [`ForeignTensor`], which calls the deleter exactly once.
 
 use std::ffi::{CStr, CString};
+use std::ptr::NonNull;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict};
 
-use dlframe::dlpack::{Export, ManagedTensor};
+use dlframe::dlpack::{Export, Exported, ManagedTensor};
 use dlframe::ffi::dlpack::{
-    DLManagedTensor, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLTENSOR,
-    DLTENSOR_VERSIONED, USED_DLTENSOR, USED_DLTENSOR_VERSIONED,
+    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLTENSOR, DLTENSOR_VERSIONED, USED_DLTENSOR,
+    USED_DLTENSOR_VERSIONED,
 };
 use dlframe::{ForeignTensor, Tensor};
 
-use crate::error::{Binding, Error, Result};
+use crate::error::{Error, Result};
 
-/// Calls the deleter of an unconsumed capsule's tensor.
+/// The destructor of dlframe's DLPack capsules: calls the deleter of the tensor of a capsule
+/// still named [`ManagedTensor::CAPSULE`] (a consumer renames it to `used_*` and becomes the
+/// owner), keeping any in-flight exception, as the DLPack spec asks.
 ///
 /// # Safety
-/// `capsule` is a live capsule object; called by CPython (with the GIL) when it dies.
-unsafe fn release_if_unconsumed<M: ManagedTensor>(capsule: *mut ffi::PyObject, name: &CStr) {
+/// Called by CPython, with the GIL, on a dying capsule that [`from_export`] made for an `M`.
+unsafe extern "C" fn destructor<M: ManagedTensor>(capsule: *mut ffi::PyObject) {
     // SAFETY: the capsule is alive during its destructor; IsValid only checks the name.
-    if unsafe { ffi::PyCapsule_IsValid(capsule, name.as_ptr()) } != 1 {
+    if unsafe { ffi::PyCapsule_IsValid(capsule, M::CAPSULE.as_ptr()) } != 1 {
         return; // consumed (renamed): the consumer owns the tensor now
     }
     let (mut ty, mut value, mut tb) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
-    // SAFETY: keep any in-flight exception across the deleter, as the DLPack spec asks.
+    // SAFETY: fetches the in-flight exception (if any), restored below.
     unsafe { ffi::PyErr_Fetch(&mut ty, &mut value, &mut tb) };
     // SAFETY: the name was just checked, so the pointer is the managed tensor we stored.
-    let ptr = unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) } as *mut M;
-    if let Some(ptr) = std::ptr::NonNull::new(ptr) {
+    let ptr = unsafe { ffi::PyCapsule_GetPointer(capsule, M::CAPSULE.as_ptr()) } as *mut M;
+    if let Some(ptr) = NonNull::new(ptr) {
         // SAFETY: the unconsumed capsule owns the tensor; this is its only release.
         unsafe { M::delete(ptr) };
     }
@@ -43,47 +46,29 @@ unsafe fn release_if_unconsumed<M: ManagedTensor>(capsule: *mut ffi::PyObject, n
     unsafe { ffi::PyErr_Restore(ty, value, tb) };
 }
 
-/// The destructor of dlframe's `dltensor_versioned` capsules.
-///
-/// # Safety
-/// Called by CPython, with the GIL, on a dying capsule that dlframe made with this destructor.
-unsafe extern "C" fn versioned_destructor(capsule: *mut ffi::PyObject) {
-    // SAFETY: installed only on capsules named dltensor_versioned holding our exports.
-    unsafe { release_if_unconsumed::<DLManagedTensorVersioned>(capsule, DLTENSOR_VERSIONED) }
-}
-
-/// The destructor of dlframe's `dltensor` capsules.
-///
-/// # Safety
-/// As [`versioned_destructor`].
-unsafe extern "C" fn legacy_destructor(capsule: *mut ffi::PyObject) {
-    // SAFETY: installed only on capsules named dltensor holding our exports.
-    unsafe { release_if_unconsumed::<DLManagedTensor>(capsule, DLTENSOR) }
-}
-
-fn new_capsule<'py, M: ManagedTensor>(
-    py: Python<'py>,
-    raw: *mut M,
-    name: &'static CStr,
-    destructor: unsafe extern "C" fn(*mut ffi::PyObject),
-) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: `name` is static, as capsule names must be; the destructor matches the pointer.
-    let capsule = unsafe { ffi::PyCapsule_New(raw.cast(), name.as_ptr(), Some(destructor)) };
-    if capsule.is_null() {
-        // SAFETY: no capsule owns the export, so we still do: free it rather than leak.
-        unsafe { M::delete(std::ptr::NonNull::new_unchecked(raw)) };
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: PyCapsule_New returned a new (owned) reference.
-    Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
+/// A capsule that owns `e` (`"dltensor"` or `"dltensor_versioned"`); when none is made, `e`
+/// is released as it drops.
+fn new_capsule<M: ManagedTensor>(py: Python<'_>, e: Exported<M>) -> Result<Bound<'_, PyAny>> {
+    // SAFETY: a live managed tensor, under its capsule's static name, which `destructor::<M>`
+    // releases unless a consumer takes it.
+    let cap = unsafe {
+        PyCapsule::new_with_pointer_and_destructor(
+            py,
+            e.as_non_null().cast(),
+            M::CAPSULE,
+            Some(destructor::<M>),
+        )
+    }?;
+    e.into_raw(); // the capsule owns it now
+    Ok(cap.into_any())
 }
 
 /// A capsule of the kind the export was resolved for.
 pub fn from_export(py: Python<'_>, export: Export) -> Result<Bound<'_, PyAny>> {
-    Ok(match export {
-        Export::Versioned(e) => new_capsule(py, e.into_raw(), DLTENSOR_VERSIONED, versioned_destructor)?,
-        Export::Legacy(e) => new_capsule(py, e.into_raw(), DLTENSOR, legacy_destructor)?,
-    })
+    match export {
+        Export::Versioned(e) => new_capsule(py, e),
+        Export::Legacy(e) => new_capsule(py, e),
+    }
 }
 
 /// The `max_version` dlframe asks producers for: the DLPack version it reads.
@@ -107,8 +92,7 @@ pub fn versioned_request(py: Python<'_>) -> PyResult<&Bound<'_, PyDict>> {
 /// copy), asked for as [`call_versioned`] asks. None when the producer refuses or returns
 /// something dlframe does not import; nothing is raised.
 pub fn versioned_from_known(x: &Bound<'_, PyAny>) -> Option<Tensor> {
-    let cap = call_versioned(x).ok()?;
-    Some(consume(cap.cast::<PyCapsule>().ok()?).ok()?.into_tensor())
+    Some(consume(call_versioned(x).ok()?.cast::<PyCapsule>().ok()?).ok()?.into_tensor())
 }
 
 /// `x.__dlpack__(max_version=MAX_VERSION)` of a known producer (numpy, pyarrow), through a
@@ -156,14 +140,10 @@ pub fn consume(capsule: &Bound<'_, PyCapsule>) -> Result<ForeignTensor> {
         };
         return Ok(t?);
     }
-    if is(USED_DLTENSOR) || is(USED_DLTENSOR_VERSIONED) {
-        return Err(Binding::Malformed(
-            "this DLPack capsule was already consumed; a capsule can be consumed once".into(),
-        )
-        .into());
-    }
-    Err(Binding::Malformed(
-        "not a DLPack capsule (expected the name 'dltensor' or 'dltensor_versioned')".into(),
-    )
-    .into())
+    let why = if is(USED_DLTENSOR) || is(USED_DLTENSOR_VERSIONED) {
+        "this DLPack capsule was already consumed; a capsule can be consumed once"
+    } else {
+        "not a DLPack capsule (expected the name 'dltensor' or 'dltensor_versioned')"
+    };
+    Err(dlframe::Error::InvalidArgument(why.into()).into())
 }

@@ -10,10 +10,10 @@ use dlframe::arrow::Converted;
 use dlframe::dlpack::request::consumer_stream_on;
 use dlframe::options::ExportOptions;
 use dlframe::parquet::ParquetFile;
-use dlframe::table::{TableTensors, input_on, tensor_of};
+use dlframe::table::{Columns, TableTensors, input_on, tensor_of};
 use dlframe::{DType, Device, Tensor, transfer};
 
-use crate::args::{ColumnsArg, ConsumerStream, DTypeArg, FillValue, OrderArg, TargetDevice, export_options};
+use crate::args::{ConsumerStream, DTypeArg, FillValue, TargetDevice, export_options};
 use crate::capsule;
 use crate::error::{Binding, Result};
 use crate::gil;
@@ -81,11 +81,7 @@ pub(crate) fn wrap_table(py: Python<'_>, t: TableTensors, stream: Option<usize>)
 /// - `device`: `"cpu"` (default), `"cuda"` or `"cuda:N"`; `stream` (DLPack numbering, or a
 ///   torch/cupy stream) is then made to wait for the conversion.
 #[pyfunction]
-#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order=OrderArg(dlframe::options::Order::C), device=None, columns=ColumnsArg(dlframe::table::Columns::Stack), stream=None, ragged="error", pad_value=None, max_len=None, inexact="error"))]
-// The defaults of `order` and `columns` are typed values; say them as the strings they parse.
-#[pyo3(
-    text_signature = "(obj, *, nulls='error', fill_value=None, copy=None, dtype=None, order='C', device=None, columns='stack', stream=None, ragged='error', pad_value=None, max_len=None, inexact='error')"
-)]
+#[pyo3(signature = (obj, *, nulls="error", fill_value=None, copy=None, dtype=None, order="C", device=None, columns="stack", stream=None, ragged="error", pad_value=None, max_len=None, inexact="error"))]
 #[allow(clippy::too_many_arguments)]
 pub fn to_dlpack<'py>(
     py: Python<'py>,
@@ -94,9 +90,9 @@ pub fn to_dlpack<'py>(
     fill_value: Option<FillValue>,
     copy: Option<bool>,
     dtype: Option<DTypeArg>,
-    order: OrderArg,
+    order: &str,
     device: Option<TargetDevice>,
-    columns: ColumnsArg,
+    columns: &str,
     stream: Option<ConsumerStream>,
     ragged: &str,
     pad_value: Option<FillValue>,
@@ -106,9 +102,10 @@ pub fn to_dlpack<'py>(
     let target = device.map_or(Device::Cpu, |d| d.0);
     let stream = consumer_stream_on(stream.map(|s| s.0), target)?;
     let opts = export_options(nulls, fill_value, copy, dtype, order, ragged, pad_value, max_len, inexact)?;
+    let columns = Columns::parse(columns)?;
     let defaults = opts == ExportOptions::default()
         && target == Device::Cpu
-        && columns.0 == dlframe::table::Columns::Stack
+        && columns == Columns::Stack
         && stream.is_none();
     // A pyarrow array of numbers (which the input's order takes as Arrow data), before the
     // input is told apart: the common small call, at pyarrow's own DLPack export.
@@ -120,13 +117,13 @@ pub fn to_dlpack<'py>(
         // A Parquet file: the reader writes its pages into the matrix (`dlframe::parquet`).
         let file = py.detach(|| ParquetFile::open(path))?;
         let units: Vec<usize> = (0..file.units().len()).collect();
-        let t = py.detach(|| file.read_table(&units, columns.0, &opts, target))?;
+        let t = py.detach(|| file.read_table(&units, columns, &opts, target))?;
         return wrap_table(py, t, stream);
     }
     let (chunks, field) = obj.chunks()?;
     let bytes = chunks.iter().map(|c| c.get_buffer_memory_size()).sum();
     let cpu = target == Device::Cpu;
-    let t = gil::run(py, cpu, bytes, || input_on(&field, &chunks, columns.0, &opts, target))?;
+    let t = gil::run(py, cpu, bytes, || input_on(&field, &chunks, columns, &opts, target))?;
     wrap_table(py, t, stream)
 }
 

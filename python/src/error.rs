@@ -13,8 +13,6 @@
 //! | [`ErrorKind::Attribute`] (a protocol the tensor does not offer) | `AttributeError` |
 //! | [`Binding::WrongType`] | `TypeError` |
 //! | [`Binding::NoProtocol`] | `AttributeError` |
-//! | [`Binding::Malformed`] | `ValueError` |
-//! | [`Binding::Refused`] | `BufferError` |
 //! | [`Binding::NotImplemented`] | `NotImplementedError` |
 
 use pyo3::exceptions::{
@@ -23,6 +21,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 
 use dlframe::ErrorKind;
+use dlframe::dlpack::Failure;
 
 /// What only the binding can get wrong: Python arguments and protocol objects.
 #[derive(Debug)]
@@ -31,10 +30,6 @@ pub enum Binding {
     WrongType(String),
     /// The object does not offer this protocol, so `hasattr` says False for it.
     NoProtocol(String),
-    /// A malformed protocol object (an array-interface dict, a capsule).
-    Malformed(String),
-    /// Memory that the binding cannot take as it is offered.
-    Refused(String),
     /// A keyword a protocol reserves for later versions (the Arrow PyCapsule interface's).
     NotImplemented(String),
 }
@@ -56,14 +51,16 @@ impl Error {
         Error(PyRuntimeError::new_err(panic_message(place)))
     }
 
-    /// True for a `BufferError` (a producer refusing an export, or one of ours).
-    pub fn is_buffer_error(&self, py: Python<'_>) -> bool {
-        self.0.is_instance_of::<PyBufferError>(py)
-    }
-
-    /// True for a `TypeError` (a producer refusing a keyword).
-    pub fn is_type_error(&self, py: Python<'_>) -> bool {
-        self.0.is_instance_of::<PyTypeError>(py)
+    /// How a rung of the import ladder failed: a `TypeError` is the wrong object, a
+    /// `BufferError` a refusal (a producer's, or one of ours).
+    pub fn failure(&self, py: Python<'_>) -> Failure {
+        if self.0.is_instance_of::<PyTypeError>(py) {
+            Failure::WrongObject
+        } else if self.0.is_instance_of::<PyBufferError>(py) {
+            Failure::Refused
+        } else {
+            Failure::Other
+        }
     }
 
     /// True for a `TypeError` itself, not a subclass: how a producer refuses a keyword.
@@ -129,8 +126,6 @@ impl From<Binding> for Error {
         Error(match e {
             Binding::WrongType(m) => PyTypeError::new_err(m),
             Binding::NoProtocol(m) => PyAttributeError::new_err(m),
-            Binding::Malformed(m) => PyValueError::new_err(m),
-            Binding::Refused(m) => PyBufferError::new_err(m),
             Binding::NotImplemented(m) => PyNotImplementedError::new_err(m),
         })
     }

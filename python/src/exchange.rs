@@ -12,7 +12,6 @@
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyType};
@@ -49,40 +48,24 @@ static API: DLPackExchangeAPI = DLPackExchangeAPI {
 /// an int), class attributes that are the same for the whole process. Done here, at the
 /// module's import, so that the type need not know this module (which uses it).
 pub fn install(tensor_type: &Bound<'_, PyType>) -> PyResult<()> {
-    tensor_type.setattr("__dlpack_c_exchange_api__", capsule(tensor_type.py())?)?;
-    tensor_type.setattr("__c_dlpack_exchange_api__", address())
-}
-
-/// The address of dlframe's table (`__c_dlpack_exchange_api__`).
-pub fn address() -> usize {
-    &API as *const DLPackExchangeAPI as usize
-}
-
-/// dlframe's table as the `"dlpack_exchange_api"` capsule (`__dlpack_c_exchange_api__`).
-pub fn capsule(py: Python<'_>) -> PyResult<Py<PyAny>> {
-    // SAFETY: the table is static and never freed, so the capsule needs no destructor; the name
-    // is static as capsule names must be.
-    let raw = unsafe { ffi::PyCapsule_New(address() as *mut c_void, DLPACK_EXCHANGE_API.as_ptr(), None) };
-    if raw.is_null() {
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: PyCapsule_New returned a new (owned) reference.
-    Ok(unsafe { Bound::from_owned_ptr(py, raw) }.unbind())
+    let table = std::ptr::NonNull::from(&API).cast::<c_void>();
+    // SAFETY: the table is static and never written, so the capsule needs no destructor.
+    let capsule = unsafe { PyCapsule::new_with_pointer(tensor_type.py(), table, DLPACK_EXCHANGE_API) }?;
+    tensor_type.setattr("__dlpack_c_exchange_api__", capsule)?;
+    tensor_type.setattr("__c_dlpack_exchange_api__", table.as_ptr() as usize)
 }
 
 /// Runs one table function with the GIL: 0 on success, -1 with the error (or a panic) raised
 /// as a Python exception.
 fn guarded(f: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
-    Python::attach(|py| match catch_unwind(AssertUnwindSafe(|| f(py))) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
-            PyErr::from(e).restore(py);
-            -1
-        }
-        Err(_) => {
-            PyErr::from(Error::panicked("a DLPack exchange function")).restore(py);
-            -1
-        }
+    Python::attach(|py| {
+        let e = match catch_unwind(AssertUnwindSafe(|| f(py))) {
+            Ok(Ok(())) => return 0,
+            Ok(Err(e)) => e,
+            Err(_) => Error::panicked("a DLPack exchange function"),
+        };
+        PyErr::from(e).restore(py);
+        -1
     })
 }
 
@@ -93,7 +76,10 @@ fn guarded(f: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
 /// `out` is NULL or writable.
 unsafe fn put<T>(out: *mut T, value: impl FnOnce() -> Result<T>) -> Result<()> {
     if out.is_null() {
-        return Err(Binding::Malformed("the DLPack exchange API was handed a NULL output".into()).into());
+        return Err(dlframe::Error::InvalidArgument(
+            "the DLPack exchange API was handed a NULL output".into(),
+        )
+        .into());
     }
     // SAFETY: writable, as the caller promises, and not NULL.
     unsafe { *out = value()? };
@@ -106,7 +92,10 @@ unsafe fn put<T>(out: *mut T, value: impl FnOnce() -> Result<T>) -> Result<()> {
 /// `obj` is NULL or a live object, borrowed for `'py`.
 unsafe fn tensor_arg<'py>(py: Python<'py>, obj: *mut c_void) -> Result<Bound<'py, PyTensor>> {
     if obj.is_null() {
-        return Err(Binding::Malformed("the DLPack exchange API was handed a NULL object".into()).into());
+        return Err(dlframe::Error::InvalidArgument(
+            "the DLPack exchange API was handed a NULL object".into(),
+        )
+        .into());
     }
     // SAFETY: the caller passes a live object and holds the GIL.
     let any = unsafe { Bound::from_borrowed_ptr(py, obj.cast()) };
@@ -248,7 +237,8 @@ fn lookup(ty: &Bound<'_, PyType>) -> Result<Option<Table>> {
     let py = ty.py();
     let name = || ty.name().map(|n| n.to_string()).unwrap_or_default();
     let malformed = |what: &str| -> Error {
-        Binding::Malformed(format!("{}'s DLPack exchange table is refused: {what}", name())).into()
+        dlframe::Error::InvalidArgument(format!("{}'s DLPack exchange table is refused: {what}", name()))
+            .into()
     };
     let ptr = if let Some(attr) = ty.getattr_opt(intern!(py, "__dlpack_c_exchange_api__"))? {
         let cap =

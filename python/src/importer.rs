@@ -4,14 +4,12 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict};
 
-use dlframe::arrow::tensor_to_column_with;
-use dlframe::dlpack::{DlpackCall, Failure, ImportRequest, Keep, Offer, Rung, Then};
+use dlframe::dlpack::{DlpackCall, ImportRequest, Keep, Offer, Rung, Then};
 use dlframe::ffi::dlpack::DLDevice;
 use dlframe::options::CopyPolicy;
-use dlframe::{DType, Device, Tensor, transfer};
+use dlframe::{DType, Tensor, transfer};
 
 use crate::args::HostDevice;
 use crate::capsule;
@@ -21,8 +19,7 @@ use crate::gil;
 use crate::input::Input;
 use crate::interface;
 use crate::ndarray;
-use crate::tensor::PyTensor;
-use crate::to_python::{array_method, to_pyarrow};
+use crate::tensor::{PyTensor, host_to_pyarrow, pyarrow_from_dlpack};
 
 /// Imports `x` (which has `__dlpack__`) along the core's import ladder
 /// (`dlframe::dlpack::ImportRequest`, docs/conformance.md item 16): its type's exchange table,
@@ -65,7 +62,7 @@ fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result
                 return Ok(t);
             }
             Ok(None) => {}
-            Err(e) => match request.then(rung, failure_of(py, &e)) {
+            Err(e) => match request.then(rung, e.failure(py)) {
                 Then::Next => refused = Some(e),
                 Then::Raise => return Err(e),
             },
@@ -80,11 +77,8 @@ fn import_ladder(x: &Bound<'_, PyAny>, copy: Option<bool>, keep: Keep) -> Result
 /// `copy=True`, a copy first), imported, and relabelled. None for any other array.
 fn named_bits(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Option<Tensor>> {
     let py = x.py();
-    let name = x.getattr(intern!(py, "dtype"))?.getattr(intern!(py, "name"))?;
-    let Some(dtype) = DType::from_name(&name.extract::<String>()?).ok() else {
-        return Ok(None);
-    };
-    let Some(bits) = dtype.bits_dtype() else {
+    let name = x.getattr(intern!(py, "dtype"))?.getattr(intern!(py, "name"))?.extract::<String>()?;
+    let Some((dtype, bits)) = DType::from_name(&name).ok().and_then(|d| Some((d, d.bits_dtype()?))) else {
         return Ok(None);
     };
     let source = if copy == Some(true) { x.call_method0(intern!(py, "copy"))? } else { x.clone() };
@@ -95,35 +89,27 @@ fn named_bits(x: &Bound<'_, PyAny>, copy: Option<bool>) -> Result<Option<Tensor>
     Ok(Some(t.view_as(dtype)?))
 }
 
-/// How a rung failed, for the ladder: BufferError is a refusal, TypeError the wrong object.
-fn failure_of(py: Python<'_>, e: &Error) -> Failure {
-    if e.is_type_error(py) {
-        Failure::WrongObject
-    } else if e.is_buffer_error(py) {
-        Failure::Refused
-    } else {
-        Failure::Other
-    }
-}
-
 /// The `__dlpack__` rung: the call the core makes of the producer's device (numpy's ndarray is
 /// always on the CPU: asking its `__dlpack_device__` was a fifth of a small import).
 fn dlpack_rung(x: &Bound<'_, PyAny>, request: &ImportRequest, ndarray: bool) -> Result<Tensor> {
     let py = x.py();
-    let (device_type, device_id): (i32, i32) = if ndarray {
-        (1, 0)
-    } else {
-        match x.getattr(intern!(py, "__dlpack_device__")) {
-            Ok(f) => f.call0()?.extract()?,
-            Err(_) => (1, 0),
-        }
-    };
+    let (device_type, device_id): (i32, i32) =
+        match (!ndarray).then(|| x.getattr(intern!(py, "__dlpack_device__"))) {
+            Some(Ok(f)) => f.call0()?.extract()?,
+            _ => (1, 0),
+        };
     let call = request.dlpack_call(DLDevice { device_type, device_id })?;
+    // A copy of the shared keywords: an unknown producer may keep or change the dict.
+    let kw = capsule::versioned_request(py)?.copy()?;
     let t = match call {
-        DlpackCall::OnDevice(device) => on_device(x, device)?,
+        DlpackCall::OnDevice(device) => {
+            // The producer is asked with `stream=` our stream on that device (refused here, before
+            // it is asked, when the device is out of reach), so its pending work is ordered before
+            // ours; no bare call, which would not order it.
+            kw.set_item(intern!(py, "stream"), py.detach(|| transfer::stream_handle(device))?)?;
+            call_dlpack(x, &kw, false)?
+        }
         DlpackCall::Host { dl_device, copy, bare_last } => {
-            // A copy of the shared keywords: an unknown producer may keep or change the dict.
-            let kw = capsule::versioned_request(py)?.copy()?;
             if let Some(d) = dl_device {
                 kw.set_item(intern!(py, "dl_device"), (d.device_type, d.device_id))?;
             }
@@ -166,28 +152,13 @@ fn call_dlpack(x: &Bound<'_, PyAny>, kw: &Bound<'_, PyDict>, bare_last: bool) ->
     Ok(capsule::consume(cap)?.into_tensor())
 }
 
-/// A CUDA tensor on its device (without copying): the producer is asked for it with `stream=`
-/// our stream on that device, so its pending work is ordered before ours.
-fn on_device(x: &Bound<'_, PyAny>, device: Device) -> Result<Tensor> {
-    let py = x.py();
-    // Refused here, before the producer is asked, when the device is out of reach.
-    let stream = py.detach(|| transfer::stream_handle(device))?;
-    let kw = capsule::versioned_request(py)?.copy()?;
-    kw.set_item(intern!(py, "stream"), stream)?;
-    // No bare call: without `stream` the producer would not order its work before ours.
-    call_dlpack(x, &kw, false)
-}
-
 /// A tensor from a raw capsule: a CUDA one is adopted on its device, ordered after the legacy
 /// default stream (where DLPack puts data handed over without a stream).
 fn from_capsule(cap: &Bound<'_, PyCapsule>) -> Result<Tensor> {
     let t = capsule::consume(cap)?.into_tensor();
-    if t.device().is_host_accessible() {
-        // Nothing to order, so the GIL stays held, as in the exchange API's import: releasing it
-        // would let another Python thread take it, and this small import wait for its turn.
-        return Ok(t);
-    }
-    Ok(cap.py().detach(|| transfer::adopt_legacy(t))?)
+    // A host tensor has nothing to order, so the GIL stays held, as in the exchange API's import:
+    // releasing it would let another Python thread take it, and this small import wait its turn.
+    Ok(gil::run(cap.py(), t.device().is_host_accessible(), 0, || transfer::adopt_legacy(t))?)
 }
 
 /// Any tensor as a pyarrow array, zero-copy where the memory allows.
@@ -219,12 +190,7 @@ pub fn from_dlpack<'py>(
     }
     let x = x.extract::<Input>()?;
     let (tensor, copy) = match &x {
-        Input::Ours(t) => {
-            let t = &t.get().inner;
-            let (host, fresh) = gil::run_over(py, t, || transfer::on_host(t, copy))?;
-            // A transfer to the host is already a fresh copy: no second one.
-            (host, if fresh { None } else { copy })
-        }
+        Input::Ours(t) => return t.get().to_arrow(py, copy),
         Input::Capsule(cap) => (capsule::consume(cap)?.into_tensor(), copy),
         Input::Dlpack(x) => (import_ladder(x, copy, Keep::Host)?, copy),
         Input::Interface(o, offer) => {
@@ -240,21 +206,7 @@ pub fn from_dlpack<'py>(
         }
         arrow => (crate::convert::arrow_tensor(arrow)?.inner, copy),
     };
-    if !tensor.device().is_host_accessible() {
-        return Err(Binding::Refused(format!(
-            "the tensor is on {}; Arrow needs host memory",
-            tensor.device()
-        ))
-        .into());
-    }
-    if copy != Some(true)
-        && let Some(shared) = plain_to_pyarrow(py, &tensor)
-    {
-        return Ok(shared);
-    }
-    let policy = CopyPolicy::from(copy);
-    let (field, array) = gil::run_over(py, &tensor, || tensor_to_column_with(&tensor, "", policy))?;
-    to_pyarrow(py, field, array)
+    host_to_pyarrow(py, &tensor, copy)
 }
 
 /// Wraps a tensor-like object (DLPack, array interface, buffer) as a dlframe Tensor, without
@@ -280,35 +232,4 @@ pub fn tensor(x: Input<'_>) -> Result<PyTensor> {
         // `__dlpack__`, which refuses nulls and booleans with pyarrow's own TypeError).
         arrow => crate::convert::arrow_tensor(arrow),
     }
-}
-
-/// `pyarrow.Array.from_dlpack`, looked up once; None for a pyarrow without it.
-static FROM_DLPACK: PyOnceLock<Option<Py<PyAny>>> = PyOnceLock::new();
-
-/// A pyarrow array over a plain 1-D tensor's memory (no copy), made by pyarrow's own DLPack
-/// importer from dlframe's export of the tensor: for a small array, the Arrow C schema and
-/// array that [`to_pyarrow`] builds, and pyarrow's import of them, cost twice the whole DLPack
-/// hand-over. Only for what that importer makes exactly as the Arrow path would: a non-empty,
-/// aligned, contiguous 1-D host tensor of integers or IEEE floats with no Arrow type of its
-/// own, and writable (a pyarrow that asks for a legacy capsule would get a copy of read-only
-/// memory). None otherwise, or when pyarrow refuses; the caller then takes the Arrow path.
-pub fn plain_to_pyarrow<'py>(py: Python<'py>, t: &Tensor) -> Option<Bound<'py, PyAny>> {
-    let plain = t.ndim() == 1
-        && t.numel() > 0
-        && !t.readonly()
-        && t.logical().is_none()
-        && t.dtype() != DType::Bool
-        && t.dtype().arrow_extension().is_none()
-        && t.check_host_contiguous().is_ok();
-    if !plain {
-        return None;
-    }
-    let tensor = Bound::new(py, PyTensor::new(t.clone())).ok()?;
-    pyarrow_from_dlpack(py, &tensor)
-}
-
-/// `pyarrow.Array.from_dlpack(x)` (no copy); None for a pyarrow without it or that refuses
-/// `x`. For producers of what [`plain_to_pyarrow`] hands on.
-pub fn pyarrow_from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
-    array_method(py, &FROM_DLPACK, "from_dlpack").ok()??.call1((x,)).ok()
 }

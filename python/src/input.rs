@@ -218,7 +218,10 @@ fn imported<T>(obj: &Bound<'_, PyAny>, method: &str, name: &CStr, import: Import
         _ => {
             let (ty, got) = (obj.get_type().name()?, pair.get_type().name()?);
             let pair = format!("(schema, array) pair of PyCapsules named \"arrow_schema\" and {name:?}");
-            return Err(Binding::Malformed(format!("{ty}.{method}() returned a {got}, not a {pair}")).into());
+            return Err(dlframe::Error::InvalidArgument(format!(
+                "{ty}.{method}() returned a {got}, not a {pair}"
+            ))
+            .into());
         }
     };
     let (schema, array) = (schema.pointer_checked(Some(ARROW_SCHEMA))?, array.pointer_checked(Some(name))?);

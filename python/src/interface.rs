@@ -9,7 +9,6 @@ use pyo3::types::{PyCapsule, PyDict};
 use pyo3::{ffi, intern};
 
 use dlframe::interface::array_struct::{self, Extents, PyArrayInterface, element_strides};
-use dlframe::interface::datetime::with_units;
 use dlframe::interface::{ArrayInterface, SyclInterface, TypeStr};
 use dlframe::options::CopyPolicy;
 use dlframe::{Device, Tensor};
@@ -109,7 +108,9 @@ pub fn is_datetime(x: &Bound<'_, PyAny>) -> bool {
 /// host can read is imported without copying: shared and host allocations, and device
 /// allocations of a CPU device. dpctl tells which.
 fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> {
-    let bad = |m: &str| Error::from(Binding::Malformed(format!("invalid __sycl_usm_array_interface__: {m}")));
+    let bad = |m: &str| {
+        Error::from(dlframe::Error::InvalidArgument(format!("invalid __sycl_usm_array_interface__: {m}")))
+    };
     let d = suai.cast::<PyDict>().map_err(|_| bad("must be a dict"))?;
     let get = |k: &str| d.get_item(k).ok().flatten().filter(|v| !v.is_none());
     let desc = SyclInterface {
@@ -123,30 +124,22 @@ fn from_sycl(x: &Bound<'_, PyAny>, suai: &Bound<'_, PyAny>) -> Result<Imported> 
         strides: get("strides").map(|s| s.extract()).transpose()?,
         offset: get("offset").map(|o| o.extract()).transpose()?.unwrap_or(0),
     };
-    let (dtype, data) = desc.start()?;
+    desc.start()?;
     let syclobj = get("syclobj").ok_or_else(|| bad("missing syclobj"))?;
     usm_readable(x)?;
     let owner = Arc::new((PyOwner::new(x), PyOwner::new(&syclobj)));
     // SAFETY: host-readable USM (checked through dpctl) that stays valid while the exporter and
-    // its queue or context live; the owner keeps both. The layout is checked by from_raw_parts.
-    let tensor = unsafe {
-        Tensor::from_raw_parts(
-            data as *mut u8,
-            desc.shape,
-            desc.strides,
-            dtype,
-            Device::Cpu,
-            desc.data.1,
-            owner,
-        )
-    }?;
+    // its queue or context live; the owner keeps both.
+    let tensor = unsafe { desc.import(owner) }?;
     Ok(Imported { tensor, syclobj: Some(syclobj.unbind()) })
 }
 
 /// Whether the host can read `x`'s USM memory, as dpctl tells its kind and device.
 fn usm_readable(x: &Bound<'_, PyAny>) -> Result<()> {
     let memory = x.py().import("dpctl.memory").map_err(|_| {
-        Binding::Refused("importing SYCL USM memory needs dpctl to tell its kind; pip install dpctl".into())
+        dlframe::Error::Refused(
+            "importing SYCL USM memory needs dpctl to tell its kind; pip install dpctl".into(),
+        )
     })?;
     let mem = memory.call_method1("as_usm_memory", (x,))?;
     let kind: String = mem.call_method0("get_usm_type")?.extract()?;
@@ -155,17 +148,15 @@ fn usm_readable(x: &Bound<'_, PyAny>) -> Result<()> {
 }
 
 fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>, copy: CopyPolicy) -> Result<Tensor> {
-    let bad = |m: &str| Error::from(Binding::Malformed(format!("invalid __array_interface__: {m}")));
+    let bad =
+        |m: &str| Error::from(dlframe::Error::InvalidArgument(format!("invalid __array_interface__: {m}")));
     let d = ai.cast::<PyDict>().map_err(|_| bad("must be a dict"))?;
     let get = |k: &str| d.get_item(k).ok().flatten().filter(|v| !v.is_none());
-    let shape: Vec<i64> = get("shape").ok_or_else(|| bad("missing shape"))?.extract()?;
-    let typestr: String = get("typestr").ok_or_else(|| bad("missing typestr"))?.extract()?;
-    let strides: Option<Vec<i64>> = get("strides").map(|s| s.extract()).transpose()?;
     let mut desc = ArrayInterface {
-        shape: shape.clone(),
-        typestr: typestr.parse::<TypeStr>()?,
+        shape: get("shape").ok_or_else(|| bad("missing shape"))?.extract()?,
+        typestr: get("typestr").ok_or_else(|| bad("missing typestr"))?.extract::<String>()?.parse()?,
         data: (0, true),
-        strides,
+        strides: get("strides").map(|s| s.extract()).transpose()?,
         descr: Vec::new(),
         version: 3,
         stream: None,
@@ -177,22 +168,9 @@ fn from_interface_dict(x: &Bound<'_, PyAny>, ai: &Bound<'_, PyAny>, copy: CopyPo
         return interface_over_buffer(x, desc, offset, copy);
     };
     desc.data = data.extract().map_err(|_| bad("data must be a (pointer, read_only) tuple"))?;
-    let (dtype, strides) = desc.layout()?;
-    let owner = Arc::new(PyOwner::new(x));
     // SAFETY: the exporter promises `data` stays valid while it lives (numpy's contract:
-    // consumers keep the exporting object as base), and `owner` keeps it alive.
-    let t = unsafe {
-        Tensor::from_raw_parts(
-            desc.data.0 as *mut u8,
-            shape,
-            Some(strides),
-            dtype,
-            Device::Cpu,
-            desc.data.1,
-            owner,
-        )
-    }?;
-    Ok(with_units(t, &desc.typestr, copy)?)
+    // consumers keep the exporting object as base), and the owner keeps it alive.
+    Ok(unsafe { desc.import(Arc::new(PyOwner::new(x)), copy) }?)
 }
 
 /// An `__array_interface__` without `data` over the object's own buffer. Here the size of the
@@ -208,21 +186,10 @@ fn interface_over_buffer(
         return Err(Binding::WrongType("an array interface without data over a strided buffer".into()).into());
     }
     let (buf, len, readonly) = (owner.buf_ptr() as usize, owner.len_bytes(), owner.readonly());
-    let (dtype, strides) = desc.within(buf, len, offset, readonly)?;
+    desc.within(buf, len, offset, readonly)?;
     // SAFETY: the layout lies inside the buffer (checked by `within`), which stays valid until
     // the view is released by the owner.
-    let t = unsafe {
-        Tensor::from_raw_parts(
-            desc.data.0 as *mut u8,
-            desc.shape,
-            Some(strides),
-            dtype,
-            Device::Cpu,
-            readonly,
-            Arc::new(owner),
-        )
-    }?;
-    Ok(with_units(t, &desc.typestr, copy)?)
+    Ok(unsafe { desc.import(Arc::new(owner), copy) }?)
 }
 
 /// A buffer view of `x` through pyo3 (released, with the GIL, when the last tensor over it
@@ -274,24 +241,18 @@ fn common_dict<'py>(
     d.set_item("shape", pyo3::types::PyTuple::new(py, shape)?)?;
     d.set_item("typestr", typestr)?;
     d.set_item("data", data)?;
-    match strides {
-        Some(s) => d.set_item("strides", pyo3::types::PyTuple::new(py, s)?)?,
-        None => d.set_item("strides", py.None())?,
-    }
+    d.set_item("strides", strides.map(|s| pyo3::types::PyTuple::new(py, s)).transpose()?)?;
     d.set_item("version", version)?;
     Ok(d)
 }
 
 fn from_array_struct(x: &Bound<'_, PyAny>, cap: &Bound<'_, PyAny>) -> Result<Tensor> {
-    let bad = |m: &str| Error::from(Binding::Malformed(format!("invalid __array_struct__: {m}")));
+    let bad =
+        |m: &str| Error::from(dlframe::Error::InvalidArgument(format!("invalid __array_struct__: {m}")));
     let cap = cap.cast::<PyCapsule>().map_err(|_| bad("not a capsule"))?;
-    // SAFETY: numpy's protocol uses unnamed capsules; GetPointer checks the (NULL) name.
-    let ptr = unsafe { ffi::PyCapsule_GetPointer(cap.as_ptr(), std::ptr::null()) } as *const PyArrayInterface;
-    if ptr.is_null() {
-        // SAFETY: GetPointer set an exception; clear it, we raise our own.
-        unsafe { ffi::PyErr_Clear() };
-        return Err(bad("a named or empty capsule"));
-    }
+    // numpy's protocol uses unnamed capsules.
+    let ptr = cap.pointer_checked(None).map_err(|_| bad("a named or empty capsule"))?.as_ptr()
+        as *const PyArrayInterface;
     let owner = Arc::new((PyOwner::new(x), PyOwner::new(cap.as_any())));
     // SAFETY: the capsule (kept by the owner with the exporter) holds a PyArrayInterface whose
     // memory stays valid while both live.
@@ -305,8 +266,9 @@ fn from_buffer(x: &Bound<'_, PyAny>) -> Result<Tensor> {
         .ok_or_else(|| Binding::WrongType(format!("buffer format {format:?} has no tensor dtype")))?
         .to_dtype()?;
     let shape: Extents = view.shape().iter().map(|&d| d as i64).collect();
-    let strides = element_strides(view.strides(), view.item_size() as isize)
-        .ok_or_else(|| Binding::Malformed("a buffer stride that is not a whole element".into()))?;
+    let strides = element_strides(view.strides(), view.item_size() as isize).ok_or_else(|| {
+        dlframe::Error::InvalidArgument("a buffer stride that is not a whole element".into())
+    })?;
     let (data, readonly) = (view.buf_ptr() as *mut u8, view.readonly());
     // SAFETY: the buffer stays valid until the view is released, which the owner does last.
     Ok(unsafe {

@@ -15,11 +15,8 @@ mod input;
 mod interface;
 mod ndarray;
 mod per_type;
-mod readers;
-mod series;
 mod sql_udfs;
 mod tensor;
-mod to_python;
 
 // Links the Polars expression plugins (`_polars_plugin_*`) into this library, which Polars loads.
 use dlframe_polars as _;
@@ -56,7 +53,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::to_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(importer::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(importer::tensor, m)?)?;
-    m.add_function(wrap_pyfunction!(series::numpy_view, m)?)?;
+    m.add_function(wrap_pyfunction!(ndarray::numpy_view, m)?)?;
     m.add_function(wrap_pyfunction!(ndarray::plain_ndarray, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(args::dtype_name, m)?)?;

@@ -3,6 +3,7 @@
 
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyTuple};
 
 use arrow_schema::FieldRef;
@@ -18,10 +19,9 @@ use dlframe::{DType, Device, Tensor, transfer};
 
 use crate::args::{DlDevice, MaxVersion};
 use crate::capsule;
-use crate::error::{Binding, Error, Result};
+use crate::error::{Binding, Result};
 use crate::gil;
 use crate::interface::{interface_dict, sycl_dict};
-use crate::to_python::to_pyarrow;
 
 /// A tensor over Arrow (or foreign) memory. Shared Arrow memory is read-only; copies are
 /// writable and marked `copied`.
@@ -40,23 +40,6 @@ impl PyTensor {
 
     pub fn with_sycl(inner: Tensor, syclobj: Option<Py<PyAny>>) -> Self {
         PyTensor { inner, syclobj }
-    }
-
-    /// `__dlpack__` once its keywords are read: the core resolves the request (copies, device
-    /// moves, the capsule kind and the consumer's stream; docs/conformance.md, items 1-15).
-    /// Copies only where the request needs a copy.
-    pub(crate) fn export_capsule<'py>(
-        &self,
-        py: Python<'py>,
-        request: ExportRequest,
-    ) -> Result<Bound<'py, PyAny>> {
-        let t = &self.inner;
-        // A CPU tensor left on the CPU: no stream to wait on and at most a small copy, so the GIL
-        // stays held (pinned or managed memory may have to wait for a stream: released).
-        let to_cpu = request.dl_device.is_none_or(|d| d.device_type == Device::Cpu.to_dlpack().device_type);
-        let cpu = t.device() == Device::Cpu && to_cpu;
-        let export = gil::run(py, cpu, t.nbytes(), || request.export(t))?;
-        capsule::from_export(py, export)
     }
 }
 
@@ -96,6 +79,11 @@ impl PyTensor {
     /// `dl_device` or a layout the consumer cannot read needs a copy (then marked IS_COPIED).
     /// Shared Arrow memory is marked READ_ONLY. `stream` is the consumer's stream on a CUDA
     /// device.
+    ///
+    /// The core resolves the request (copies, device moves, the capsule kind and the consumer's
+    /// stream; docs/conformance.md, items 1-15). A CPU tensor left on the CPU has no stream to
+    /// wait on and at most a small copy, so the GIL stays held (pinned or managed memory may
+    /// have to wait for a stream: released).
     #[pyo3(signature = (*, dl_device=None, copy=None, max_version=None, stream=None))]
     fn __dlpack__<'py>(
         &self,
@@ -105,13 +93,11 @@ impl PyTensor {
         max_version: Option<MaxVersion>,
         stream: Option<i64>,
     ) -> Result<Bound<'py, PyAny>> {
-        let request = ExportRequest {
-            dl_device: dl_device.map(|d| d.0),
-            copy,
-            max_version: max_version.map(|m| m.0),
-            stream,
-        };
-        self.export_capsule(py, request)
+        let (t, dl_device) = (&self.inner, dl_device.map(|d| d.0));
+        let request = ExportRequest { dl_device, copy, max_version: max_version.map(|m| m.0), stream };
+        let to_cpu = dl_device.is_none_or(|d| d.device_type == Device::Cpu.to_dlpack().device_type);
+        let export = gil::run(py, t.device() == Device::Cpu && to_cpu, t.nbytes(), || request.export(t))?;
+        capsule::from_export(py, export)
     }
 
     /// `(device_type, device_id)`, e.g. `(1, 0)` for the CPU.
@@ -136,23 +122,16 @@ impl PyTensor {
     /// numpy's legacy `__array_struct__`: an unnamed capsule whose context holds this tensor.
     #[getter]
     fn __array_struct__<'py>(slf: &Bound<'py, Self>) -> Result<Bound<'py, PyAny>> {
-        let holder = ArrayStruct::export(&slf.get().inner)?;
-        let raw = Box::into_raw(holder);
-        let py = slf.py();
+        let raw = Box::into_raw(ArrayStruct::export(&slf.get().inner)?);
         // SAFETY: an unnamed capsule (numpy asks for the NULL name) over the boxed holder.
         let cap = unsafe { ffi::PyCapsule_New(raw.cast(), std::ptr::null(), Some(array_struct_destructor)) };
-        if cap.is_null() {
+        // SAFETY: a new reference, or NULL with an exception set.
+        let cap = unsafe { Bound::from_owned_ptr_or_err(slf.py(), cap) }.inspect_err(|_| {
             // SAFETY: no capsule took the box.
-            drop(unsafe { Box::from_raw(raw) });
-            return Err(Error::fetch(py));
-        }
-        // SAFETY: `cap` is a new reference; the context takes a strong reference to the
-        // tensor, released by the destructor.
-        let cap = unsafe {
-            ffi::Py_IncRef(slf.as_ptr());
-            ffi::PyCapsule_SetContext(cap, slf.as_ptr().cast());
-            Bound::from_owned_ptr(py, cap)
-        };
+            drop(unsafe { Box::from_raw(raw) })
+        })?;
+        // The context holds a strong reference to the tensor, released by the destructor.
+        cap.cast::<PyCapsule>().map_err(PyErr::from)?.set_context(slf.clone().into_ptr().cast())?;
         Ok(cap)
     }
 
@@ -246,28 +225,23 @@ impl PyTensor {
     }
 
     fn __repr__(&self) -> String {
-        let t = &self.inner;
+        let (t, py_bool) = (&self.inner, |b: bool| if b { "True" } else { "False" });
+        let (readonly, copied) = (py_bool(t.shared_readonly()), py_bool(t.copied()));
         format!(
-            "dlframe.Tensor(shape={:?}, dtype={}, device={}, readonly={}, copied={})",
+            "dlframe.Tensor(shape={:?}, dtype={}, device={}, readonly={readonly}, copied={copied})",
             t.shape(),
             t.dtype(),
-            t.device(),
-            if t.shared_readonly() { "True" } else { "False" },
-            if t.copied() { "True" } else { "False" }
+            t.device()
         )
     }
 
     /// The tensor as a pyarrow array (copies only when the memory cannot be shared, or when
     /// `copy=True`): N-d tensors become `fixed_shape_tensor` arrays.
     #[pyo3(signature = (*, copy=None))]
-    fn to_arrow<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
-        let t = &self.inner;
-        let (field, array) = gil::run_over(py, t, || -> dlframe::Result<_> {
-            let (t, fresh) = transfer::on_host(t, copy)?;
-            // A transfer to the host is already a fresh copy: no second one.
-            tensor_to_column_with(&t, "", CopyPolicy::from(if fresh { None } else { copy }))
-        })?;
-        to_pyarrow(py, field, array)
+    pub(crate) fn to_arrow<'py>(&self, py: Python<'py>, copy: Option<bool>) -> Result<Bound<'py, PyAny>> {
+        let (host, fresh) = gil::run_over(py, &self.inner, || transfer::on_host(&self.inner, copy))?;
+        // A transfer to the host is already a fresh copy: no second one.
+        host_to_pyarrow(py, &host, if fresh { None } else { copy })
     }
 
     /// The tensor as a numpy array: a view of the same memory (read-only when the tensor is)
@@ -278,17 +252,12 @@ impl PyTensor {
         let py = slf.py();
         let np = py.import(pyo3::intern!(py, "numpy"))?;
         let t = &slf.get().inner;
-        let kwargs = PyDict::new(py);
         if !t.device().is_host_accessible() {
-            let (host, _) = py.detach(|| transfer::on_host(t, copy))?;
             // The transfer is already a fresh copy: numpy views it.
-            kwargs.set_item(pyo3::intern!(py, "copy"), false)?;
-            let host = Bound::new(py, PyTensor::new(host))?;
-            return match host.get().inner.dtype().bits_dtype() {
-                None => Ok(np.call_method(pyo3::intern!(py, "array"), (host,), Some(&kwargs))?),
-                Some(_) => Self::to_numpy(&host, Some(false)),
-            };
+            let (host, _) = py.detach(|| transfer::on_host(t, copy))?;
+            return Self::to_numpy(&Bound::new(py, PyTensor::new(host))?, Some(false));
         }
+        let kwargs = PyDict::new(py);
         kwargs.set_item(pyo3::intern!(py, "copy"), copy == Some(true))?;
         if let Some(bits) = t.dtype().bits_dtype() {
             // numpy has no bfloat16 or float8: the bits as unsigned integers, viewed as
@@ -344,4 +313,61 @@ fn numpy_dtype(py: Python<'_>, d: DType) -> Result<Bound<'_, PyAny>> {
         ))
     })?;
     Ok(np.call_method1(pyo3::intern!(py, "dtype"), (ml.getattr(d.name())?,))?)
+}
+
+/// A host tensor as a pyarrow array, zero-copy where the memory allows (`copy=True` copies):
+/// through pyarrow's own DLPack import where it makes exactly what the Arrow path makes
+/// ([`plain_to_pyarrow`]), else through the Arrow C data interface, which pyarrow imports
+/// publicly (`pyarrow.array` of a producer of `__arrow_c_array__`); N-d tensors become
+/// `fixed_shape_tensor` arrays. A tensor the host cannot read is refused (BufferError).
+pub(crate) fn host_to_pyarrow<'py>(
+    py: Python<'py>,
+    t: &Tensor,
+    copy: Option<bool>,
+) -> Result<Bound<'py, PyAny>> {
+    if !t.device().is_host_accessible() {
+        let why = format!("the tensor is on {}; Arrow needs host memory", t.device());
+        return Err(dlframe::Error::Refused(why).into());
+    }
+    if copy != Some(true)
+        && let Some(shared) = plain_to_pyarrow(py, t)
+    {
+        return Ok(shared);
+    }
+    let (field, array) = gil::run_over(py, t, || tensor_to_column_with(t, "", CopyPolicy::from(copy)))?;
+    Ok(pyo3_arrow::PyArray::try_new(array, field)?.to_pyarrow(py)?.unbind().into_bound(py))
+}
+
+/// `pyarrow.Array.from_dlpack`, looked up once; None for a pyarrow without it.
+static FROM_DLPACK: PyOnceLock<Option<Py<PyAny>>> = PyOnceLock::new();
+
+/// A pyarrow array over a plain 1-D tensor's memory (no copy), made by pyarrow's own DLPack
+/// importer from dlframe's export of the tensor: for a small array, the Arrow C schema and
+/// array that the Arrow path builds, and pyarrow's import of them, cost twice the whole DLPack
+/// hand-over. Only for what that importer makes exactly as the Arrow path would: a non-empty,
+/// aligned, contiguous 1-D host tensor of integers or IEEE floats with no Arrow type of its
+/// own, and writable (a pyarrow that asks for a legacy capsule would get a copy of read-only
+/// memory). None otherwise, or when pyarrow refuses; the caller then takes the Arrow path.
+fn plain_to_pyarrow<'py>(py: Python<'py>, t: &Tensor) -> Option<Bound<'py, PyAny>> {
+    let plain = t.ndim() == 1
+        && t.numel() > 0
+        && !t.readonly()
+        && t.logical().is_none()
+        && t.dtype() != DType::Bool
+        && t.dtype().arrow_extension().is_none()
+        && t.check_host_contiguous().is_ok();
+    if !plain {
+        return None;
+    }
+    let tensor = Bound::new(py, PyTensor::new(t.clone())).ok()?;
+    pyarrow_from_dlpack(py, &tensor)
+}
+
+/// `pyarrow.Array.from_dlpack(x)` (no copy); None for a pyarrow without it or that refuses
+/// `x`. For producers of what [`plain_to_pyarrow`] hands on.
+pub fn pyarrow_from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    let method = FROM_DLPACK.get_or_try_init(py, || -> PyResult<_> {
+        Ok(py.import("pyarrow")?.getattr("Array")?.getattr("from_dlpack").ok().map(Bound::unbind))
+    });
+    method.ok()?.as_ref()?.bind(py).call1((x,)).ok()
 }

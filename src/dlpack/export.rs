@@ -1,13 +1,13 @@
 //! Tensor -> `DLManagedTensor` / `DLManagedTensorVersioned` (without copying).
 
-use std::ffi::c_void;
+use std::ffi::{CStr, c_void};
 use std::mem::MaybeUninit;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::{NonNull, addr_of_mut};
 
 use crate::ffi::dlpack::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
-    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
+    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTENSOR, DLTENSOR_VERSIONED, DLTensor,
 };
 use crate::tensor::Tensor;
 
@@ -27,6 +27,8 @@ struct Export<M> {
 
 /// The two managed-tensor structs, seen through what import and export share.
 pub trait ManagedTensor: Sized {
+    /// The name of a capsule that holds one unconsumed (`dltensor`, `dltensor_versioned`).
+    const CAPSULE: &'static CStr;
     /// The tensor view.
     fn dl_tensor(&self) -> &DLTensor;
     /// The `manager_ctx` field.
@@ -41,11 +43,12 @@ pub trait ManagedTensor: Sized {
     fn is_ours(&self) -> bool;
 }
 
-/// The impl for each managed-tensor struct: they differ only in the struct and in which of
-/// dlframe's deleters marks an export as its own.
+/// The impl for each managed-tensor struct: they differ only in the struct, in which of
+/// dlframe's deleters marks an export as its own, and in the capsule's name.
 macro_rules! managed_tensor {
-    ($managed:ty, $ours:ident) => {
+    ($managed:ty, $ours:ident, $capsule:expr) => {
         impl ManagedTensor for $managed {
+            const CAPSULE: &'static CStr = $capsule;
             fn dl_tensor(&self) -> &DLTensor {
                 &self.dl_tensor
             }
@@ -69,8 +72,8 @@ macro_rules! managed_tensor {
     };
 }
 
-managed_tensor!(DLManagedTensorVersioned, delete_versioned);
-managed_tensor!(DLManagedTensor, delete_legacy);
+managed_tensor!(DLManagedTensorVersioned, delete_versioned, DLTENSOR_VERSIONED);
+managed_tensor!(DLManagedTensor, delete_legacy, DLTENSOR);
 
 /// An exported managed tensor not yet handed to a consumer. Dropping it runs the deleter,
 /// as a capsule destructor does for a capsule nobody consumed.
@@ -89,6 +92,10 @@ impl<M: ManagedTensor> Exported<M> {
     /// The managed tensor, still owned by the guard.
     pub fn as_ptr(&self) -> *mut M {
         self.0.as_ptr()
+    }
+    /// The managed tensor, still owned by the guard, as a non-null pointer.
+    pub fn as_non_null(&self) -> NonNull<M> {
+        self.0
     }
     /// The view, for inspection.
     pub fn dl_tensor(&self) -> &DLTensor {

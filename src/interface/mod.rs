@@ -14,9 +14,13 @@ use serde::{Deserialize, Serialize};
 
 pub use typestr::{ByteOrder, TypeStr};
 
+use std::sync::Arc;
+
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{Tensor, check_layout};
+use crate::options::CopyPolicy;
+use crate::tensor::{Owner, Tensor, check_layout};
 
 /// The dtype of a numpy type number (`PyArray_Descr.type_num`), as numpy's DLPack export gives
 /// it; None for the types it refuses or dlframe has no dtype for (long double, complex,
@@ -192,6 +196,33 @@ impl ArrayInterface {
         }
         Ok((dtype, strides))
     }
+
+    /// The host tensor over the described memory, its layout checked by
+    /// [`ArrayInterface::layout`], held by `owner`: no copy, but for a datetime unit that Arrow
+    /// lacks, which [`datetime::with_units`] converts (a copy that `copy` may refuse).
+    ///
+    /// # Safety
+    /// `data` points to memory that holds the described array while `owner` lives.
+    ///
+    /// # Errors
+    /// As [`ArrayInterface::layout`] and [`datetime::with_units`].
+    pub unsafe fn import(self, owner: Arc<dyn Owner>, copy: CopyPolicy) -> Result<Tensor> {
+        let (dtype, strides) = self.layout()?;
+        let (ptr, readonly) = self.data;
+        // SAFETY: the caller's contract; the layout was checked above.
+        let t = unsafe {
+            Tensor::from_raw_parts(
+                ptr as *mut u8,
+                self.shape,
+                Some(strides),
+                dtype,
+                Device::Cpu,
+                readonly,
+                owner,
+            )
+        }?;
+        datetime::with_units(t, &self.typestr, copy)
+    }
 }
 
 /// `__sycl_usm_array_interface__` v1 (dpctl), as data: unlike numpy's, its strides and offset
@@ -279,6 +310,31 @@ impl SyclInterface {
             return Err(bad("NULL data with elements".into()));
         }
         Ok((dtype, first as usize))
+    }
+
+    /// The host tensor over host-readable USM memory (the caller has asked dpctl), its start
+    /// checked by [`SyclInterface::start`] and its layout when the tensor is made, held by
+    /// `owner` (no copy).
+    ///
+    /// # Safety
+    /// The memory holds the described array, and the host can read it, while `owner` lives.
+    ///
+    /// # Errors
+    /// As [`SyclInterface::start`], and [`Error::InvalidLayout`].
+    pub unsafe fn import(self, owner: Arc<dyn Owner>) -> Result<Tensor> {
+        let (dtype, first) = self.start()?;
+        // SAFETY: the caller's contract; from_raw_parts checks the layout.
+        unsafe {
+            Tensor::from_raw_parts(
+                first as *mut u8,
+                self.shape,
+                self.strides,
+                dtype,
+                Device::Cpu,
+                self.data.1,
+                owner,
+            )
+        }
     }
 }
 
