@@ -312,6 +312,35 @@ pub fn fill_value<D: Element>(s: Scalar) -> Result<D> {
     })
 }
 
+/// A fill value's bytes in `dtype` (little-endian, in the low bytes of a u64), checked once
+/// for every place that writes it: in range as [`fill_value`] checks it, a bool's only from a
+/// bool, 0 or 1 (its 0/1 byte), and an integer that `dtype` holds only rounded refused under
+/// [`Inexact::Error`], as the same value in the data is (1000 into float8_e5m2, which holds
+/// 1024; 2^24 + 1 into float32). A float fill rounds, as float data does. Copies nothing.
+///
+/// # Errors
+/// [`Error::ValueOutOfRange`] and [`Error::InexactCast`] with place `(fill_value)`.
+pub fn fill_bits(dtype: DType, fill: Scalar, inexact: Inexact) -> Result<u64> {
+    if dtype == DType::Bool {
+        return match fill {
+            Scalar::Bool(b) => Ok(b.into()),
+            Scalar::Int(i @ (0 | 1)) => Ok(i as u64),
+            other => Err(Error::ValueOutOfRange {
+                value: format!("{other:?}"),
+                place: Place::Fill,
+                target: "bool".into(),
+            }),
+        };
+    }
+    with_numeric!(dtype, D => {
+        let inexact_int = matches!(fill, Scalar::Int(i) if cast::<i64, D>(i, inexact).is_none() && D::from_num(Num::Int(i)).is_some());
+        if let (true, Scalar::Int(i)) = (inexact_int, fill) {
+            return Err(Error::InexactCast { value: i.to_string(), place: Place::Fill, target: dtype.to_string() });
+        }
+        fill_value::<D>(fill).map(D::to_word)
+    })
+}
+
 /// numpy's "safe" casting table: every value of `from` is exactly a value of `to`
 /// (int64 and uint64 into float64 are allowed, as numpy allows them).
 pub const fn can_cast_safely(from: DType, to: DType) -> bool {

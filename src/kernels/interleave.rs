@@ -12,7 +12,8 @@ use super::bits::{BitSlice, check_len};
 use super::cast::{Element, always_fits, cast, fails_only_by_overflow, is_infinite};
 use super::column::{Column, ColumnRef, Typed, each_ref};
 use super::fill::fill_nulls;
-use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK};
+use super::{PARALLEL_THRESHOLD_BYTES, ROWS_PER_TASK, elements_mut};
+use crate::dtype::DType;
 use crate::error::{Error, Place, Result, Rows};
 use crate::options::{Inexact, Order};
 
@@ -308,6 +309,24 @@ fn strided<S: Copy, D: Copy>(
         }
     }
     Ok(())
+}
+
+/// [`interleave`] into `out`, the bytes of `dtype` elements it fills (a whole buffer, or the
+/// piece of one that these rows fill), with the fill whose bits [`fill_bits`](super::fill_bits) gave (copies).
+///
+/// # Errors
+/// As [`interleave`]; bool targets are refused, and bytes that are not whole aligned elements.
+pub fn interleave_into(
+    dtype: DType,
+    cols: &[Column],
+    order: Order,
+    fill: Option<u64>,
+    inexact: Inexact,
+    out: &mut [u8],
+) -> Result<()> {
+    with_numeric!(dtype, D => {
+        interleave(cols, order, fill.map(D::from_word), inexact, elements_mut::<D>(out)?)
+    })
 }
 
 #[cfg(test)]

@@ -30,47 +30,7 @@
 //! the vector stores of [`stream_copy`]; the other kernels are safe code the compiler
 //! vectorises.
 
-mod alloc;
-mod bits;
-mod cast;
-mod column;
-mod concat;
-mod fill;
-mod gather;
-mod interleave;
-mod pad;
-pub(crate) mod pool;
-mod round;
-mod stream;
-mod take;
-
-pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer, RECYCLE_THRESHOLD};
-pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
-pub use cast::{Element, Num, always_fits, can_cast_safely, cast, common_dtype, fill_value};
-pub use column::{Column, ColumnRef, Typed};
-pub use concat::{concat_fill_into, concat_into};
-pub use fill::fill_nulls;
-pub use gather::{contiguous_copy, gather_strided, ordered_copy};
-pub use interleave::interleave;
-pub use pad::pad_rows;
-pub(crate) use pool::{install, spawn};
-#[cfg(feature = "cuda")]
-pub(crate) use pool::{on_every_thread, on_own_pool};
-pub use round::{bf16_from_f64, f16_from_f64};
-pub use stream::stream_copy;
-pub use take::{chunk_rows, take_rows};
-
-use crate::dtype::DType;
-use crate::error::{Error, Place, Result};
-use crate::options::{Inexact, Order, Scalar};
-
-/// Outputs at least this large (in bytes) are split over rayon's threads; smaller ones stay
-/// on the calling thread.
-pub const PARALLEL_THRESHOLD_BYTES: usize = 1 << 20;
-/// Rows (elements) per parallel task: a multiple of 64, so each task's validity bits start
-/// at the same bit position within a byte as the whole bitmap's.
-pub const ROWS_PER_TASK: usize = 64 * 1024;
-
+// Before the modules, which dispatch on a dtype with it too.
 /// Calls `$body` with `$D` bound to the Rust type of a numeric dtype (the dtype table's
 /// element type); bool is refused.
 macro_rules! with_numeric {
@@ -94,6 +54,47 @@ macro_rules! with_numeric_arms {
     };
 }
 
+mod alloc;
+mod bits;
+mod cast;
+mod column;
+mod concat;
+mod fill;
+mod gather;
+mod interleave;
+mod pad;
+pub(crate) mod pool;
+mod round;
+mod stream;
+mod take;
+
+pub use alloc::{HUGE_PAGE_THRESHOLD, HostBuffer, RECYCLE_THRESHOLD};
+pub use bits::{BitSlice, pack_bits, unpack_bits, unpack_bits_fill};
+pub use cast::{Element, Num, always_fits, can_cast_safely, cast, common_dtype, fill_bits, fill_value};
+pub use column::{Column, ColumnRef, Typed};
+pub use concat::{concat_fill_into, concat_into};
+pub use fill::fill_nulls;
+pub use gather::{contiguous_copy, gather_strided, ordered_copy};
+pub use interleave::{interleave, interleave_into};
+pub use pad::pad_rows;
+pub(crate) use pool::{install, spawn};
+#[cfg(feature = "cuda")]
+pub(crate) use pool::{on_every_thread, on_own_pool};
+pub use round::{bf16_from_f64, f16_from_f64};
+pub use stream::stream_copy;
+pub use take::{chunk_rows, take_rows};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::options::Inexact;
+
+/// Outputs at least this large (in bytes) are split over rayon's threads; smaller ones stay
+/// on the calling thread.
+pub const PARALLEL_THRESHOLD_BYTES: usize = 1 << 20;
+/// Rows (elements) per parallel task: a multiple of 64, so each task's validity bits start
+/// at the same bit position within a byte as the whole bitmap's.
+pub const ROWS_PER_TASK: usize = 64 * 1024;
+
 /// Bytes of an output as whole elements of `D`, without copying.
 ///
 /// # Errors
@@ -107,24 +108,6 @@ fn elements_mut<D: Element>(bytes: &mut [u8]) -> Result<&mut [D]> {
         return Err(Error::layout(format!("{len} output bytes are not whole aligned {} elements", D::DTYPE)));
     }
     Ok(body)
-}
-
-/// [`interleave`] into `out`, the bytes of `dtype` elements it fills (a whole buffer, or the
-/// piece of one that these rows fill), with the fill whose bits [`fill_bits`] gave (copies).
-///
-/// # Errors
-/// As [`interleave`]; bool targets are refused, and bytes that are not whole aligned elements.
-pub fn interleave_into(
-    dtype: DType,
-    cols: &[Column],
-    order: Order,
-    fill: Option<u64>,
-    inexact: Inexact,
-    out: &mut [u8],
-) -> Result<()> {
-    with_numeric!(dtype, D => {
-        interleave(cols, order, fill.map(D::from_word), inexact, elements_mut::<D>(out)?)
-    })
 }
 
 /// [`take_rows`] into `out`, the bytes of a `dtype` matrix (copies).
@@ -160,34 +143,5 @@ pub fn fill_into(dtype: DType, fill: Option<u64>, out: &mut [u8]) -> Result<()> 
     with_numeric!(dtype, D => {
         elements_mut::<D>(out)?.fill(D::from_word(fill.unwrap_or(0)));
         Ok(())
-    })
-}
-
-/// A fill value's bytes in `dtype` (little-endian, in the low bytes of a u64), checked once
-/// for every place that writes it: in range as [`fill_value`] checks it, a bool's only from a
-/// bool, 0 or 1 (its 0/1 byte), and an integer that `dtype` holds only rounded refused under
-/// [`Inexact::Error`], as the same value in the data is (1000 into float8_e5m2, which holds
-/// 1024; 2^24 + 1 into float32). A float fill rounds, as float data does. Copies nothing.
-///
-/// # Errors
-/// [`Error::ValueOutOfRange`] and [`Error::InexactCast`] with place `(fill_value)`.
-pub fn fill_bits(dtype: DType, fill: Scalar, inexact: Inexact) -> Result<u64> {
-    if dtype == DType::Bool {
-        return match fill {
-            Scalar::Bool(b) => Ok(b.into()),
-            Scalar::Int(i @ (0 | 1)) => Ok(i as u64),
-            other => Err(Error::ValueOutOfRange {
-                value: format!("{other:?}"),
-                place: Place::Fill,
-                target: "bool".into(),
-            }),
-        };
-    }
-    with_numeric!(dtype, D => {
-        let inexact_int = matches!(fill, Scalar::Int(i) if cast::<i64, D>(i, inexact).is_none() && D::from_num(Num::Int(i)).is_some());
-        if let (true, Scalar::Int(i)) = (inexact_int, fill) {
-            return Err(Error::InexactCast { value: i.to_string(), place: Place::Fill, target: dtype.to_string() });
-        }
-        fill_value::<D>(fill).map(D::to_word)
     })
 }
