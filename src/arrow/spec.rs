@@ -14,7 +14,7 @@ use crate::decide::{Cause, Decision, decide};
 use crate::dtype::{DType, field_dtype};
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::options::{CopyPolicy, ExportOptions, Inexact, NullPolicy, Order};
+use crate::options::{CopyPolicy, ExportOptions, Inexact, Order};
 use crate::tensor::{c_strides, is_f_contiguous};
 
 /// What a conversion makes, as both executors write it (the CPU copy engine and the CUDA
@@ -102,7 +102,7 @@ impl ColumnSpec {
     /// Checks one column against `opts` and says what its tensor will be.
     ///
     /// # Errors
-    /// [`Error::Nulls`] under [`NullPolicy::Error`], [`Error::UnsupportedArrowType`] for a leaf
+    /// [`Error::Nulls`] under `NullPolicy::Error`, [`Error::UnsupportedArrowType`] for a leaf
     /// with no tensor dtype, [`Error::InvalidArgument`] for chunks of another type, a boolean
     /// column cast to numbers or NaN for a dtype without it, [`Error::ValueOutOfRange`] for a
     /// fill value that does not fit, [`Error::InvalidExtensionMetadata`] for tensor metadata
@@ -132,7 +132,7 @@ impl ColumnSpec {
             Some(Cause::Chunks { column: column(), chunks: chunks.len() })
         } else if target != leaf {
             Some(Cause::Cast { column: column(), from: leaf, to: target })
-        } else if null_count > 0 && opts.nulls != NullPolicy::Mask {
+        } else if null_count > 0 && !mask {
             Some(Cause::NullFill { column: column(), nulls: null_count })
         } else if leaf == DType::Bool {
             Some(Cause::BitPacked { column: column() })
@@ -166,7 +166,7 @@ impl ColumnSpec {
 }
 
 /// What a conversion of `columns` (names and null counts) into `target` does with nulls, decided
-/// once ([`NullPolicy::decide`]): whether a mask is made, and the fill's checked bits.
+/// once (`NullPolicy::decide`): whether a mask is made, and the fill's checked bits.
 fn nulls_made<'a>(
     opts: &ExportOptions,
     columns: impl IntoIterator<Item = (&'a str, usize)>,
@@ -199,7 +199,7 @@ impl MatrixSpec {
     ///
     /// # Errors
     /// [`Error::LengthMismatch`] for columns of different lengths, [`Error::UnsupportedArrowType`]
-    /// for non-scalar or non-numeric columns, [`Error::Nulls`] under [`NullPolicy::Error`],
+    /// for non-scalar or non-numeric columns, [`Error::Nulls`] under `NullPolicy::Error`,
     /// [`Error::CopyRequired`] under [`CopyPolicy::Never`], and the fill errors of
     /// [`ColumnSpec::new`].
     pub fn new(fields: &[FieldRef], columns: &[Vec<ArrayRef>], opts: &ExportOptions) -> Result<Self> {

@@ -333,9 +333,12 @@ pub fn fill_bits(dtype: DType, fill: Scalar, inexact: Inexact) -> Result<u64> {
         };
     }
     with_numeric!(dtype, D => {
-        let inexact_int = matches!(fill, Scalar::Int(i) if cast::<i64, D>(i, inexact).is_none() && D::from_num(Num::Int(i)).is_some());
-        if let (true, Scalar::Int(i)) = (inexact_int, fill) {
-            return Err(Error::InexactCast { value: i.to_string(), place: Place::Fill, target: dtype.to_string() });
+        // An integer that `D` holds, but only rounded.
+        if let Scalar::Int(i) = fill {
+            if cast::<i64, D>(i, inexact).is_none() && D::from_num(Num::Int(i)).is_some() {
+                let (value, target) = (i.to_string(), dtype.to_string());
+                return Err(Error::InexactCast { value, place: Place::Fill, target });
+            }
         }
         fill_value::<D>(fill).map(D::to_word)
     })

@@ -312,7 +312,8 @@ fn strided<S: Copy, D: Copy>(
 }
 
 /// [`interleave`] into `out`, the bytes of `dtype` elements it fills (a whole buffer, or the
-/// piece of one that these rows fill), with the fill whose bits [`fill_bits`](super::fill_bits) gave (copies).
+/// piece of one that these rows fill), with the fill whose bits [`fill_bits`](super::fill_bits)
+/// gave (copies).
 ///
 /// # Errors
 /// As [`interleave`]; bool targets are refused, and bytes that are not whole aligned elements.
