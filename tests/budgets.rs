@@ -17,7 +17,7 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        24_157,
+        24_167,
         198,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
          the Arrow C device interface), the kernels, CUDA and batches; 21,913 lines and 232 \
@@ -51,11 +51,12 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
          them (`ArrayInterface::import`, `SyclInterface::import`, 2 blocks where the binding had 3), \
          and each DLPack capsule's name held by its managed tensor's type (63 lines); the fill's check beside the \
          other casts of one value, the dtype dispatch defined before the modules that use it (2 lines); the \
-         fill's inexact check written out for the line width (4 lines)",
+         fill's inexact check written out for the line width (4 lines); `Layout::of`, which \
+         the binding wrote (10 lines)",
     ),
     (
         "python/src",
-        2_898,
+        2_874,
         41,
         "the binding: pyo3 on public APIs; 2,981 lines on 2026-11-28, 2,957 with pyo3's buffer \
          views; 3,053 with the typed input (`input.rs`, 234 lines: the one order of a call's \
@@ -65,7 +66,8 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
          type learnt once and the two small calls' fast paths ahead of the typed input (issue 55's \
          per-call benchmarks had found them 25% and 120% slower than before the typed input); 2,898 and 41 blocks \
          once the capsules, the array interfaces' tensors and the Arrow export share what they had each written, \
-         the ladder's failures are read in one place, and the reader threads live with the batches they read. The aim is 2,800; its blocks are the capsules, the \
+         the ladder's failures are read in one place, and the reader threads live with the batches they read. 2,874 with a fresh `max_version` dict for each \
+         producer, where a cached one was copied, and the layout of a source read by the core. The aim is 2,800; its blocks are the capsules, the \
          exchange table and the array-interface structs",
     ),
     ("udfs/datafusion/src", 1_728, 0, "the SQL functions: safe Rust over the core"),

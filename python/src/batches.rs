@@ -66,16 +66,6 @@ fn flag_arg(obj: &Bound<'_, PyAny>, name: &str) -> Result<bool> {
     Err(dlframe::Error::InvalidArgument(format!("{name} must be True or False, not {given}")).into())
 }
 
-/// A source as the plan sees it: the rows of a table in memory, the rows of each of its units,
-/// or neither (a stream).
-fn layout(rows: Option<u64>, units: Option<Vec<u64>>) -> Layout {
-    match (rows, units) {
-        (_, Some(u)) => Layout::Units(u),
-        (Some(n), None) => Layout::Rows(n),
-        (None, None) => Layout::Stream,
-    }
-}
-
 /// Where a job continues from a saved state: `(epoch, step, own, splits, shuffle_buffer)`.
 type Resumed = (u64, u64, bool, Option<usize>, Option<u64>);
 
@@ -168,7 +158,7 @@ impl PySchedule {
         splits: Option<usize>,
         shuffle_buffer: Option<u64>,
     ) -> Result<PyPlan> {
-        let layout = layout(rows, units);
+        let layout = Layout::of(rows, units);
         let training = self.training.adopting(splits, shuffle_buffer);
         let plan = TrainingPlan::new(&layout, &self.options, &training, Rank::new(rank, world)?, epoch)?;
         Ok(PyPlan { plan, layout })
@@ -190,7 +180,7 @@ impl PySchedule {
     ) -> Result<Resumed> {
         let state = State::from_json(state)?;
         let r = state.resume(
-            &layout(rows, units),
+            &Layout::of(rows, units),
             &self.options,
             &self.training,
             Rank::new(rank, world)?,

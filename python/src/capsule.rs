@@ -11,7 +11,7 @@ use std::ptr::NonNull;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCapsule, PyDict};
+use pyo3::types::PyCapsule;
 
 use dlframe::dlpack::{Export, Exported, ManagedTensor};
 use dlframe::ffi::dlpack::{
@@ -73,20 +73,6 @@ pub fn from_export(py: Python<'_>, export: Export) -> Result<Bound<'_, PyAny>> {
 
 /// The `max_version` dlframe asks producers for: the DLPack version it reads.
 pub const MAX_VERSION: (u32, u32) = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
-
-/// `{"max_version": MAX_VERSION}`, built once.
-static VERSIONED_REQUEST: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
-
-/// The keywords of `__dlpack__(max_version=MAX_VERSION)`, built once: each call copies it and
-/// adds its own keywords (a producer may keep or change the dict it gets).
-pub fn versioned_request(py: Python<'_>) -> PyResult<&Bound<'_, PyDict>> {
-    let kw = VERSIONED_REQUEST.get_or_try_init(py, || -> PyResult<_> {
-        let kw = PyDict::new(py);
-        kw.set_item("max_version", MAX_VERSION)?;
-        Ok(kw.unbind())
-    })?;
-    Ok(kw.bind(py))
-}
 
 /// A known producer's (numpy's, pyarrow's) versioned DLPack export of `x` as a tensor (no
 /// copy), asked for as [`call_versioned`] asks. None when the producer refuses or returns

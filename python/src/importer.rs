@@ -4,7 +4,7 @@
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict};
+use pyo3::types::{IntoPyDict, PyCapsule, PyDict};
 
 use dlframe::dlpack::{DlpackCall, ImportRequest, Keep, Offer, Rung, Then};
 use dlframe::ffi::dlpack::DLDevice;
@@ -99,8 +99,8 @@ fn dlpack_rung(x: &Bound<'_, PyAny>, request: &ImportRequest, ndarray: bool) -> 
             _ => (1, 0),
         };
     let call = request.dlpack_call(DLDevice { device_type, device_id })?;
-    // A copy of the shared keywords: an unknown producer may keep or change the dict.
-    let kw = capsule::versioned_request(py)?.copy()?;
+    // A dict of its own: a producer may keep or change the dict it gets.
+    let kw = [(intern!(py, "max_version"), capsule::MAX_VERSION)].into_py_dict(py)?;
     let t = match call {
         DlpackCall::OnDevice(device) => {
             // The producer is asked with `stream=` our stream on that device (refused here, before

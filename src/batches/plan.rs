@@ -94,6 +94,16 @@ pub enum Layout {
 }
 
 impl Layout {
+    /// The layout a caller describes: `units`' rows when it has units, else a table of `rows`,
+    /// else (neither) a stream.
+    pub fn of(rows: Option<u64>, units: Option<Vec<u64>>) -> Layout {
+        match (rows, units) {
+            (_, Some(u)) => Layout::Units(u),
+            (Some(n), None) => Layout::Rows(n),
+            (None, None) => Layout::Stream,
+        }
+    }
+
     /// Rows of the source, where known.
     pub fn rows(&self) -> Option<u64> {
         match self {
