@@ -117,13 +117,14 @@ impl ColumnSpec {
         let layout = CellLayout::from_field(field)?;
         let leaf = layout.dtype;
         let target = opts.dtype.unwrap_or(leaf);
+        // Nulls are refused before the cast is looked at, as they always were.
+        let (mask, fill) = nulls_made(opts, [(field.name().as_str(), null_count)], target)?;
         if leaf == DType::Bool && target != DType::Bool {
             return Err(Error::InvalidArgument(format!(
                 "column '{}' is boolean; dlframe exports it as bool (cast it in Arrow for {target})",
                 field.name()
             )));
         }
-        let (mask, fill) = nulls_made(opts, [(field.name().as_str(), null_count)], target)?;
         let rows: usize = chunks.iter().map(|c| c.len()).sum();
         let (shape, strides) = layout.column(rows);
         let fortran = opts.order == Order::F && !is_f_contiguous(&shape, &strides);
@@ -304,5 +305,11 @@ mod tests {
         assert_eq!(spec(cells.clone(), &f).execution(IfNeeded).ok(), Some(ShareThenReorder));
         let f_never = ExportOptions { copy: Never, ..f };
         assert!(spec(cells, &f_never).execution(Never).unwrap_err().to_string().contains("order='F'"));
+        // A boolean column with nulls cast to numbers: its nulls are what it is refused for.
+        let field = Arc::new(Field::new("b", DataType::Boolean, true));
+        let nulls: ArrayRef = Arc::new(BooleanArray::from(vec![Some(true), None]));
+        let cast = ExportOptions { dtype: Some(DType::Float32), ..Default::default() };
+        let e = ColumnSpec::new(&field, &[nulls], &cast).unwrap_err();
+        assert!(matches!(&e, Error::Nulls { null_count: 1, .. }), "{e}");
     }
 }
