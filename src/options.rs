@@ -149,15 +149,13 @@ impl NullPolicy {
             NullPolicy::Fill(s) => Some(s),
             _ => (null_count > 0).then(|| self.fill()),
         };
-        Ok(Nulls { null_count, mask: null_count > 0 && self == NullPolicy::Mask, fill })
+        Ok(Nulls { mask: null_count > 0 && self == NullPolicy::Mask, fill })
     }
 }
 
 /// What a conversion does with its nulls ([`NullPolicy::decide`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Nulls {
-    /// The nulls of all the columns.
-    pub null_count: usize,
     /// Whether a validity mask is made.
     pub mask: bool,
     /// The value written into null slots, not yet checked against the dtype; `None` when the

@@ -30,9 +30,8 @@
 //! the vector stores of [`stream_copy`]; the other kernels are safe code the compiler
 //! vectorises.
 
-// Before the modules, which dispatch on a dtype with it too.
 /// Calls `$body` with `$D` bound to the Rust type of a numeric dtype (the dtype table's
-/// element type); bool is refused.
+/// element type); bool is refused. Defined before the modules, which dispatch with it too.
 macro_rules! with_numeric {
     ($dtype:expr, $D:ident => $body:expr) => {
         $crate::dtype_table!(with_numeric_arms, ($dtype, $D, $body))
