@@ -1,15 +1,12 @@
-//! `dlframe._native.Schedule`, `Plan` and `BatchStream`: `dlframe.batches`' settings, checked
-//! once; one rank's plan of an epoch; and one pass over an Arrow stream, its batches converted on
-//! a background thread (without the GIL) while the consumer works.
+//! `dlframe._native.Schedule`, `Plan`, `ParquetFiles` and `BatchStream`: `dlframe.batches`'
+//! settings, checked once; one rank's plan of an epoch; and one pass over a source, its batches
+//! converted on a background thread (without the GIL) while the consumer works.
 //!
-//! The core owns the rules (`dlframe::batches`: the plan, the saved state and its checks); the
-//! core runs the pass (`dlframe::batches::stream::Stream`) on one of the process's reader threads
-//! (`dlframe::batches::readers`), each attached to Python once, when it starts, and from then on
-//! waiting and working detached (without the GIL). A source that takes the GIL for every batch
-//! (DataFusion's stream does) then only takes and gives back the GIL, where a thread without a
-//! Python thread state would get a new one from CPython each time and delete it after (most of
-//! the time of a pass over such a source). This file reads the Python arguments and hands the
-//! batches over; `_stream.py` finds the rank, the DataLoader worker and the source's units.
+//! The core owns the rules (`dlframe::batches`: the plan, the saved state) and runs the pass on
+//! one of the process's reader threads, each attached to Python once, when it starts, and then
+//! working detached. A source that takes the GIL for every batch (DataFusion's stream) then only
+//! takes and gives back the GIL, where a thread without a Python thread state would have one
+//! made and deleted by CPython each time. `_stream.py` finds the rank, worker and units.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,30 +37,28 @@ fn reader_of(obj: &Bound<'_, PyAny>) -> Result<Arrays> {
     Ok((reader.field(), reader))
 }
 
+/// The error for keyword `name`, which takes `what`, given `obj`.
+fn bad_arg(obj: &Bound<'_, PyAny>, name: &str, what: &str) -> Error {
+    let given = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
+    dlframe::Error::InvalidArgument(format!("{name} must be {what}, not {given}")).into()
+}
+
 /// An int argument of at least `min`: a Python int or anything with `__index__` (a numpy
-/// integer), not a bool. The error names the keyword and says what it takes.
+/// integer), not a bool.
 fn int_arg(obj: &Bound<'_, PyAny>, name: &str, min: u64, what: &str) -> Result<u64> {
-    let bad = || {
-        let given = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
-        Error::from(dlframe::Error::InvalidArgument(format!("{name} must be {what}, not {given}")))
+    let index = match obj.is_instance_of::<PyBool>() {
+        true => None,
+        false => obj.py().import("operator")?.call_method1("index", (obj,)).ok(),
     };
-    if obj.is_instance_of::<PyBool>() {
-        return Err(bad());
-    }
-    let index = obj.py().import("operator")?.call_method1("index", (obj,)).map_err(|_| bad())?;
-    index.extract::<u64>().ok().filter(|&v| v >= min).ok_or_else(bad)
+    index.and_then(|i| i.extract::<u64>().ok()).filter(|&v| v >= min).ok_or_else(|| bad_arg(obj, name, what))
 }
 
 /// A flag argument: True or False (a numpy bool too).
 fn flag_arg(obj: &Bound<'_, PyAny>, name: &str) -> Result<bool> {
-    if let Ok(b) = obj.cast::<PyBool>() {
-        return Ok(b.is_true());
-    }
-    if obj.get_type().name().is_ok_and(|n| n == "bool") {
+    if obj.is_instance_of::<PyBool>() || obj.get_type().name().is_ok_and(|n| n == "bool") {
         return Ok(obj.is_truthy()?);
     }
-    let given = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
-    Err(dlframe::Error::InvalidArgument(format!("{name} must be True or False, not {given}")).into())
+    Err(bad_arg(obj, name, "True or False"))
 }
 
 /// Where a job continues from a saved state: `(epoch, step, own, splits, shuffle_buffer)`.
@@ -105,18 +100,10 @@ impl PySchedule {
     ) -> Result<Self> {
         let batch_size = int_arg(batch_size, "batch_size", 1, "a positive int")? as usize;
         let prefetch = prefetch.map_or(Ok(2), |p| int_arg(p, "prefetch", 0, "an int >= 0"))? as usize;
-        let max_len = max_len.map(|m| int_arg(m, "max_len", 1, "a positive int")).transpose()?;
-        let export = export_options(
-            nulls,
-            fill_value,
-            None,
-            dtype,
-            order,
-            ragged,
-            pad_value,
-            max_len.map(|m| m as usize),
-            inexact,
-        )?;
+        let max_len =
+            max_len.map(|m| int_arg(m, "max_len", 1, "a positive int")).transpose()?.map(|m| m as usize);
+        let export =
+            export_options(nulls, fill_value, None, dtype, order, ragged, pad_value, max_len, inexact)?;
         let options = BatchOptions {
             drop_last: drop_last.map_or(Ok(false), |d| flag_arg(d, "drop_last"))?,
             columns: Columns::parse(columns)?,

@@ -48,7 +48,7 @@ impl Error {
 
     /// A panic caught at a C boundary, where it must not unwind: `RuntimeError`.
     pub fn panicked(place: &str) -> Error {
-        Error(PyRuntimeError::new_err(panic_message(place)))
+        Error(PyRuntimeError::new_err(panic_exception(place).1))
     }
 
     /// How a rung of the import ladder failed: a `TypeError` is the wrong object, a
@@ -61,11 +61,6 @@ impl Error {
         } else {
             Failure::Other
         }
-    }
-
-    /// True for a `TypeError` itself, not a subclass: how a producer refuses a keyword.
-    pub fn is_exact_type_error(&self, py: Python<'_>) -> bool {
-        self.0.get_type(py).is(py.get_type::<PyTypeError>())
     }
 
     /// The error of reading a producer's Arrow data, said as `context: ...` with the same type
@@ -107,11 +102,7 @@ pub fn exception_name(e: &dlframe::Error) -> &'static str {
 
 /// What [`Error::panicked`] raises, by name and message, for C callers that take errors by name.
 pub fn panic_exception(place: &str) -> (&'static str, String) {
-    ("RuntimeError", panic_message(place))
-}
-
-fn panic_message(place: &str) -> String {
-    format!("dlframe panicked inside {place}")
+    ("RuntimeError", format!("dlframe panicked inside {place}"))
 }
 
 impl From<dlframe::Error> for Error {

@@ -69,6 +69,11 @@ fn guarded(f: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
     })
 }
 
+/// The error for a NULL `what` handed to a table function.
+fn null_arg(what: &str) -> Error {
+    dlframe::Error::InvalidArgument(format!("the DLPack exchange API was handed a NULL {what}")).into()
+}
+
 /// Writes what `value` makes to a consumer's output, which is refused (before `value` runs)
 /// when it is NULL.
 ///
@@ -76,10 +81,7 @@ fn guarded(f: impl FnOnce(Python<'_>) -> Result<()>) -> c_int {
 /// `out` is NULL or writable.
 unsafe fn put<T>(out: *mut T, value: impl FnOnce() -> Result<T>) -> Result<()> {
     if out.is_null() {
-        return Err(dlframe::Error::InvalidArgument(
-            "the DLPack exchange API was handed a NULL output".into(),
-        )
-        .into());
+        return Err(null_arg("output"));
     }
     // SAFETY: writable, as the caller promises, and not NULL.
     unsafe { *out = value()? };
@@ -92,10 +94,7 @@ unsafe fn put<T>(out: *mut T, value: impl FnOnce() -> Result<T>) -> Result<()> {
 /// `obj` is NULL or a live object, borrowed for `'py`.
 unsafe fn tensor_arg<'py>(py: Python<'py>, obj: *mut c_void) -> Result<Bound<'py, PyTensor>> {
     if obj.is_null() {
-        return Err(dlframe::Error::InvalidArgument(
-            "the DLPack exchange API was handed a NULL object".into(),
-        )
-        .into());
+        return Err(null_arg("object"));
     }
     // SAFETY: the caller passes a live object and holds the GIL.
     let any = unsafe { Bound::from_borrowed_ptr(py, obj.cast()) };

@@ -2,6 +2,7 @@
 //! `Tensor`): the core's import ladder (`dlframe::dlpack::ImportRequest`) carried out on Python
 //! objects.
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyCapsule, PyDict};
@@ -13,7 +14,7 @@ use dlframe::{DType, Tensor, transfer};
 
 use crate::args::HostDevice;
 use crate::capsule;
-use crate::error::{Binding, Error, Result};
+use crate::error::{Binding, Result};
 use crate::exchange;
 use crate::gil;
 use crate::input::Input;
@@ -134,22 +135,21 @@ fn dlpack_rung(x: &Bound<'_, PyAny>, request: &ImportRequest, ndarray: bool) -> 
 fn call_dlpack(x: &Bound<'_, PyAny>, kw: &Bound<'_, PyDict>, bare_last: bool) -> Result<Tensor> {
     let py = x.py();
     let method = x.getattr(intern!(py, "__dlpack__"))?;
-    let cap = match method.call((), Some(kw)).map_err(Error::from) {
-        Ok(c) => c,
-        Err(e) if e.is_exact_type_error(py) => {
-            kw.del_item(intern!(py, "max_version"))?;
-            match method.call((), Some(kw)).map_err(Error::from) {
-                Ok(c) => c,
-                Err(e) if e.is_exact_type_error(py) && bare_last => method.call0()?,
-                Err(e) => return Err(e),
-            }
+    // A TypeError itself, not a subclass: how a producer refuses a keyword.
+    let refused =
+        |r: &PyResult<_>| r.as_ref().is_err_and(|e| e.get_type(py).is(py.get_type::<PyTypeError>()));
+    let mut cap = method.call((), Some(kw));
+    if refused(&cap) {
+        kw.del_item(intern!(py, "max_version"))?;
+        cap = method.call((), Some(kw));
+        if bare_last && refused(&cap) {
+            cap = method.call0();
         }
-        Err(e) => return Err(e),
-    };
-    let cap = cap
-        .cast::<PyCapsule>()
+    }
+    let cap = cap?
+        .cast_into::<PyCapsule>()
         .map_err(|_| Binding::WrongType("__dlpack__ did not return a capsule".into()))?;
-    Ok(capsule::consume(cap)?.into_tensor())
+    Ok(capsule::consume(&cap)?.into_tensor())
 }
 
 /// A tensor from a raw capsule: a CUDA one is adopted on its device, ordered after the legacy

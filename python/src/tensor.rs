@@ -315,11 +315,15 @@ fn numpy_dtype(py: Python<'_>, d: DType) -> Result<Bound<'_, PyAny>> {
     Ok(np.call_method1(pyo3::intern!(py, "dtype"), (ml.getattr(d.name())?,))?)
 }
 
-/// A host tensor as a pyarrow array, zero-copy where the memory allows (`copy=True` copies):
-/// through pyarrow's own DLPack import where it makes exactly what the Arrow path makes
-/// ([`plain_to_pyarrow`]), else through the Arrow C data interface, which pyarrow imports
-/// publicly (`pyarrow.array` of a producer of `__arrow_c_array__`); N-d tensors become
-/// `fixed_shape_tensor` arrays. A tensor the host cannot read is refused (BufferError).
+/// A host tensor as a pyarrow array, zero-copy where the memory allows (`copy=True` copies),
+/// through the Arrow C data interface, which pyarrow imports publicly (`pyarrow.array` of a
+/// producer of `__arrow_c_array__`); N-d tensors become `fixed_shape_tensor` arrays. A tensor the
+/// host cannot read is refused (BufferError).
+///
+/// A plain tensor goes through pyarrow's own DLPack import instead, which makes exactly what the
+/// Arrow path makes of it at half the cost of a small call: a non-empty, aligned, contiguous 1-D
+/// tensor of integers or IEEE floats with no Arrow type of its own, and writable (a pyarrow that
+/// asks for a legacy capsule would get a copy of read-only memory).
 pub(crate) fn host_to_pyarrow<'py>(
     py: Python<'py>,
     t: &Tensor,
@@ -329,8 +333,15 @@ pub(crate) fn host_to_pyarrow<'py>(
         let why = format!("the tensor is on {}; Arrow needs host memory", t.device());
         return Err(dlframe::Error::Refused(why).into());
     }
-    if copy != Some(true)
-        && let Some(shared) = plain_to_pyarrow(py, t)
+    let plain = copy != Some(true)
+        && t.ndim() == 1
+        && t.numel() > 0
+        && !t.readonly()
+        && t.logical().is_none()
+        && t.dtype() != DType::Bool
+        && t.dtype().arrow_extension().is_none()
+        && t.check_host_contiguous().is_ok();
+    if plain && let Some(shared) = pyarrow_from_dlpack(py, Bound::new(py, PyTensor::new(t.clone()))?.as_any())
     {
         return Ok(shared);
     }
@@ -341,30 +352,8 @@ pub(crate) fn host_to_pyarrow<'py>(
 /// `pyarrow.Array.from_dlpack`, looked up once; None for a pyarrow without it.
 static FROM_DLPACK: PyOnceLock<Option<Py<PyAny>>> = PyOnceLock::new();
 
-/// A pyarrow array over a plain 1-D tensor's memory (no copy), made by pyarrow's own DLPack
-/// importer from dlframe's export of the tensor: for a small array, the Arrow C schema and
-/// array that the Arrow path builds, and pyarrow's import of them, cost twice the whole DLPack
-/// hand-over. Only for what that importer makes exactly as the Arrow path would: a non-empty,
-/// aligned, contiguous 1-D host tensor of integers or IEEE floats with no Arrow type of its
-/// own, and writable (a pyarrow that asks for a legacy capsule would get a copy of read-only
-/// memory). None otherwise, or when pyarrow refuses; the caller then takes the Arrow path.
-fn plain_to_pyarrow<'py>(py: Python<'py>, t: &Tensor) -> Option<Bound<'py, PyAny>> {
-    let plain = t.ndim() == 1
-        && t.numel() > 0
-        && !t.readonly()
-        && t.logical().is_none()
-        && t.dtype() != DType::Bool
-        && t.dtype().arrow_extension().is_none()
-        && t.check_host_contiguous().is_ok();
-    if !plain {
-        return None;
-    }
-    let tensor = Bound::new(py, PyTensor::new(t.clone())).ok()?;
-    pyarrow_from_dlpack(py, &tensor)
-}
-
 /// `pyarrow.Array.from_dlpack(x)` (no copy); None for a pyarrow without it or that refuses
-/// `x`. For producers of what [`plain_to_pyarrow`] hands on.
+/// `x`. For producers of the plain tensors of [`host_to_pyarrow`].
 pub fn pyarrow_from_dlpack<'py>(py: Python<'py>, x: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
     let method = FROM_DLPACK.get_or_try_init(py, || -> PyResult<_> {
         Ok(py.import("pyarrow")?.getattr("Array")?.getattr("from_dlpack").ok().map(Bound::unbind))
