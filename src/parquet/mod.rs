@@ -341,11 +341,25 @@ impl ParquetFile {
                 .map_err(|e| named(j, e.to_string()))?;
             cursors.push(Cursor::new(pages, n, chunk.column_descr().max_def_level(), on_null));
         }
+        let mut plain = Vec::with_capacity(k);
         for start in (0..n).step_by(TILE) {
             let rows = TILE.min(n - start);
             let tile = &mut block[start * k..(start + rows) * k];
+            // The tile's PLAIN values without nulls are written a whole row at a time; what
+            // else a column holds (nulls, dictionary indices, a page's end) column by column.
+            plain.clear();
             for (j, cursor) in cursors.iter_mut().enumerate() {
-                cursor.fill(tile, k, j, rows).map_err(|why| named(j, why))?;
+                plain.push(cursor.plain(rows).map_err(|why| named(j, why))?);
+            }
+            if let Some(cols) = plain.iter().cloned().collect::<Option<Vec<_>>>() {
+                pages::rows_of(&cols, tile);
+                continue;
+            }
+            for (j, (cursor, values)) in cursors.iter_mut().zip(&plain).enumerate() {
+                match values {
+                    Some(values) => pages::column_into(values, &mut tile[j..], k),
+                    None => cursor.fill(tile, k, j, rows).map_err(|why| named(j, why))?,
+                }
             }
         }
         let nulls = cursors.iter().map(|c| c.nulls).collect();
