@@ -17,7 +17,7 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        24_270,
+        24_303,
         198,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
          the Arrow C device interface), the kernels, CUDA and batches; 21,913 lines and 232 \
@@ -55,8 +55,10 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
          the binding wrote (10 lines); a boolean column's nulls refused before its cast, as they were before the \
          decision moved, with a test (7 lines); the decision's unread null count dropped, \
          and `kernels/cast.rs`'s tests moved to `kernels/cast/tests.rs` (9 lines fewer); a Parquet \
-         tile of PLAIN values without nulls written a whole row at a time (20% off a whole-file read \
-         of PLAIN pages), with a test of the row and column writes mixed in one row group (105 lines)",
+         tile without nulls written a whole row at a time from its pages' values or dictionary \
+         indices in place (a whole-file read 20% faster from PLAIN pages, 29% from dictionary pages), \
+         with a test of PLAIN and dictionary columns and of row and column writes mixed in one row \
+         group (138 lines)",
     ),
     (
         "python/src",

@@ -341,25 +341,28 @@ impl ParquetFile {
                 .map_err(|e| named(j, e.to_string()))?;
             cursors.push(Cursor::new(pages, n, chunk.column_descr().max_def_level(), on_null));
         }
-        let mut plain = Vec::with_capacity(k);
         for start in (0..n).step_by(TILE) {
             let rows = TILE.min(n - start);
             let tile = &mut block[start * k..(start + rows) * k];
-            // The tile's PLAIN values without nulls are written a whole row at a time; what
-            // else a column holds (nulls, dictionary indices, a page's end) column by column.
-            plain.clear();
+            // The tile's rows a whole row at a time where no column has a null or a page's end
+            // in them; otherwise those columns' rows are written column by column.
+            let mut whole = Vec::with_capacity(k);
+            let mut rest = Vec::new();
             for (j, cursor) in cursors.iter_mut().enumerate() {
-                plain.push(cursor.plain(rows).map_err(|why| named(j, why))?);
+                match cursor.rows(rows).map_err(|why| named(j, why))? {
+                    Some(r) => whole.push((j, r)),
+                    None => rest.push(j),
+                }
             }
-            if let Some(cols) = plain.iter().cloned().collect::<Option<Vec<_>>>() {
-                pages::rows_of(&cols, tile);
+            if rest.is_empty() {
+                let cols: Vec<_> = whole.into_iter().map(|(_, r)| r).collect();
+                pages::rows_into(&cols, tile);
                 continue;
             }
-            for (j, (cursor, values)) in cursors.iter_mut().zip(&plain).enumerate() {
-                match values {
-                    Some(values) => pages::column_into(values, &mut tile[j..], k),
-                    None => cursor.fill(tile, k, j, rows).map_err(|why| named(j, why))?,
-                }
+            whole.iter().for_each(|(j, r)| r.column_into(&mut tile[*j..], k));
+            drop(whole);
+            for j in rest {
+                cursors[j].fill(tile, k, j, rows).map_err(|why| named(j, why))?;
             }
         }
         let nulls = cursors.iter().map(|c| c.nulls).collect();

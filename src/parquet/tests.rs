@@ -5,6 +5,7 @@ use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{WriterProperties, WriterVersion};
+use parquet::schema::types::ColumnPath;
 
 use super::*;
 use crate::options::{CopyPolicy, Scalar};
@@ -101,19 +102,19 @@ fn every_codec_encoding_and_page_version_reads_as_arrow_rs_reads_it() {
     assert!(m.values.copied());
 }
 
-/// Pages longer than a tile: a tile whose values are all PLAIN without a null is written a whole
-/// row at a time, the others (a null in one column, a page that ends inside the tile) column by
-/// column, the two mixed within a row group; 1 to 9 columns (9: past the widths written a row at
-/// a time).
+/// Pages longer than a tile: a tile without a null is written a whole row at a time, PLAIN
+/// values and a dictionary-encoded column (the third) side by side; the others (a null in one
+/// column, a page that ends inside the tile) column by column, the two mixed within a row group;
+/// 1 to 9 columns (9: past the widths written a row at a time).
 #[test]
-fn plain_tiles_written_a_row_at_a_time_read_as_arrow_rs_reads_them() {
+fn tiles_written_a_row_at_a_time_read_as_arrow_rs_reads_them() {
     let n = 5000;
     for k in [1, 2, 3, 8, 9] {
         let cols = (0..k).map(|j| {
             let col: ArrayRef = match j {
-                // Nulls in rows 2048..2100 only: the third tile of the first row group.
+                // Nulls in rows 1100..1150 only: in the second tile, which no page ends in.
                 1 => Arc::new(Float64Array::from_iter(
-                    (0..n).map(|i| (!(2048..2100).contains(&i)).then_some(i as f64 * 1.5)),
+                    (0..n).map(|i| (!(1100..1150).contains(&i)).then_some(i as f64 * 1.5)),
                 )),
                 _ => Arc::new(Float64Array::from_iter_values((0..n).map(|i| (i * (j + 1)) as f64 - 7.0))),
             };
@@ -123,12 +124,15 @@ fn plain_tiles_written_a_row_at_a_time_read_as_arrow_rs_reads_them() {
         // Row groups of 3,000 and 2,000 rows; pages of 2,500 rows, so one ends in a tile.
         let props = WriterProperties::builder()
             .set_dictionary_enabled(false)
+            .set_column_dictionary_enabled(ColumnPath::from("c2"), true)
             .set_max_row_group_row_count(Some(3000))
             .set_data_page_row_count_limit(2500)
             .set_write_batch_size(2500)
             .build();
         let f = written(&batch, props);
         assert_eq!(f.units(), [3000, 2000]);
+        let dictionary = f.meta.row_group(0).columns().iter().map(|c| c.dictionary_page_offset().is_some());
+        assert!(dictionary.enumerate().all(|(j, d)| d == (j == 2)));
         let direct = f.read(&[0, 1], &filled(-1.0)).unwrap();
         assert_eq!(bits(&direct), bits(&f.through_arrow(&[0, 1], &filled(-1.0)).unwrap()), "{k} columns");
         let v = direct.values.as_slice::<f64>().unwrap();
