@@ -2,7 +2,9 @@
 """dlframe.batches against the loaders people train with, one job, one run, timed in turn.
 
 The job: 8 float32 columns, 4M rows (``--rows``), in 8 Parquet files (row groups of 131,072
-rows) written once per codec (``--codecs``, default ``none,snappy,zstd``), and the same rows
+rows) written once per codec (``--codecs``, default ``none,snappy,zstd``) and page encoding
+(``--encodings``, default ``plain,dictionary``: the values as they are, or pyarrow's default
+dictionary pages, which for random floats hold a dictionary as large as the data), and the same rows
 written as Lance; batches of 65,536 rows as ``(B, 8)`` torch float32 tensors, one epoch per
 timing, the best of 3 (Ray and HF datasets: of 2).
 
@@ -37,7 +39,7 @@ the rounds time all candidates in turn. Ray, Lance, LanceDB, Mosaic Streaming an
 come from the ``bench`` extra (``pip install -e 'python[bench]'``); a peer that is not installed
 is left out of the table and named. Prints a markdown table of ratios. Run with a release
 build of the extension:
-``.venv/bin/python benches/loaders.py [--rows N] [--codecs none,snappy,zstd]
+``.venv/bin/python benches/loaders.py [--rows N] [--codecs none,snappy,zstd] [--encodings plain,dictionary]
 [--skip ray,hf,lance,lancedb,mosaic]``. The peers that read their own files (Lance, LanceDB,
 Mosaic Streaming) are timed once, beside the uncompressed Parquet files.
 """
@@ -63,6 +65,9 @@ COLS, BATCH, FILES, ROW_GROUP = 8, 65_536, 8, 131_072
 ROWS = int(sys.argv[sys.argv.index("--rows") + 1]) if "--rows" in sys.argv else 4_000_000
 SKIP = set(sys.argv[sys.argv.index("--skip") + 1].split(",")) if "--skip" in sys.argv else set()
 CODECS = (sys.argv[sys.argv.index("--codecs") + 1] if "--codecs" in sys.argv else "none,snappy,zstd").split(",")
+# PLAIN pages (the values as they are), and dictionary pages (pyarrow's default: of random floats,
+# a dictionary as large as the data and a 17-bit index a value).
+ENCODINGS = (sys.argv[sys.argv.index("--encodings") + 1] if "--encodings" in sys.argv else "plain,dictionary").split(",")
 PAGE = 1 << 20  # pyarrow's data page size
 NAMES = [f"c{j}" for j in range(COLS)]
 
@@ -181,14 +186,15 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write(tmp, table, codec):
-    """The table in FILES Parquet files of `codec`; their paths."""
+def write(tmp, table, codec, encoding):
+    """The table in FILES Parquet files of `codec`, pages of `encoding`; their paths."""
     per = ROWS // FILES
     paths = []
     for f in range(FILES):
-        path = os.path.join(tmp, codec, f"part-{f}.parquet")
+        path = os.path.join(tmp, f"{codec}-{encoding}", f"part-{f}.parquet")
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        pq.write_table(table.slice(f * per, per), path, row_group_size=ROW_GROUP, compression=codec)
+        pq.write_table(table.slice(f * per, per), path, row_group_size=ROW_GROUP, compression=codec,
+                       use_dictionary=encoding == "dictionary")
         paths.append(path)
     return paths
 
@@ -219,8 +225,9 @@ def decompression(table, codec):
 def run(tmp):
     rng = np.random.default_rng(0)
     table = pa.table({c: rng.random(ROWS // FILES * FILES, dtype=np.float32) for c in NAMES})
-    files = {codec: write(tmp, table, codec) for codec in CODECS}
-    paths = files.get("none") or files[CODECS[0]]
+    files = {f"{c}, {e}": write(tmp, table, c, e) for c in CODECS for e in ENCODINGS}
+    first = f"none, {ENCODINGS[0]}" if "none" in CODECS else next(iter(files))
+    paths = files[first]
     src = np.stack([table[c].to_numpy() for c in NAMES], axis=1)
     dst = np.empty_like(src)
     block = BATCH
@@ -270,7 +277,7 @@ def run(tmp):
             ),
             "pyarrow": (lambda: pyarrow_epoch(dataset.to_batches(batch_size=BATCH)), 3),
         }
-        floor = decompression(table, codec)
+        floor = decompression(table, codec.split(",")[0])
         if floor is not None:
             c["decompression alone"] = (floor, 3)
         scan = lambda: pl.scan_parquet(paths)
@@ -377,7 +384,7 @@ def run(tmp):
     if "ray" not in SKIP and _have("ray"):
         t_ray_mem, t_ray_pq = ray_timings(paths, table)
         t_mem.update(t_ray_mem)
-        t_pq[CODECS[0]].update(t_ray_pq)
+        t_pq[first].update(t_ray_pq)
     else:
         missing.append("Ray Data")
 
@@ -393,8 +400,8 @@ def run(tmp):
     print("|---|---|---|---|")
     sections = [(f"Parquet ({codec})", t, "decode (pyarrow to_batches)") for codec, t in t_pq.items()]
     if t_own:
-        sections.append(("their own files", {**t_own, "dlframe": t_pq[CODECS[0]]["dlframe"],
-                                             "dlframe shuffled": t_pq[CODECS[0]]["dlframe shuffled"]}, "dlframe"))
+        sections.append(("their own files", {**t_own, "dlframe": t_pq[first]["dlframe"],
+                                             "dlframe shuffled": t_pq[first]["dlframe shuffled"]}, "dlframe"))
     sections.append(("memory", t_mem, "memcpy"))
     for where, t, floor_name in sections:
         floor = t[floor_name]
@@ -407,7 +414,7 @@ def run(tmp):
     floors = ("dlframe", "decode", "memcpy", "decompression")
     rows = []
     for codec, t in t_pq.items():
-        limit = 0.6 if codec == "none" else 0.85
+        limit = 0.6 if codec.startswith("none") else 0.85
         peers = {k: v for k, v in {**t, **t_own}.items() if not k.startswith(floors) and "shuffled" not in k}
         rows.append((f"{codec}: unshuffled <= {limit}x the decode", t["dlframe"] / t["decode (pyarrow to_batches)"], limit))
         if peers:
@@ -427,7 +434,7 @@ def run(tmp):
         for kind, ours in (("", "dlframe"), (" shuffled", "dlframe shuffled")):
             name = next((k for k in t_own if k.startswith(peer) and k.endswith(" shuffled") == bool(kind)), None)
             if name is not None:
-                rows.append((f"{ours} from Parquet faster than {name}", t_pq[CODECS[0]][ours] / t_own[name], 1.0))
+                rows.append((f"{ours} from Parquet faster than {name}", t_pq[first][ours] / t_own[name], 1.0))
     for what, ratio, limit in rows:
         print(f"| {what} | {ratio:.2f}x | {'yes' if ratio <= limit else 'no'} (limit {limit:.2f}x) |")
     print()
