@@ -1,41 +1,113 @@
-//! The page headers of a compressed column chunk, read ahead of arrow-rs's page reader. That
-//! reader allocates a page's declared uncompressed size (up to 2 GiB) before it decompresses,
-//! so a header that lies would make a small file allocate far more than its rows can fill (a
-//! decompression bomb). [`check_chunk`] reads each header's sizes (Thrift's compact protocol:
-//! a `PageHeader`'s fields 2 and 3, the others skipped) and refuses a page that declares more
-//! than a bound, before any page of the chunk is decoded. No copy: it reads the file in place.
+//! The page headers of a column chunk, read for the direct path's page reader (`chunk.rs`):
+//! Thrift's compact protocol, the fields that reader needs (a page's type, sizes, values,
+//! encodings and levels) read and the others skipped, nesting bounded. The sizes are read before
+//! anything is allocated for a page, so that a header that lies (a decompression bomb) is refused
+//! first. No copy: the file's bytes, read in place.
 
 /// Nesting deeper than this in a page header is refused (a header nests three structs deep).
 const DEPTH: usize = 16;
 
-/// Checks the pages of the column chunk at `file[start..start + len]`: every header is whole,
-/// each page lies within the chunk, and none declares more than `limit` bytes uncompressed.
+/// What the direct path reads of a page header.
+#[derive(Debug)]
+pub(crate) struct PageHeader {
+    /// The page's type, and what its type's own header says.
+    pub(crate) kind: Kind,
+    /// The page's bytes once decompressed.
+    pub(crate) uncompressed: usize,
+    /// The page's bytes as stored.
+    pub(crate) compressed: usize,
+    /// Its values (levels included, nulls too).
+    pub(crate) values: u32,
+    /// The values' encoding, as Parquet numbers them.
+    pub(crate) encoding: i32,
+    /// The header's own bytes.
+    pub(crate) header_len: usize,
+}
+
+/// A page's type, with what its own header says (encodings as Parquet numbers them).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    /// A data page of format v1: its levels' encodings.
+    Data { def: i32, rep: i32 },
+    /// An index page (skipped).
+    Index,
+    /// A dictionary page.
+    Dictionary { sorted: bool },
+    /// A data page of format v2: its nulls, rows, levels' bytes (stored before the values,
+    /// never compressed), and whether its values are compressed.
+    DataV2 { nulls: u32, rows: u32, def: u32, rep: u32, compressed: bool },
+}
+
+/// The header at the start of `bytes`.
 ///
 /// # Errors
-/// What is wrong, and at which byte of the file.
-pub fn check_chunk(file: &[u8], start: u64, len: u64, limit: u64) -> Result<(), String> {
-    let end = start.checked_add(len).filter(|&e| e <= file.len() as u64).ok_or("a chunk past the file")?;
-    let chunk = &file[start as usize..end as usize];
-    let mut at = 0usize;
-    while at < chunk.len() {
-        let mut r = Reader { b: &chunk[at..], at: 0 };
-        let (uncompressed, compressed) = r
-            .page_sizes()
-            .map_err(|why| format!("the page header at byte {}: {why}", start as usize + at))?;
-        if uncompressed > limit {
-            return Err(format!(
-                "the page at byte {} declares {uncompressed} bytes uncompressed, more than its rows can \
-                 fill ({limit})",
-                start as usize + at
-            ));
+/// A header cut short, nested too deep, of an unknown page type, without a field the page's
+/// type requires, or with a negative size or count.
+pub(crate) fn page_header(bytes: &[u8]) -> Result<PageHeader, String> {
+    let mut r = Reader { b: bytes, at: 0 };
+    let (mut kind, mut sizes, mut values) = (None, (None, None), None);
+    let (mut data, mut dict, mut v2) = (None, None, None);
+    let mut last = 0i64;
+    while let Some((id, k)) = r.field(&mut last)? {
+        match (id, k) {
+            (1, 5) => kind = Some(r.int()?),
+            (2, 5) => sizes.0 = Some(r.size()?),
+            (3, 5) => sizes.1 = Some(r.size()?),
+            (5 | 7 | 8, 12) => {
+                // The page type's own header: fields 1 (values) and 2 or 4 (encoding) and the
+                // levels' encodings or lengths.
+                let mut f = [None::<i64>; 8];
+                let mut sub = 0i64;
+                while let Some((i, k)) = r.field(&mut sub)? {
+                    match (i, k) {
+                        (1..=7, 5) => f[i as usize] = Some(r.int()?),
+                        (3 | 7, 1 | 2) => f[i as usize] = Some(i64::from(k == 1)),
+                        _ => r.skip(k, 1)?,
+                    }
+                }
+                let count = |i: usize| {
+                    f[i].and_then(|v| u32::try_from(v).ok())
+                        .ok_or_else(|| format!("no count in field {id}.{i}"))
+                };
+                values = Some(count(1)?);
+                match id {
+                    5 => data = Some((f[2], f[3], f[4])),
+                    7 => dict = Some((f[2], f[3] == Some(1))),
+                    _ => {
+                        v2 = Some((f[4], count(2)?, count(3)?, count(5)?, count(6)?, f[7] != Some(0)));
+                    }
+                }
+            }
+            _ => r.skip(k, 0)?,
         }
-        at = at
-            .checked_add(r.at)
-            .and_then(|a| a.checked_add(compressed as usize))
-            .filter(|&a| a <= chunk.len())
-            .ok_or_else(|| format!("the page at byte {} runs past its column chunk", start as usize + at))?;
     }
-    Ok(())
+    let need = |what: &str| format!("no {what}");
+    let (uncompressed, compressed) =
+        (sizes.0.ok_or_else(|| need("uncompressed size"))?, sizes.1.ok_or_else(|| need("compressed size"))?);
+    let (kind, e) = match kind.ok_or_else(|| need("page type"))? {
+        0 => match data {
+            Some((e, Some(def), Some(rep))) => (Kind::Data { def: def as i32, rep: rep as i32 }, e),
+            _ => return Err(need("data page header with its levels' encodings")),
+        },
+        1 => (Kind::Index, Some(0)),
+        2 => dict
+            .map(|(e, sorted)| (Kind::Dictionary { sorted }, e))
+            .ok_or_else(|| need("dictionary page header"))?,
+        3 => v2
+            .map(|(e, nulls, rows, def, rep, compressed)| {
+                (Kind::DataV2 { nulls, rows, def, rep, compressed }, e)
+            })
+            .ok_or_else(|| need("data page v2 header"))?,
+        t => return Err(format!("a page of type {t}")),
+    };
+    Ok(PageHeader {
+        kind,
+        uncompressed: uncompressed as usize,
+        compressed: compressed as usize,
+        values: values.unwrap_or(0),
+        encoding: e.ok_or_else(|| need("encoding"))? as i32,
+        header_len: r.at,
+    })
 }
 
 /// A reader of Thrift's compact protocol over a page header's bytes.
@@ -45,18 +117,13 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    /// The header's uncompressed and compressed page sizes (fields 2 and 3, both required).
-    fn page_sizes(&mut self) -> Result<(u64, u64), String> {
-        let (mut uncompressed, mut compressed) = (None, None);
-        let mut last = 0i64;
-        while let Some((id, kind)) = self.field(&mut last)? {
-            match (id, kind) {
-                (2, 5) => uncompressed = Some(self.size()?),
-                (3, 5) => compressed = Some(self.size()?),
-                _ => self.skip(kind, 0)?,
-            }
-        }
-        Ok((uncompressed.ok_or("no uncompressed size")?, compressed.ok_or("no compressed size")?))
+    /// An i32 field.
+    fn int(&mut self) -> Result<i64, String> {
+        let v = zigzag(self.varint()?);
+        (i64::from(i32::MIN)..=i64::from(i32::MAX))
+            .contains(&v)
+            .then_some(v)
+            .ok_or_else(|| format!("an i32 of {v}"))
     }
 
     /// A size field: an i32 that is not negative.
@@ -176,32 +243,28 @@ mod tests {
         varint(zz(uncompressed.into()), &mut h);
         h.push(0x15); // field 3
         varint(zz(compressed.into()), &mut h);
-        h.push(0x2c); // field 5, a struct: num_values 7, then a list of two bools
-        h.extend([0x15, 14, 0x19, 0x21, 0x01, 0x02, 0x00]);
+        // Field 5, a struct: num_values 7, encodings PLAIN, RLE and RLE, then a list of two bools
+        // that the reader skips.
+        h.push(0x2c);
+        h.extend([0x15, 14, 0x15, 0, 0x15, 6, 0x15, 6, 0x19, 0x21, 0x01, 0x02, 0x00]);
         h.extend([0x08, 0x1a, 0x03, b'a', b'b', b'c']); // field 13 by its id: binary "abc"
         h.push(0x00);
         h
     }
 
     #[test]
-    fn pages_within_the_bound_pass_and_a_page_that_declares_more_is_refused() {
-        let mut file = vec![0u8; 4];
-        for size in [100u32, 50] {
-            file.extend(header(size, 10));
-            file.extend([0u8; 10]);
+    fn a_data_page_header_is_read_and_a_header_cut_short_is_refused() {
+        let h = header(100, 10);
+        let read = page_header(&h).unwrap();
+        assert!(matches!(read.kind, Kind::Data { def: 3, rep: 3 }));
+        assert_eq!((read.uncompressed, read.compressed, read.values, read.encoding), (100, 10, 7, 0));
+        assert_eq!(read.header_len, h.len());
+        for cut in 0..h.len() {
+            assert!(page_header(&h[..cut]).is_err(), "cut at {cut}");
         }
-        let len = file.len() as u64 - 4;
-        assert_eq!(check_chunk(&file, 4, len, 100), Ok(()));
-        let e = check_chunk(&file, 4, len, 99).unwrap_err();
-        assert!(e.contains("byte 4 declares 100 bytes"), "{e}");
-        // A page whose bytes run past the chunk, and a header cut short.
-        assert!(check_chunk(&file, 4, len - 1, 100).unwrap_err().contains("runs past"));
-        assert!(check_chunk(&file, 4, 3, 100).unwrap_err().contains("truncated"));
-        // A header of 2^31 - 1 bytes uncompressed.
-        let mut bomb = header(i32::MAX as u32, 1);
-        bomb.push(0);
-        let e = check_chunk(&bomb, 0, bomb.len() as u64, 1 << 20).unwrap_err();
-        assert!(e.contains("2147483647 bytes"), "{e}");
+        // A header of 2^31 - 1 bytes uncompressed reads as it says (the page reader refuses it
+        // by its size, before allocating).
+        assert_eq!(page_header(&header(i32::MAX as u32, 1)).unwrap().uncompressed, i32::MAX as usize);
     }
 
     #[test]
@@ -216,11 +279,13 @@ mod tests {
                     state as u8
                 })
                 .collect();
-            let _ = check_chunk(&bytes, 0, bytes.len() as u64, 1 << 20);
+            if let Ok(h) = page_header(&bytes) {
+                assert!(h.header_len <= bytes.len());
+            }
         }
         // Deep nesting is refused, not followed.
         let mut deep = vec![0x15, 0x00, 0x15, 0x00, 0x15, 0x00];
         deep.extend(std::iter::repeat_n(0x1c, 100));
-        assert!(check_chunk(&deep, 0, deep.len() as u64, 10).unwrap_err().contains("deep"));
+        assert!(page_header(&deep).unwrap_err().contains("deep"));
     }
 }

@@ -9,6 +9,7 @@
 //! A malformed file (a truncated footer, page sizes or offsets that lie, indices past a
 //! dictionary) is an [`Error::InvalidParquet`] naming the file, never a read past the data.
 
+pub mod chunk;
 pub mod files;
 pub mod headers;
 pub mod hybrid;
@@ -24,7 +25,6 @@ use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, Encoding, Type as Physical};
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
-use parquet::file::serialized_reader::SerializedPageReader;
 use rayon::prelude::*;
 
 use crate::arrow::Converted;
@@ -37,6 +37,7 @@ use crate::options::{ExportOptions, NullPolicy, Order};
 use crate::table::{Columns, TableTensors, table_on};
 use crate::tensor::Tensor;
 
+use chunk::Chunk;
 use pages::{Cursor, OnNull, Plain};
 
 /// Rows of every column written before the next rows: a tile of 1,024 rows of 8 columns of
@@ -330,15 +331,13 @@ impl ParquetFile {
             self.bad(format!("row group {u}, column '{}': {why}", self.fields[j].name()))
         };
         let mut cursors = Vec::with_capacity(k);
+        // A page holds at most the row group's values, levels and a little framing: one that
+        // says more is refused before anything is allocated for it.
+        let limit = (n as u64).saturating_mul(T::SIZE as u64 + 8).saturating_add(64 << 10);
         for (j, chunk) in rg.columns().iter().enumerate() {
-            if chunk.compression() != Compression::UNCOMPRESSED {
-                let (start, len) = chunk.byte_range();
-                // A page holds at most the row group's values, levels and a little framing.
-                let limit = (n as u64).saturating_mul(T::SIZE as u64 + 8).saturating_add(64 << 10);
-                headers::check_chunk(&self.data, start, len, limit).map_err(|why| named(j, why))?;
-            }
-            let pages = SerializedPageReader::new(Arc::new(self.data.clone()), chunk, n, None)
-                .map_err(|e| named(j, e.to_string()))?;
+            let (start, len) = chunk.byte_range();
+            let pages = Chunk::new(self.data.clone(), start, len, chunk.compression(), limit)
+                .map_err(|why| named(j, why))?;
             cursors.push(Cursor::new(pages, n, chunk.column_descr().max_def_level(), on_null));
         }
         for start in (0..n).step_by(TILE) {

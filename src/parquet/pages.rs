@@ -9,7 +9,9 @@
 
 use bytes::Bytes;
 use parquet::basic::Encoding;
-use parquet::column::page::{Page, PageReader};
+use parquet::column::page::Page;
+
+use super::chunk::{self, Chunk};
 
 use super::hybrid;
 
@@ -60,8 +62,8 @@ struct Current {
 }
 
 /// One column chunk being read, a tile of rows at a time.
-pub struct Cursor<T, R> {
-    pages: R,
+pub struct Cursor<T> {
+    pages: Chunk,
     /// Rows of the chunk not yet in a page read: a page that says more is malformed (and its
     /// levels are never allocated).
     unread: usize,
@@ -75,9 +77,9 @@ pub struct Cursor<T, R> {
     pub nulls: usize,
 }
 
-impl<T: Plain, R: PageReader> Cursor<T, R> {
+impl<T: Plain> Cursor<T> {
     /// A cursor over the pages of a flat column chunk (`max_def` 0 or 1) of `rows` rows.
-    pub fn new(pages: R, rows: usize, max_def: i16, on_null: OnNull<T>) -> Self {
+    pub fn new(pages: Chunk, rows: usize, max_def: i16, on_null: OnNull<T>) -> Self {
         let max_def = max_def.max(0) as u32;
         Cursor { pages, unread: rows, max_def, dict: None, page: None, on_null, nulls: 0 }
     }
@@ -164,11 +166,14 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
         // and a fresh allocation of that size would be mapped and zeroed by the system anew.
         let (mut levels, mut indices) = match self.page.take() {
             Some(Current { levels, values: Values::Dict(indices, _), .. }) => (levels, indices),
-            Some(Current { levels, .. }) => (levels, Vec::new()),
+            Some(Current { levels, values: Values::Plain(bytes, _), .. }) => {
+                chunk::recycle(bytes);
+                (levels, Vec::new())
+            }
             None => (Vec::new(), Vec::new()),
         };
         loop {
-            let Some(page) = self.pages.get_next_page().map_err(|e| e.to_string())? else { return Ok(None) };
+            let Some(page) = self.pages.next_page()? else { return Ok(None) };
             let (n, encoding, defs, buf, offset) = match &page {
                 Page::DictionaryPage { buf, num_values, encoding, .. } => {
                     if !matches!(encoding, Encoding::PLAIN | Encoding::PLAIN_DICTIONARY) {
@@ -247,7 +252,25 @@ impl<T: Plain, R: PageReader> Cursor<T, R> {
                 }
                 other => return Err(format!("values encoded {other}")),
             };
+            if let Values::Dict(..) = values {
+                // The indices are read out: the page's bytes are free for the next page.
+                let bytes = page.buffer().clone();
+                drop(page);
+                chunk::recycle(bytes);
+            }
             return Ok(Some(Current { rows: n, at: 0, levels, values }));
+        }
+    }
+}
+
+impl<T> Drop for Cursor<T> {
+    /// The dictionary's and the last page's bytes go back for the thread's next pages.
+    fn drop(&mut self) {
+        if let Some(dict) = self.dict.take() {
+            chunk::recycle(dict);
+        }
+        if let Some(Current { values: Values::Plain(bytes, _), .. }) = self.page.take() {
+            chunk::recycle(bytes);
         }
     }
 }
