@@ -241,11 +241,13 @@ impl<T: Plain> Cursor<T> {
                 Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY => {
                     let dict = self.dict.as_ref().ok_or("dictionary indices before a dictionary page")?;
                     let width = *values.first().ok_or("dictionary indices past the end of the page")?;
-                    indices.clear();
+                    // The decode overwrites every index: only a longer page's growth is zeroed.
                     indices.resize(present, 0);
                     hybrid::decode(&values[1..], width, &mut indices)?;
                     let len = dict.len() / T::SIZE;
-                    if let Some(bad) = indices.iter().find(|&&i| i as usize >= len) {
+                    // The largest first (a pass the compiler vectorises), the culprit only then.
+                    if indices.iter().max().is_some_and(|&i| i as usize >= len) {
+                        let bad = indices.iter().find(|&&i| i as usize >= len).expect("the largest is");
                         return Err(format!("dictionary index {bad} of a dictionary of {len}"));
                     }
                     Values::Dict(indices, 0)
