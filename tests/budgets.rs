@@ -17,7 +17,7 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        24_717,
+        24_724,
         198,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
          the Arrow C device interface), the kernels, CUDA and batches; 21,913 lines and 232 \
@@ -63,7 +63,8 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
          kept from an earlier page, where arrow-rs's reader allocated, zeroed and freed one a page: \
          snappy and zstd reads 15-18% faster), with its tests against arrow-rs's page reader for \
          every codec and page version, and the pre-pass over compressed chunks' headers gone \
-         (412 lines); a dictionary page's indices checked by their largest (2 lines)",
+         (412 lines); a dictionary page's indices checked by their largest (2 lines); the reused page \
+         buffers bounded in bytes too, with a test (7 lines)",
     ),
     (
         "python/src",

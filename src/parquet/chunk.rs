@@ -12,8 +12,10 @@ use parquet::column::page::Page;
 
 use super::headers::{self, Kind};
 
-/// Buffers of decompressed pages kept on each thread for the next pages, at most this many.
+/// Buffers of decompressed pages kept on each thread for the next pages: at most this many, of
+/// at most this many bytes in all (what a thread holds between reads).
 const SPARE: usize = 16;
+const SPARE_BYTES: usize = 32 << 20;
 
 thread_local! {
     static SPARES: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
@@ -25,7 +27,8 @@ pub fn recycle(bytes: Bytes) {
     if let Ok(buf) = bytes.try_into_mut() {
         SPARES.with(|s| {
             let mut s = s.borrow_mut();
-            if s.len() < SPARE {
+            let held: usize = s.iter().map(BytesMut::capacity).sum();
+            if s.len() < SPARE && held + buf.capacity() <= SPARE_BYTES {
                 s.push(buf);
             }
         });
@@ -298,10 +301,14 @@ mod tests {
         assert_eq!((again.as_ptr(), again.len()), (at, 800));
         recycle(again.freeze());
         assert_eq!(spare(1000).as_ptr(), at, "its first 1,000 bytes still");
-        // The file's own bytes are never kept.
+        // The file's own bytes are never kept, nor more than SPARE_BYTES in all.
         let file = Bytes::from_static(b"not a buffer of ours");
         recycle(file);
         assert!(SPARES.with(|s| s.borrow().is_empty()));
+        let (half, more) = (spare(SPARE_BYTES / 2).freeze(), spare(SPARE_BYTES / 2 + 1).freeze());
+        recycle(half);
+        recycle(more);
+        assert_eq!(SPARES.with(|s| s.borrow().len()), 1);
     }
 
     #[test]
