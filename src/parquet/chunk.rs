@@ -219,7 +219,6 @@ mod tests {
 
     use arrow_array::{ArrayRef, Float64Array, RecordBatch};
     use parquet::arrow::ArrowWriter;
-    use parquet::basic::ZstdLevel;
     use parquet::column::page::PageReader;
     use parquet::file::metadata::ParquetMetaDataReader;
     use parquet::file::properties::{WriterProperties, WriterVersion};
@@ -254,14 +253,8 @@ mod tests {
 
     #[test]
     fn pages_read_as_arrow_rs_reads_them_for_every_codec_and_page_version() {
-        let codecs = [
-            Compression::UNCOMPRESSED,
-            Compression::SNAPPY,
-            Compression::ZSTD(ZstdLevel::default()),
-            Compression::LZ4_RAW,
-        ];
         let mut pages = 0;
-        for codec in codecs {
+        for codec in crate::parquet::tests::codecs() {
             for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
                 for dictionary in [false, true] {
                     let (data, meta) = file(codec, version, dictionary);

@@ -55,17 +55,21 @@ fn bits(c: &Converted) -> (Vec<i64>, Vec<u8>) {
     (t.shape().to_vec(), t.as_bytes().unwrap().to_vec())
 }
 
-#[test]
-fn every_codec_encoding_and_page_version_reads_as_arrow_rs_reads_it() {
-    let batch = floats();
-    let codecs = [
+/// The codecs the direct path reads, as the tests write them.
+pub(super) fn codecs() -> [Compression; 4] {
+    [
         Compression::UNCOMPRESSED,
         Compression::SNAPPY,
         Compression::ZSTD(ZstdLevel::default()),
         Compression::LZ4_RAW,
-    ];
+    ]
+}
+
+#[test]
+fn every_codec_encoding_and_page_version_reads_as_arrow_rs_reads_it() {
+    let batch = floats();
     let mut cases = 0;
-    for codec in codecs {
+    for codec in codecs() {
         for dictionary in [false, true] {
             for version in [WriterVersion::PARQUET_1_0, WriterVersion::PARQUET_2_0] {
                 // Row groups of uneven size: 300, 300, 300, 100.
