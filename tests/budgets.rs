@@ -17,7 +17,7 @@ use common::{code, rust_files};
 const CRATES: &[(&str, usize, usize, &str)] = &[
     (
         "src",
-        24_721,
+        24_767,
         198,
         "the core: the conversions, the FFI readers and writers (DLPack, the array interfaces, \
          the Arrow C device interface), the kernels, CUDA and batches; 21,913 lines and 232 \
@@ -65,12 +65,15 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
          every codec and page version, and the pre-pass over compressed chunks' headers gone \
          (412 lines); a dictionary page's indices checked by their largest (2 lines); the reused page \
          buffers bounded in bytes too, with a test (7 lines); the tests' list of the direct path's codecs \
-         written once (3 lines fewer)",
+         written once (3 lines fewer); the binding's rule of the tensors pyarrow's DLPack import \
+         takes as the Arrow path would (`arrow::is_plain_1d`, beside numpy's struct rule) and an \
+         `__array_struct__` struct that holds its tensor, where the binding held it in the \
+         capsule's context, each with a test (46 lines)",
     ),
     (
         "python/src",
-        2_840,
-        41,
+        2_798,
+        39,
         "the binding: pyo3 on public APIs; 2,981 lines on 2026-11-28, 2,957 with pyo3's buffer \
          views; 3,053 with the typed input (`input.rs`, 234 lines: the one order of a call's \
          offers, and the Arrow reading it gathered from `convert.rs` and `importer.rs`, less the \
@@ -82,8 +85,11 @@ const CRATES: &[(&str, usize, usize, &str)] = &[
          the ladder's failures are read in one place, and the reader threads live with the batches they read. 2,874 with a fresh `max_version` dict for each \
          producer, where a cached one was copied, and the layout of a source read by the core; 2,840 with \
          one error for a bad batches keyword, one for a NULL exchange argument, and the plain tensor's \
-         pyarrow import inside `host_to_pyarrow`. The aim is 2,800; its blocks are the capsules, the \
-         exchange table and the array-interface structs",
+         pyarrow import inside `host_to_pyarrow`; 2,798 and 39 blocks with the two exchange exports \
+         through one reader of the object, the tensor of an `__array_struct__` capsule held by its \
+         struct, the rule of a plain tensor in the core, one error for an object with no \
+         protocol, and an exporter released through `Python::try_attach`. The aim was 2,800; its \
+         blocks are the capsules, the exchange table and the array-interface structs",
     ),
     ("udfs/datafusion/src", 1_728, 0, "the SQL functions: safe Rust over the core"),
     ("udfs/polars/src", 327, 0, "the Polars plugin: safe Rust over the core"),

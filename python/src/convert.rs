@@ -127,15 +127,15 @@ pub fn to_dlpack<'py>(
     wrap_table(py, t, stream)
 }
 
-/// `dlframe.tensor` of an object with no tensor protocol: `dlframe::table::tensor_of` of its
-/// Arrow data when it offers the Arrow PyCapsule interface (the C Device data interface's
-/// methods included) or is a LazyFrame, AttributeError otherwise.
-pub(crate) fn arrow_tensor(input: &Input<'_>) -> Result<PyTensor> {
+/// `call` (`dlframe.tensor` or `from_dlpack`) of an object with no tensor protocol:
+/// `dlframe::table::tensor_of` of its Arrow data when it offers the Arrow PyCapsule interface
+/// (the C Device data interface's methods included) or is a LazyFrame, AttributeError otherwise.
+pub(crate) fn arrow_tensor(input: &Input<'_>, call: &str) -> Result<PyTensor> {
     if !input.is_arrow() {
         return Err(Binding::NoProtocol(format!(
-            "expected __dlpack__, a capsule, __array_interface__, __array_struct__, a buffer or \
-             __arrow_c_array__/__arrow_c_stream__/__arrow_c_device_array__/__arrow_c_device_stream__; \
-             {} has none of them",
+            "{call} needs __dlpack__, a DLPack capsule, __array_interface__, __array_struct__, the buffer \
+             protocol or Arrow data (__arrow_c_array__/__arrow_c_stream__/__arrow_c_device_array__/\
+             __arrow_c_device_stream__); {} has none of them",
             input.object().get_type().name()?
         ))
         .into());

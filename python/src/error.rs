@@ -71,13 +71,12 @@ impl Error {
         let e = self.0;
         let msg = e.value(py).to_string();
         let msg = msg.strip_prefix("C Data interface error: ").unwrap_or(&msg);
-        let new = if e.is_instance_of::<PyRuntimeError>(py) {
-            PyRuntimeError::new_err(format!("{context}: {msg}"))
-        } else if e.is_instance_of::<PyTypeError>(py) {
-            PyTypeError::new_err(format!("{context}: {msg}"))
-        } else {
-            return Error(e);
+        let same = match () {
+            _ if e.is_instance_of::<PyRuntimeError>(py) => PyRuntimeError::new_err::<String>,
+            _ if e.is_instance_of::<PyTypeError>(py) => PyTypeError::new_err::<String>,
+            _ => return Error(e),
         };
+        let new = same(format!("{context}: {msg}"));
         new.set_cause(py, Some(e));
         Error(new)
     }

@@ -88,20 +88,25 @@ unsafe fn put<T>(out: *mut T, value: impl FnOnce() -> Result<T>) -> Result<()> {
     Ok(())
 }
 
-/// The dlframe Tensor behind a `PyObject*` a consumer passed in.
+/// Writes what `make` makes of the dlframe Tensor behind a `PyObject*` a consumer passed in to
+/// the consumer's output: 0, or -1 with the error raised (a NULL object or output, another type).
 ///
 /// # Safety
-/// `obj` is NULL or a live object, borrowed for `'py`.
-unsafe fn tensor_arg<'py>(py: Python<'py>, obj: *mut c_void) -> Result<Bound<'py, PyTensor>> {
-    if obj.is_null() {
-        return Err(null_arg("object"));
-    }
-    // SAFETY: the caller passes a live object and holds the GIL.
-    let any = unsafe { Bound::from_borrowed_ptr(py, obj.cast()) };
-    Ok(any.cast_into::<PyTensor>().map_err(|e| {
-        let name = e.into_inner().get_type().name().map(|n| n.to_string()).unwrap_or_default();
-        Binding::WrongType(format!("dlframe's exchange API exports dlframe.Tensor objects, not {name}"))
-    })?)
+/// `obj` is NULL or a live object, and `out` NULL or writable.
+unsafe fn of_tensor<T>(obj: *mut c_void, out: *mut T, make: impl FnOnce(&Tensor) -> T) -> c_int {
+    guarded(|py| {
+        if obj.is_null() {
+            return Err(null_arg("object"));
+        }
+        // SAFETY: the caller passes a live object and `guarded` holds the GIL.
+        let any = unsafe { Bound::from_borrowed_ptr(py, obj.cast()) };
+        let t = any.cast_into::<PyTensor>().map_err(|e| {
+            let name = e.into_inner().get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            Binding::WrongType(format!("dlframe's exchange API exports dlframe.Tensor objects, not {name}"))
+        })?;
+        // SAFETY: `out` is NULL or writable, as the caller promises.
+        unsafe { put(out, || Ok(make(&t.get().inner))) }
+    })
 }
 
 /// `managed_tensor_from_py_object_no_sync`: the tensor as an owned `DLManagedTensorVersioned`
@@ -112,13 +117,8 @@ unsafe fn tensor_arg<'py>(py: Python<'py>, obj: *mut c_void) -> Result<Bound<'py
 /// Called through the exchange table: `obj` is NULL or a live object, and `out` NULL or writable;
 /// the GIL need not be held.
 unsafe extern "C" fn from_py_object(obj: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int {
-    guarded(|py| {
-        // SAFETY: the caller passes a live object (or NULL, refused there).
-        let t = unsafe { tensor_arg(py, obj) }?;
-        // SAFETY: `out` is NULL or writable; the consumer now owns the tensor and calls its
-        // deleter once.
-        unsafe { put(out, || Ok(export_versioned(t.get().inner.clone()).into_raw())) }
-    })
+    // SAFETY: the caller's promise; the consumer then owns the tensor and calls its deleter once.
+    unsafe { of_tensor(obj, out, |t| export_versioned(t.clone()).into_raw()) }
 }
 
 /// `dltensor_from_py_object_no_sync`: a non-owning view, valid while the object lives (the
@@ -129,13 +129,9 @@ unsafe extern "C" fn from_py_object(obj: *mut c_void, out: *mut *mut DLManagedTe
 /// Called through the exchange table: `obj` is NULL or a live object, and `out` NULL or a writable
 /// `DLTensor`; the GIL need not be held.
 unsafe extern "C" fn view_of_py_object(obj: *mut c_void, out: *mut DLTensor) -> c_int {
-    guarded(|py| {
-        // SAFETY: the caller passes a live object (or NULL, refused there).
-        let t = unsafe { tensor_arg(py, obj) }?;
-        // SAFETY: `out` is NULL or a writable DLTensor; the view borrows the frozen Tensor, which
-        // lives as long as the object the consumer holds.
-        unsafe { put(out, || Ok(dlframe::dlpack::borrowed_view(&t.get().inner))) }
-    })
+    // SAFETY: the caller's promise; the view borrows the frozen Tensor, which lives as long as
+    // the object the consumer holds.
+    unsafe { of_tensor(obj, out, dlframe::dlpack::borrowed_view) }
 }
 
 /// `managed_tensor_to_py_object_no_sync`: a new `dlframe.Tensor` that owns the managed tensor
@@ -211,10 +207,7 @@ impl Table {
     /// Whether the table may answer for `x`: not for a tensor that requires grad, which the
     /// type's own `__dlpack__` refuses (and so numpy does), so that both routes answer alike.
     pub fn answers_for(&self, x: &Bound<'_, PyAny>) -> Result<bool> {
-        if !self.grad {
-            return Ok(true);
-        }
-        Ok(!x.getattr(intern!(x.py(), "requires_grad"))?.is_truthy()?)
+        Ok(!self.grad || !x.getattr(intern!(x.py(), "requires_grad"))?.is_truthy()?)
     }
 }
 

@@ -196,15 +196,8 @@ pub fn from_dlpack<'py>(
         Input::Interface(o, offer) => {
             (interface::import_offered(o, offer, CopyPolicy::from(copy))?.tensor, copy)
         }
-        Input::Other(o) => {
-            return Err(Binding::NoProtocol(format!(
-                "from_dlpack needs __dlpack__, a DLPack capsule, __array_interface__, __array_struct__, the \
-                 buffer protocol or Arrow data; {} has none of them",
-                o.get_type().name()?
-            ))
-            .into());
-        }
-        arrow => (crate::convert::arrow_tensor(arrow)?.inner, copy),
+        // Arrow data, or none of them (AttributeError).
+        arrow => (crate::convert::arrow_tensor(arrow, "from_dlpack")?.inner, copy),
     };
     host_to_pyarrow(py, &tensor, copy)
 }
@@ -226,10 +219,11 @@ pub fn tensor(x: Input<'_>) -> Result<PyTensor> {
         Input::Dlpack(x) => Ok(PyTensor::new(import_ladder(x, None, Keep::Device)?)),
         Input::Interface(o, offer) => {
             let imported = interface::import_offered(o, offer, CopyPolicy::IfNeeded)?;
-            Ok(PyTensor::with_sycl(imported.tensor, imported.syclobj))
+            Ok(PyTensor { inner: imported.tensor, syclobj: imported.syclobj })
         }
         // Arrow data on the host answers as `to_dlpack` does (a pyarrow array also has
-        // `__dlpack__`, which refuses nulls and booleans with pyarrow's own TypeError).
-        arrow => crate::convert::arrow_tensor(arrow),
+        // `__dlpack__`, which refuses nulls and booleans with pyarrow's own TypeError); an
+        // object with none of them is AttributeError.
+        arrow => crate::convert::arrow_tensor(arrow, "tensor"),
     }
 }

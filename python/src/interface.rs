@@ -28,18 +28,13 @@ impl PyOwner {
 impl std::panic::RefUnwindSafe for PyOwner {}
 
 impl Drop for PyOwner {
+    /// A Py dropped without an attached thread only queues its decref until pyo3's next GIL
+    /// acquisition, so the exporter would outlive its last Arrow array: attaching (a no-op when
+    /// this thread is attached) releases it now. While the interpreter finalizes, or after, the
+    /// reference stays queued.
     fn drop(&mut self) {
-        let Some(obj) = self.0.take() else { return };
-        // SAFETY: Py_IsInitialized may be called at any time.
-        if unsafe { ffi::Py_IsInitialized() } == 0 {
-            // After interpreter shutdown nothing may be touched: leak the reference.
-            std::mem::forget(obj);
-            return;
-        }
-        // A Py dropped without an attached thread only queues its decref until pyo3's next
-        // GIL acquisition, so the exporter outlived its last Arrow array. Attaching (a no-op
-        // when this thread holds the GIL) releases it now.
-        Python::attach(move |_| drop(obj));
+        let obj = self.0.take();
+        let _ = Python::try_attach(move |_| drop(obj));
     }
 }
 

@@ -9,7 +9,7 @@ use pyo3::types::{IntoPyDict, PyCapsule, PyDict, PyTuple};
 use arrow_schema::FieldRef;
 use dlframe::arrow::device::field_of_schema;
 use dlframe::arrow::device_export::{export_tensor, exported_column};
-use dlframe::arrow::tensor_to_column_with;
+use dlframe::arrow::{is_plain_1d, tensor_to_column_with};
 use dlframe::dlpack::ExportRequest;
 use dlframe::ffi::arrow_device::{ARROW_DEVICE_ARRAY, ARROW_SCHEMA};
 use dlframe::interface::array_struct::ArrayStruct;
@@ -30,35 +30,26 @@ pub struct PyTensor {
     pub(crate) inner: Tensor,
     /// The SYCL queue or context of USM memory imported through
     /// `__sycl_usm_array_interface__`, re-exported through the same interface.
-    syclobj: Option<Py<PyAny>>,
+    pub(crate) syclobj: Option<Py<PyAny>>,
 }
 
 impl PyTensor {
     pub fn new(inner: Tensor) -> Self {
         PyTensor { inner, syclobj: None }
     }
-
-    pub fn with_sycl(inner: Tensor, syclobj: Option<Py<PyAny>>) -> Self {
-        PyTensor { inner, syclobj }
-    }
 }
 
-/// Frees an `__array_struct__` capsule's struct and arrays, and drops its reference to the
-/// tensor.
+/// Frees an `__array_struct__` capsule's struct, which holds the tensor.
 ///
 /// # Safety
 /// Called by CPython, with the GIL, on a dying capsule made by `__array_struct__`.
 unsafe extern "C" fn array_struct_destructor(capsule: *mut ffi::PyObject) {
     // SAFETY: installed only on our unnamed __array_struct__ capsules, whose pointer is a
-    // boxed ArrayStruct and whose context is a strong reference to the Tensor.
+    // boxed ArrayStruct, freed once, here.
     unsafe {
         let ptr = ffi::PyCapsule_GetPointer(capsule, std::ptr::null());
         if !ptr.is_null() {
             drop(Box::from_raw(ptr as *mut ArrayStruct));
-        }
-        let ctx = ffi::PyCapsule_GetContext(capsule);
-        if !ctx.is_null() {
-            ffi::Py_DecRef(ctx as *mut ffi::PyObject);
         }
     }
 }
@@ -119,20 +110,16 @@ impl PyTensor {
         Ok(interface_dict(py, &ArrayInterface::for_host(&self.inner)?)?)
     }
 
-    /// numpy's legacy `__array_struct__`: an unnamed capsule whose context holds this tensor.
+    /// numpy's legacy `__array_struct__`: an unnamed capsule whose struct holds the tensor.
     #[getter]
-    fn __array_struct__<'py>(slf: &Bound<'py, Self>) -> Result<Bound<'py, PyAny>> {
-        let raw = Box::into_raw(ArrayStruct::export(&slf.get().inner)?);
-        // SAFETY: an unnamed capsule (numpy asks for the NULL name) over the boxed holder.
+    fn __array_struct__<'py>(&self, py: Python<'py>) -> Result<Bound<'py, PyAny>> {
+        let raw = Box::into_raw(ArrayStruct::export(&self.inner)?);
+        // SAFETY: an unnamed capsule (numpy asks for the NULL name) over the boxed struct.
         let cap = unsafe { ffi::PyCapsule_New(raw.cast(), std::ptr::null(), Some(array_struct_destructor)) };
         // SAFETY: a new reference, or NULL with an exception set.
-        let cap = unsafe { Bound::from_owned_ptr_or_err(slf.py(), cap) }.inspect_err(|_| {
-            // SAFETY: no capsule took the box.
-            drop(unsafe { Box::from_raw(raw) })
-        })?;
-        // The context holds a strong reference to the tensor, released by the destructor.
-        cap.cast::<PyCapsule>().map_err(PyErr::from)?.set_context(slf.clone().into_ptr().cast())?;
-        Ok(cap)
+        let cap = unsafe { Bound::from_owned_ptr_or_err(py, cap) };
+        // SAFETY: when no capsule was made, none took the box.
+        Ok(cap.inspect_err(|_| drop(unsafe { Box::from_raw(raw) }))?)
     }
 
     /// Exports as an Arrow array (zero-copy where possible) through the Arrow PyCapsule
@@ -226,12 +213,10 @@ impl PyTensor {
 
     fn __repr__(&self) -> String {
         let (t, py_bool) = (&self.inner, |b: bool| if b { "True" } else { "False" });
+        let (shape, dtype, device) = (t.shape(), t.dtype(), t.device());
         let (readonly, copied) = (py_bool(t.shared_readonly()), py_bool(t.copied()));
         format!(
-            "dlframe.Tensor(shape={:?}, dtype={}, device={}, readonly={readonly}, copied={copied})",
-            t.shape(),
-            t.dtype(),
-            t.device()
+            "dlframe.Tensor(shape={shape:?}, dtype={dtype}, device={device}, readonly={readonly}, copied={copied})"
         )
     }
 
@@ -320,10 +305,8 @@ fn numpy_dtype(py: Python<'_>, d: DType) -> Result<Bound<'_, PyAny>> {
 /// producer of `__arrow_c_array__`); N-d tensors become `fixed_shape_tensor` arrays. A tensor the
 /// host cannot read is refused (BufferError).
 ///
-/// A plain tensor goes through pyarrow's own DLPack import instead, which makes exactly what the
-/// Arrow path makes of it at half the cost of a small call: a non-empty, aligned, contiguous 1-D
-/// tensor of integers or IEEE floats with no Arrow type of its own, and writable (a pyarrow that
-/// asks for a legacy capsule would get a copy of read-only memory).
+/// A plain tensor (`dlframe::arrow::is_plain_1d`) goes through pyarrow's own DLPack import
+/// instead, which makes exactly what the Arrow path makes of it at half the cost of a small call.
 pub(crate) fn host_to_pyarrow<'py>(
     py: Python<'py>,
     t: &Tensor,
@@ -333,15 +316,9 @@ pub(crate) fn host_to_pyarrow<'py>(
         let why = format!("the tensor is on {}; Arrow needs host memory", t.device());
         return Err(dlframe::Error::Refused(why).into());
     }
-    let plain = copy != Some(true)
-        && t.ndim() == 1
-        && t.numel() > 0
-        && !t.readonly()
-        && t.logical().is_none()
-        && t.dtype() != DType::Bool
-        && t.dtype().arrow_extension().is_none()
-        && t.check_host_contiguous().is_ok();
-    if plain && let Some(shared) = pyarrow_from_dlpack(py, Bound::new(py, PyTensor::new(t.clone()))?.as_any())
+    if copy != Some(true)
+        && is_plain_1d(t)
+        && let Some(shared) = pyarrow_from_dlpack(py, Bound::new(py, PyTensor::new(t.clone()))?.as_any())
     {
         return Ok(shared);
     }

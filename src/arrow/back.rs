@@ -43,6 +43,21 @@ pub fn tensor_to_column_with(tensor: &Tensor, name: &str, copy: CopyPolicy) -> R
     tensor_to_column(&fresh, name)
 }
 
+/// Whether `pyarrow.Array.from_dlpack` makes of `t` exactly what [`tensor_to_column_with`]
+/// makes without `copy=True`: a non-empty, aligned, contiguous 1-D host tensor of integers or IEEE
+/// floats with no Arrow type of its own, and writable (a pyarrow that asks for a legacy capsule
+/// would get a copy of read-only memory). `interface::ndarray::is_plain_1d` is the same rule over
+/// numpy's struct.
+pub fn is_plain_1d(t: &Tensor) -> bool {
+    t.ndim() == 1
+        && t.numel() > 0
+        && !t.readonly()
+        && t.logical().is_none()
+        && t.dtype() != DType::Bool
+        && t.dtype().arrow_extension().is_none()
+        && t.check_host_contiguous().is_ok()
+}
+
 /// Packs a contiguous bool tensor into an Arrow boolean column (1-D) or tensor column.
 fn bool_column(t: &Tensor, name: &str) -> Result<(FieldRef, ArrayRef)> {
     let bytes = t.as_slice::<u8>().or_else(|_| {
@@ -74,4 +89,23 @@ fn bool_column(t: &Tensor, name: &str) -> Result<(FieldRef, ArrayRef)> {
     let field = arrow_schema::Field::new(name, storage.data_type().clone(), false)
         .with_metadata(meta.field_metadata());
     Ok((Arc::new(field), Arc::new(storage)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_tensor_is_a_writable_vector_of_numbers() {
+        let v = || Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], vec![4]).unwrap();
+        assert!(is_plain_1d(&v()));
+        assert!(!is_plain_1d(&v().with_readonly(true)));
+        assert!(!is_plain_1d(&Tensor::from_vec(vec![1.0f32; 4], vec![2, 2]).unwrap()));
+        assert!(!is_plain_1d(&Tensor::from_vec(Vec::<f32>::new(), vec![0]).unwrap()));
+        assert!(!is_plain_1d(
+            &Tensor::from_vec(vec![1u8, 0], vec![2]).unwrap().view_as(DType::Bool).unwrap()
+        ));
+        let bf16 = Tensor::from_vec(vec![0u16; 2], vec![2]).unwrap().view_as(DType::BFloat16).unwrap();
+        assert!(!is_plain_1d(&bf16));
+    }
 }

@@ -43,7 +43,7 @@ pub(crate) mod spec;
 mod take;
 mod to_tensor;
 
-pub use back::tensor_to_column_with;
+pub use back::{is_plain_1d, tensor_to_column_with};
 pub use column::to_tensor;
 pub use copy::{Converted, columns_to_tensor};
 pub use extension::{FIXED_SHAPE_TENSOR, TensorMetadata};

@@ -46,18 +46,20 @@ pub const NPY_NOTSWAPPED: c_int = 0x200;
 /// `PyArrayInterface.flags`: writable.
 pub const NPY_WRITEABLE: c_int = 0x400;
 
-/// A tensor's `PyArrayInterface` and the extents and strides it points to, boxed so that the
-/// pointers stay valid: a capsule holds the box and frees it whole.
+/// A tensor's `PyArrayInterface`, the extents and strides it points to, and the tensor whose
+/// memory it describes, boxed so that the pointers stay valid: a capsule holds the box, which
+/// keeps the memory alive, and frees it whole.
 #[repr(C)]
 pub struct ArrayStruct {
     /// The struct a consumer reads.
     pub iface: PyArrayInterface,
     shape: Vec<isize>,
     strides: Vec<isize>,
+    _tensor: Tensor,
 }
 
-// SAFETY: the struct's pointers point into its own Vecs and at the tensor's memory, which the
-// capsule's owner keeps alive; nothing is written through them.
+// SAFETY: the struct's pointers point into its own Vecs and at the memory of the tensor it
+// holds; nothing is written through them.
 unsafe impl Send for ArrayStruct {}
 
 impl ArrayStruct {
@@ -80,8 +82,8 @@ impl ArrayStruct {
         Self::describe(t, !t.shared_readonly())
     }
 
-    /// Describes a host tensor (without copying; the caller keeps the tensor alive as long as
-    /// the struct). `writable` is false for memory consumers must not write.
+    /// Describes a host tensor (without copying; the struct holds the tensor). `writable` is
+    /// false for memory consumers must not write.
     ///
     /// # Errors
     /// [`Error::UnsupportedDType`] for a dtype with no typestr (bfloat16, float8).
@@ -112,6 +114,7 @@ impl ArrayStruct {
             },
             shape: t.shape().iter().map(|&d| d as isize).collect(),
             strides: t.strides().iter().map(|&s| s as isize * item).collect(),
+            _tensor: t.clone(),
         });
         s.iface.shape = s.shape.as_mut_ptr();
         s.iface.strides = s.strides.as_mut_ptr();
@@ -227,6 +230,15 @@ mod tests {
         assert_eq!((back.shape(), back.strides(), back.dtype()), (t.shape(), t.strides(), t.dtype()));
         assert_eq!(back.data_ptr(), t.data_ptr());
         assert!(back.readonly());
+    }
+
+    #[test]
+    fn the_struct_keeps_the_memory_until_it_is_dropped() {
+        let (owner, drops) = crate::testing::DropCounter::new(vec![1.0f64, 2.0]);
+        let s = ArrayStruct::export(&owner.tensor(vec![2])).unwrap();
+        assert_eq!(drops.get(), 0);
+        drop(s);
+        assert_eq!(drops.get(), 1);
     }
 
     #[test]
