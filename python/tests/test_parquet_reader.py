@@ -110,3 +110,24 @@ def test_hostile_files_are_a_value_error_naming_the_file(tmp_path):
                 assert "flipped.parquet" in str(e)
                 errors += 1
     assert errors > 0
+
+
+def test_a_page_declaring_more_than_its_chunk_is_refused_before_arrow_rs_reads_it(tmp_path):
+    # A cast takes arrow-rs's reader, which allocates what a compressed page declares (up to
+    # 2 GB, and an allocation that fails aborts): one zstd page of 4,096 float32 values (16 KB)
+    # whose header then declares 1 MB, more than the footer says its whole chunk holds.
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({"a": np.arange(4096, dtype=np.float32)}), path, compression="zstd",
+                   use_dictionary=False, data_page_size=1 << 20)
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    at = chunk.data_page_offset
+    data = bytearray(path.read_bytes())
+    assert data[at:at + 3] == b"\x15\x00\x15" and data[at + 5] < 0x80
+    np.testing.assert_array_equal(np.from_dlpack(dlframe.to_dlpack(path, dtype="float64"))[:, 0], np.arange(4096))
+    data[at + 3:at + 6] = b"\xfe\xff\x7f"
+    path.write_bytes(bytes(data))
+    want = rf"bomb.parquet.*declares 1048575 bytes uncompressed, more than its column chunk's {chunk.total_uncompressed_size}"
+    with pytest.raises(ValueError, match=want):
+        dlframe.to_dlpack(path, dtype="float64")
+    with pytest.raises(ValueError, match=want):
+        dlframe.to_dlpack(path, columns="dict")

@@ -371,8 +371,10 @@ impl ParquetFile {
         Ok(nulls)
     }
 
-    /// The columns of `units` as arrow-rs's reader decodes them, in chunks.
+    /// The columns of `units` as arrow-rs's reader decodes them, in chunks, once their pages'
+    /// sizes are checked ([`ParquetFile::declared`]).
     fn arrow_columns(&self, units: &[usize]) -> Result<Vec<Vec<ArrayRef>>> {
+        self.declared(units)?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(self.data.clone())
             .and_then(|b| b.with_row_groups(units.to_vec()).build())
             .map_err(|e| self.bad(e.to_string()))?;
@@ -384,6 +386,37 @@ impl ParquetFile {
             }
         }
         Ok(columns)
+    }
+
+    /// Refuses a compressed page of `units` that declares more bytes uncompressed than the
+    /// footer says its whole column chunk holds, before arrow-rs's reader allocates that much
+    /// for it (up to 2 GB a page, where a failed allocation aborts the process). Reads only the
+    /// page headers, in place.
+    fn declared(&self, units: &[usize]) -> Result<()> {
+        for &u in units {
+            for c in self.meta.row_group(u).columns() {
+                if c.compression() == Compression::UNCOMPRESSED {
+                    continue; // read as stored, never allocated by its declared size
+                }
+                let (start, len) = c.byte_range();
+                let (mut at, end) = (start as usize, (start + len) as usize);
+                let total = usize::try_from(c.uncompressed_size()).unwrap_or(0);
+                while at < end {
+                    let named = |why: String| self.bad(format!("column chunk '{}': {why}", c.column_path()));
+                    let h = headers::page_header(&self.data[at..end])
+                        .map_err(|why| named(format!("the page header at byte {at}: {why}")))?;
+                    if h.uncompressed > total {
+                        return Err(named(format!(
+                            "the page at byte {at} declares {} bytes uncompressed, more than its column \
+                             chunk's {total}",
+                            h.uncompressed
+                        )));
+                    }
+                    at = at.saturating_add(h.header_len).saturating_add(h.compressed);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// arrow-rs's reader over `units`, then the table conversion of its columns.
