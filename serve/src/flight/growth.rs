@@ -82,9 +82,43 @@ fn measure(array: &dyn Array) -> Rows {
     rows
 }
 
+/// Whether the rows of a type differ in size: strings, binaries, lists, maps and structs. Every
+/// row of another type takes [`same_width`].
+fn variable(t: &DataType) -> bool {
+    use DataType::*;
+    matches!(
+        t,
+        Utf8 | LargeUtf8
+            | Binary
+            | LargeBinary
+            | Utf8View
+            | BinaryView
+            | List(_)
+            | LargeList(_)
+            | ListView(_)
+            | LargeListView(_)
+            | FixedSizeList(..)
+            | Map(..)
+            | Struct(_)
+    )
+}
+
+/// The bytes of each row of an array whose type is not [`variable`]: its fixed width, or for
+/// the rest, the array's bytes shared evenly.
+fn same_width(array: &dyn Array) -> u64 {
+    let width = array.data_type().primitive_width().map(|w| w as u64).unwrap_or_else(|| {
+        let total = array.to_data().get_slice_memory_size().unwrap_or(array.get_array_memory_size());
+        (total / array.len().max(1)) as u64 + 1
+    });
+    width.max(1)
+}
+
 /// The bytes and items of each row of `array`'s values, nulls included.
 fn measure_values(array: &dyn Array) -> Rows {
     let n = array.len();
+    if !variable(array.data_type()) {
+        return Rows { bytes: vec![same_width(array); n], items: vec![1; n] };
+    }
     let sum_ranges = |child: &Rows, ranges: &mut dyn Iterator<Item = (usize, usize)>| {
         let mut rows = Rows { bytes: Vec::with_capacity(n), items: Vec::with_capacity(n) };
         for (start, end) in ranges {
@@ -150,14 +184,7 @@ fn measure_values(array: &dyn Array) -> Rows {
             }
             rows
         }
-        t => {
-            // Fixed width (and, for the rest, the array's bytes shared evenly).
-            let width = t.primitive_width().map(|w| w as u64).unwrap_or_else(|| {
-                let total = array.to_data().get_slice_memory_size().unwrap_or(array.get_array_memory_size());
-                (total / n.max(1)) as u64 + 1
-            });
-            Rows { bytes: vec![width.max(1); n], items: vec![1; n] }
-        }
+        t => unreachable!("{t} is not variable: measured above"),
     }
 }
 
@@ -208,6 +235,19 @@ impl Call<'_> {
 
     fn bytes(&self, i: usize) -> PerRow {
         self.size(i, false)
+    }
+
+    /// Bytes of argument `i` summed over the call's rows: an array whose rows all take the same
+    /// bytes is not measured row by row (a batch of numbers would cost two vectors of its rows).
+    fn total_bytes(&self, i: usize) -> u64 {
+        if let Some(ColumnarValue::Array(a)) = self.arg(i)
+            && a.len() <= self.rows
+            && !variable(a.data_type())
+        {
+            return same_width(a.as_ref()).saturating_mul((a.len() - a.logical_null_count()) as u64);
+        }
+        let b = self.bytes(i);
+        (0..self.rows).fold(0u64, |acc, r| acc.saturating_add(b.at(r)))
     }
 
     fn items(&self, i: usize) -> PerRow {
@@ -304,8 +344,9 @@ impl Growth {
         let mul = |a: u64, b: u64| a.saturating_mul(b);
         Ok(match self {
             Growth::Scaled(k) => {
-                let sizes: Vec<PerRow> = (0..call.args.len()).map(|i| call.bytes(i)).collect();
-                sum(&|r| mul(*k, sizes.iter().fold(16u64, |acc, s| acc.saturating_add(s.at(r)))))
+                // k times (16 and the arguments' bytes) in each row, summed: k times their sums.
+                let args = (0..call.args.len()).fold(0u64, |acc, i| acc.saturating_add(call.total_bytes(i)));
+                mul(*k, mul(16, rows as u64).saturating_add(args))
             }
             Growth::Repeat => {
                 let (s, n) = (call.bytes(0), call.count(1)?);
@@ -384,4 +425,30 @@ impl Growth {
 /// How many group references (`$1`, `${name}`, `\1`) a replacement may hold, at most.
 fn references(replacement: &str) -> u64 {
     replacement.bytes().filter(|b| *b == b'$' || *b == b'\\').count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Float64Array, StringArray};
+    use datafusion::common::ScalarValue;
+
+    use super::*;
+
+    #[test]
+    fn a_scaled_call_counts_each_rows_bytes_whether_measured_or_not() {
+        let numbers: ArrayRef = Arc::new(Float64Array::from(vec![Some(1.0), None, Some(3.0), Some(4.0)]));
+        let strings: ArrayRef = Arc::new(StringArray::from(vec![Some("a"), Some("bb"), None, Some("")]));
+        let args = [
+            ColumnarValue::Scalar(ScalarValue::Int64(Some(5))),
+            ColumnarValue::Array(numbers),
+            ColumnarValue::Array(strings),
+        ];
+        // Per row: 16, the scalar's 8, the numbers' 8 (0 when null), the strings' length + 8 (0
+        // when null): 16 + 32 + 24 + 27 over the 4 rows, 3 times.
+        assert_eq!(Growth::Scaled(3).bytes(&Call { args: &args, rows: 4 }).unwrap(), 3 * (64 + 32 + 24 + 27));
+        let huge = [ColumnarValue::Scalar(ScalarValue::Int64(Some(5)))];
+        assert_eq!(Growth::Scaled(u64::MAX).bytes(&Call { args: &huge, rows: 2 }).unwrap(), u64::MAX);
+    }
 }
