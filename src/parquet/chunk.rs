@@ -102,13 +102,8 @@ impl Chunk {
     pub fn next_page(&mut self) -> Result<Option<Page>, String> {
         while self.at < self.end {
             let page_at = self.at;
-            let h = headers::page_header(&self.data[page_at..self.end])
-                .map_err(|why| format!("the page header at byte {page_at}: {why}"))?;
-            let body = page_at + h.header_len;
-            let stored = body.checked_add(h.compressed).filter(|&e| e <= self.end);
-            let stored =
-                stored.ok_or_else(|| format!("the page at byte {page_at} runs past its column chunk"))?;
-            self.at = stored;
+            let (h, stored) = headers::page_at(&self.data, page_at, self.end)?;
+            self.at = stored.end;
             if h.uncompressed > self.limit {
                 return Err(format!(
                     "the page at byte {page_at} declares {} bytes uncompressed, more than its rows can fill ({})",
@@ -122,7 +117,7 @@ impl Chunk {
                 Kind::DataV2 { def, rep, compressed, .. } => (def as usize + rep as usize, compressed),
                 _ => (0, true),
             };
-            let buf = self.bytes(body..stored, levels, compressed, h.uncompressed, page_at)?;
+            let buf = self.bytes(stored, levels, compressed, h.uncompressed, page_at)?;
             let (num_values, values) = (h.values, encoding(h.encoding)?);
             return Ok(Some(match h.kind {
                 Kind::Index => unreachable!("skipped above"),

@@ -4,6 +4,8 @@
 //! anything is allocated for a page, so that a header that lies (a decompression bomb) is refused
 //! first. No copy: the file's bytes, read in place.
 
+use std::ops::Range;
+
 /// Nesting deeper than this in a page header is refused (a header nests three structs deep).
 const DEPTH: usize = 16;
 
@@ -36,6 +38,20 @@ pub(crate) enum Kind {
     /// A data page of format v2: its nulls, rows, levels' bytes (stored before the values,
     /// never compressed), and whether its values are compressed.
     DataV2 { nulls: u32, rows: u32, def: u32, rep: u32, compressed: bool },
+}
+
+/// The header of the page at byte `at` of a column chunk that ends at byte `end` of `data`, and
+/// where the page's stored bytes lie. Read in place, before anything is allocated for the page.
+///
+/// # Errors
+/// What [`page_header`] refuses, or a page whose stored bytes run past the chunk; each says the
+/// byte of the page.
+pub(crate) fn page_at(data: &[u8], at: usize, end: usize) -> Result<(PageHeader, Range<usize>), String> {
+    let h = page_header(&data[at..end]).map_err(|why| format!("the page header at byte {at}: {why}"))?;
+    let body = at + h.header_len;
+    let stored = body.checked_add(h.compressed).filter(|&e| e <= end);
+    let stored = stored.ok_or_else(|| format!("the page at byte {at} runs past its column chunk"))?;
+    Ok((h, body..stored))
 }
 
 /// The header at the start of `bytes`.

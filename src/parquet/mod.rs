@@ -401,10 +401,9 @@ impl ParquetFile {
                 let (start, len) = c.byte_range();
                 let (mut at, end) = (start as usize, (start + len) as usize);
                 let total = usize::try_from(c.uncompressed_size()).unwrap_or(0);
+                let named = |why: String| self.bad(format!("column chunk '{}': {why}", c.column_path()));
                 while at < end {
-                    let named = |why: String| self.bad(format!("column chunk '{}': {why}", c.column_path()));
-                    let h = headers::page_header(&self.data[at..end])
-                        .map_err(|why| named(format!("the page header at byte {at}: {why}")))?;
+                    let (h, stored) = headers::page_at(&self.data, at, end).map_err(named)?;
                     if h.uncompressed > total {
                         return Err(named(format!(
                             "the page at byte {at} declares {} bytes uncompressed, more than its column \
@@ -412,7 +411,7 @@ impl ParquetFile {
                             h.uncompressed
                         )));
                     }
-                    at = at.saturating_add(h.header_len).saturating_add(h.compressed);
+                    at = stored.end;
                 }
             }
         }
