@@ -1,6 +1,6 @@
 //! `dlframe serve`'s Flight SQL service and what keeps it safe to expose: the read-only rule
 //! and the limits on a query's shape (`guard`), the threads whose stacks planning runs on
-//! (`planning`), the bounds on running queries (`run`) and the pace of each of their operators
+//! (`planning`), the bounds on running queries (`run`) and the runtimes they run on (`threads`) and the pace of each of their operators
 //! (`paced`), the functions exposed and the
 //! constants a plan may build (`functions`), the bounds on each call's result (`bounded`,
 //! `growth`), the prepared
@@ -23,4 +23,5 @@ pub(crate) mod planning;
 pub(crate) mod prepared;
 pub(crate) mod run;
 pub(crate) mod service;
+pub(crate) mod threads;
 pub(crate) mod ticket;

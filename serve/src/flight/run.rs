@@ -24,6 +24,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use super::conn::Owner;
 use super::error::ServeError;
 use super::guard::SqlLimits;
+use super::threads::QueryThreads;
 
 /// The bounds on running queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +96,8 @@ pub(crate) struct Runner {
     running: Mutex<Running>,
     /// The next run's nonce.
     next_run: AtomicU64,
+    /// The runtimes the queries run on.
+    threads: QueryThreads,
 }
 
 impl Runner {
@@ -106,6 +109,7 @@ impl Runner {
             memory: Arc::new(datafusion::execution::memory_pool::GreedyMemoryPool::new(limits.memory)),
             running: Mutex::new(HashMap::new()),
             next_run: AtomicU64::new(0),
+            threads: QueryThreads::new(limits.query_stack, limits.max_queries),
         }
     }
 
@@ -197,11 +201,12 @@ impl Runner {
         let deadline = tokio::time::Instant::from_std(log.started + self.limits.timeout);
         let secs = self.limits.timeout.as_secs();
         let runner = self.clone();
+        let keeper = self.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, ServeError>>(2);
         let ended: Arc<Mutex<Option<ServeError>>> = Arc::new(Mutex::new(None));
         let verdict = ended.clone();
         let why = Arc::new(Mutex::new(None));
-        let threads = match query_threads(self.limits.query_stack) {
+        let threads = match self.threads.take() {
             Ok(t) => t,
             Err(e) => {
                 let e = ServeError::Query(DataFusionError::Execution(format!(
@@ -269,12 +274,15 @@ impl Runner {
             drop(forwarded);
             // The query's stream, its memory and its slot go when its task next yields, before
             // the client hears, unless an operator is inside a poll that does not end sooner.
-            let _ = tokio::time::timeout(LET_GO, pump).await;
-            threads.shutdown_background();
+            let let_go = tokio::time::timeout(LET_GO, pump).await;
             if let Some(Ok(e)) = stop {
                 *verdict.lock().expect("not poisoned") = Some(e);
             }
             drop(tx);
+            match let_go {
+                Ok(_) => keeper.threads.give_back(threads).await,
+                Err(_) => threads.shutdown_background(),
+            }
         });
         Self::answer(rx, ended)
     }
@@ -299,22 +307,6 @@ impl Runner {
 /// How long a query's end waits for its stream to let go of its slot and memory before the
 /// client hears (an operator may be inside a poll that does not return sooner).
 const LET_GO: Duration = Duration::from_millis(250);
-
-/// A runtime of its own for one query, whose workers (one per core) poll its stream and the
-/// tasks DataFusion spawns for it: the system shares the cores among the queries and the
-/// server's own threads, so a query that holds its threads starves no other client. Their
-/// stacks are `stack` bytes, for the deepest plan the limits let through. It is shut
-/// down without waiting for a task still inside a long poll (its query is over, and the task
-/// stops at its next await).
-fn query_threads(stack: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cores)
-        .thread_name("dlframe-query")
-        .thread_stack_size(stack)
-        .enable_all()
-        .build()
-}
 
 /// What the log line of a query says.
 pub(crate) struct QueryLog {
