@@ -75,6 +75,16 @@ def test_nulls_are_refused_by_name_masked_or_nan(tmp_path):
     assert sorted(d) == ["a", "b", "c"] and np.from_dlpack(d["b"])[3] == 0.0
 
 
+@pytest.mark.parametrize("compression", ["gzip", "brotli"])
+def test_a_codec_the_direct_path_does_not_take_reads_through_arrow(tmp_path, compression):
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(), path, compression=compression, row_group_size=700)
+    got = np.from_dlpack(dlframe.to_dlpack(path, nulls="fill", fill_value=-1.0))
+    assert got.tobytes() == _reference(path, -1.0).tobytes()
+    # `batches` says why its reader did not take the file.
+    assert compression.upper() in dlframe.batches(str(path), 64).plan()["reader"]
+
+
 def test_a_nested_column_goes_through_arrow(tmp_path):
     path = tmp_path / "t.parquet"
     t = pa.table({"v": pa.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], pa.list_(pa.float32()))})

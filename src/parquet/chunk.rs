@@ -52,12 +52,31 @@ fn spare(len: usize) -> BytesMut {
     buf
 }
 
-/// A decompressor for a chunk's codec.
+/// A decompressor for a chunk's codec (zstd's context is made for the chunk's first page).
 enum Codec {
     None,
     Snappy(snap::raw::Decoder),
-    Zstd(Box<zstd::bulk::Decompressor<'static>>),
+    Zstd(Option<Box<zstd::bulk::Decompressor<'static>>>),
     Lz4,
+}
+
+impl Codec {
+    /// The decompressor of `codec`, or None for a codec the direct path does not take: the one
+    /// list of them. Allocates nothing.
+    fn of(codec: Compression) -> Option<Codec> {
+        Some(match codec {
+            Compression::UNCOMPRESSED => Codec::None,
+            Compression::SNAPPY => Codec::Snappy(snap::raw::Decoder::new()),
+            Compression::ZSTD(_) => Codec::Zstd(None),
+            Compression::LZ4_RAW => Codec::Lz4,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether the direct path reads chunks compressed with `codec`.
+pub fn takes(codec: Compression) -> bool {
+    Codec::of(codec).is_some()
 }
 
 /// The pages of one column chunk, read in order.
@@ -80,15 +99,7 @@ impl Chunk {
     pub fn new(data: Bytes, start: u64, len: u64, codec: Compression, limit: u64) -> Result<Chunk, String> {
         let end =
             start.checked_add(len).filter(|&e| e <= data.len() as u64).ok_or("a chunk past the file")?;
-        let codec = match codec {
-            Compression::UNCOMPRESSED => Codec::None,
-            Compression::SNAPPY => Codec::Snappy(snap::raw::Decoder::new()),
-            Compression::ZSTD(_) => {
-                Codec::Zstd(Box::new(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?))
-            }
-            Compression::LZ4_RAW => Codec::Lz4,
-            other => return Err(format!("a chunk compressed {other}")),
-        };
+        let codec = Codec::of(codec).ok_or_else(|| format!("a chunk compressed {codec}"))?;
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         Ok(Chunk { data, at: start as usize, end: end as usize, codec, limit })
     }
@@ -177,7 +188,15 @@ impl Chunk {
         // Each codec writes at most `out`'s bytes: a page that decompresses to more is refused.
         let written = match &mut self.codec {
             Codec::Snappy(s) => s.decompress(src, out).map_err(|e| failed(e.to_string()))?,
-            Codec::Zstd(z) => z.decompress_to_buffer(src, out).map_err(|e| failed(e.to_string()))?,
+            Codec::Zstd(z) => {
+                let z = match z {
+                    Some(z) => z,
+                    None => z.insert(Box::new(
+                        zstd::bulk::Decompressor::new().map_err(|e| failed(e.to_string()))?,
+                    )),
+                };
+                z.decompress_to_buffer(src, out).map_err(|e| failed(e.to_string()))?
+            }
             Codec::Lz4 => lz4_flex::block::decompress_into(src, out).map_err(|e| failed(e.to_string()))?,
             Codec::None => unreachable!("stored pages are read in place"),
         };
@@ -275,6 +294,20 @@ mod tests {
             }
         }
         assert!(pages >= 16 * 6, "{pages} pages");
+    }
+
+    #[test]
+    fn a_codec_the_direct_path_does_not_take_is_refused_by_its_one_list() {
+        for codec in crate::parquet::tests::codecs() {
+            assert!(takes(codec), "{codec}");
+        }
+        // Hadoop's framed LZ4, which only arrow-rs's route reads.
+        let (data, meta) = file(Compression::LZ4, WriterVersion::PARQUET_1_0, false);
+        let c = meta.row_group(0).column(0);
+        assert!(!takes(c.compression()));
+        let (start, len) = c.byte_range();
+        let e = Chunk::new(data, start, len, c.compression(), 1 << 20).err().expect("refused");
+        assert!(e.contains("LZ4"), "{e}");
     }
 
     #[test]

@@ -264,13 +264,7 @@ impl ParquetFile {
         }
         for &u in units {
             for c in self.meta.row_groups().get(u).map_or(&[][..], |rg| rg.columns()) {
-                if !matches!(
-                    c.compression(),
-                    Compression::UNCOMPRESSED
-                        | Compression::SNAPPY
-                        | Compression::ZSTD(_)
-                        | Compression::LZ4_RAW
-                ) {
+                if !chunk::takes(c.compression()) {
                     return Err(format!("column chunk '{}' is {}", c.column_path(), c.compression()));
                 }
                 let plain =
