@@ -193,11 +193,6 @@ impl Runner {
     {
         let signal = Arc::new(Notify::new());
         let nonce = self.next_run.fetch_add(1, Ordering::Relaxed);
-        self.running.lock().expect("not poisoned").entry(id).or_default().push((
-            nonce,
-            owner,
-            signal.clone(),
-        ));
         let deadline = tokio::time::Instant::from_std(log.started + self.limits.timeout);
         let secs = self.limits.timeout.as_secs();
         let runner = self.clone();
@@ -220,6 +215,12 @@ impl Runner {
                 return Self::answer(rx, ended);
             }
         };
+        // Cancellable from here: a query whose threads did not start is not running.
+        self.running.lock().expect("not poisoned").entry(id).or_default().push((
+            nonce,
+            owner,
+            signal.clone(),
+        ));
         // The stream is made and polled on the query's own threads, where the tasks it spawns
         // run too; this task, on the server's, keeps the deadline, a cancel and the client in
         // view even while an operator is inside a long poll there.
@@ -281,7 +282,7 @@ impl Runner {
             drop(tx);
             match let_go {
                 Ok(_) => keeper.threads.give_back(threads).await,
-                Err(_) => threads.shutdown_background(),
+                Err(_) => drop(threads),
             }
         });
         Self::answer(rx, ended)

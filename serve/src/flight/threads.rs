@@ -14,8 +14,27 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 
 /// How long an ended query's runtime may take to be left with no task, before it is shut down
-/// rather than kept.
-const SETTLE: Duration = Duration::from_millis(20);
+/// rather than kept: an operator's task ends at the end of its slice of [`super::paced::SLICE`].
+const SETTLE: Duration = super::paced::SLICE.saturating_mul(2);
+
+/// One query's runtime. Dropped anywhere (also inside a runtime that is shutting down) without
+/// blocking: a task still on it stops at its next await.
+pub(crate) struct Threads(Option<Runtime>);
+
+impl std::ops::Deref for Threads {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        self.0.as_ref().expect("held until dropped")
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
 
 /// The runtimes of the queries of one server.
 pub(crate) struct QueryThreads {
@@ -23,7 +42,7 @@ pub(crate) struct QueryThreads {
     stack: usize,
     /// How many idle runtimes are kept: as many as queries may run at once.
     kept: usize,
-    idle: Mutex<Vec<Runtime>>,
+    idle: Mutex<Vec<Threads>>,
 }
 
 impl QueryThreads {
@@ -32,22 +51,26 @@ impl QueryThreads {
     }
 
     /// A runtime for one query: one kept idle, or a new one.
-    pub(crate) fn take(&self) -> std::io::Result<Runtime> {
+    pub(crate) fn take(&self) -> std::io::Result<Threads> {
         if let Some(rt) = self.idle.lock().expect("not poisoned").pop() {
             return Ok(rt);
         }
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        tokio::runtime::Builder::new_multi_thread()
+        let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cores)
             .thread_name("dlframe-query")
             .thread_stack_size(self.stack)
             .enable_all()
-            .build()
+            .build()?;
+        Ok(Threads(Some(rt)))
     }
 
     /// Takes back the runtime of a query that has ended: kept when no task is left on it within
-    /// [`SETTLE`] and fewer than `kept` wait, shut down (without waiting for its tasks) otherwise.
-    pub(crate) async fn give_back(&self, rt: Runtime) {
+    /// [`SETTLE`] and fewer than `kept` wait, shut down (without waiting for its tasks)
+    /// otherwise. A blocking call (a file read that object_store hands to the blocking pool) is
+    /// not a task here: one left by the ended query finishes on the kept runtime's blocking
+    /// threads, apart from its workers.
+    pub(crate) async fn give_back(&self, rt: Threads) {
         // A finished task leaves the runtime's list just after its handle hears, and a task its
         // query aborted at its next poll.
         let until = tokio::time::Instant::now() + SETTLE;
@@ -57,9 +80,6 @@ impl QueryThreads {
         let mut idle = self.idle.lock().expect("not poisoned");
         if rt.metrics().num_alive_tasks() == 0 && idle.len() < self.kept {
             idle.push(rt);
-        } else {
-            drop(idle);
-            rt.shutdown_background();
         }
     }
 
@@ -67,15 +87,6 @@ impl QueryThreads {
     #[cfg(test)]
     fn idle(&self) -> usize {
         self.idle.lock().expect("not poisoned").len()
-    }
-}
-
-impl Drop for QueryThreads {
-    /// The idle runtimes end without blocking: the server may drop this on one of its own.
-    fn drop(&mut self) {
-        for rt in self.idle.get_mut().map(std::mem::take).unwrap_or_default() {
-            rt.shutdown_background();
-        }
     }
 }
 
@@ -89,6 +100,12 @@ mod tests {
         let rt = threads.take().unwrap();
         let done = rt.spawn(async { 1 });
         assert_eq!(done.await.unwrap(), 1);
+        // The task leaves the runtime's list just after its handle hears: on a busy machine,
+        // maybe later than `give_back` waits.
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while rt.metrics().num_alive_tasks() > 0 && std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         let first = rt.handle().id();
         threads.give_back(rt).await;
         assert_eq!(threads.idle(), 1);
