@@ -137,7 +137,8 @@ impl<T: Plain> Cursor<T> {
             }
             Values::Dict(ids, next) => {
                 *next += n;
-                Rows::Dict(&ids[*next - n..*next], dict.as_deref().unwrap_or_default())
+                // The page's indices were checked against this dictionary when it was read.
+                Rows::Dict(Lookups { ids: &ids[*next - n..*next], dict: dict.as_deref().unwrap_or_default() })
             }
         }))
     }
@@ -245,8 +246,9 @@ impl<T: Plain> Cursor<T> {
                     indices.resize(present, 0);
                     hybrid::decode(&values[1..], width, &mut indices)?;
                     let len = dict.len() / T::SIZE;
-                    // The largest first (a pass the compiler vectorises), the culprit only then.
-                    if indices.iter().max().is_some_and(|&i| i as usize >= len) {
+                    // The largest first (a fold of values, which the compiler vectorises where
+                    // `max()`, which keeps a reference, it does not), the culprit only then.
+                    if indices.iter().fold(0, |m, &i| m.max(i)) as usize >= len && !indices.is_empty() {
                         let bad = indices.iter().find(|&&i| i as usize >= len).expect("the largest is");
                         return Err(format!("dictionary index {bad} of a dictionary of {len}"));
                     }
@@ -281,8 +283,29 @@ impl<T> Drop for Cursor<T> {
 pub enum Rows<'a> {
     /// PLAIN values' bytes.
     Plain(&'a [u8]),
-    /// Indices, checked against the dictionary when their page was read, and its bytes.
-    Dict(&'a [u32], &'a [u8]),
+    /// Indices into a dictionary.
+    Dict(Lookups<'a>),
+}
+
+/// Indices and the bytes of their dictionary, every index checked to lie in it when its page
+/// was read ([`Cursor::next_page`], which alone replaces a cursor's dictionary, and drops the
+/// page before). Made only by [`Cursor::rows`] (its fields are private to this module), so that
+/// a lookup needs no check of its own.
+pub struct Lookups<'a> {
+    ids: &'a [u32],
+    dict: &'a [u8],
+}
+
+impl Lookups<'_> {
+    /// The value of index `r`.
+    fn get<T: Plain>(&self, r: usize) -> T {
+        let i = self.ids[r] as usize;
+        debug_assert!(i < self.dict.len() / T::SIZE);
+        let at = i * T::SIZE;
+        // SAFETY: `i` is below the dictionary's length in values (a `Lookups` holds only indices
+        // checked against its dictionary, see above), so `at + T::SIZE <= dict.len()`.
+        T::from_le(unsafe { self.dict.get_unchecked(at..at + T::SIZE) })
+    }
 }
 
 impl Rows<'_> {
@@ -290,7 +313,7 @@ impl Rows<'_> {
     fn get<T: Plain>(&self, r: usize) -> T {
         match self {
             Rows::Plain(bytes) => T::from_le(&bytes[r * T::SIZE..(r + 1) * T::SIZE]),
-            Rows::Dict(ids, dict) => entry(dict, ids[r]),
+            Rows::Dict(lookups) => lookups.get(r),
         }
     }
 
@@ -298,7 +321,7 @@ impl Rows<'_> {
     pub fn column_into<T: Plain>(&self, dst: &mut [T], stride: usize) {
         let n = match self {
             Rows::Plain(bytes) => bytes.len() / T::SIZE,
-            Rows::Dict(ids, _) => ids.len(),
+            Rows::Dict(lookups) => lookups.ids.len(),
         };
         dst.iter_mut().step_by(stride).take(n).enumerate().for_each(|(r, d)| *d = self.get(r));
     }
@@ -321,12 +344,36 @@ pub fn rows_into<T: Plain>(cols: &[Rows<'_>], dst: &mut [T]) {
     }
 }
 
-/// [`rows_into`] for `K` columns.
+/// [`rows_into`] for `K` columns: columns all of one kind are taken out of [`Rows`] once, so
+/// that each value is a load and a store (the kind no longer asked per value).
 fn rows_const<const K: usize, T: Plain>(cols: &[Rows<'_>], dst: &mut [T]) {
-    let cols: [&Rows<'_>; K] = std::array::from_fn(|j| &cols[j]);
-    for (r, row) in dst.chunks_exact_mut(K).enumerate() {
-        for j in 0..K {
-            row[j] = cols[j].get(r);
+    let n = dst.len() / K;
+    if cols.iter().all(|c| matches!(c, Rows::Dict(..))) {
+        let cols: [&Lookups<'_>; K] = std::array::from_fn(|j| match &cols[j] {
+            Rows::Dict(lookups) => lookups,
+            Rows::Plain(_) => unreachable!("every column is a dictionary's"),
+        });
+        for (r, row) in dst.chunks_exact_mut(K).enumerate() {
+            for j in 0..K {
+                row[j] = cols[j].get(r);
+            }
+        }
+    } else if cols.iter().all(|c| matches!(c, Rows::Plain(..))) {
+        let mut values: [_; K] = std::array::from_fn(|j| match cols[j] {
+            Rows::Plain(bytes) => bytes[..n * T::SIZE].chunks_exact(T::SIZE),
+            Rows::Dict(..) => unreachable!("every column is PLAIN"),
+        });
+        for row in dst.chunks_exact_mut(K) {
+            for j in 0..K {
+                row[j] = T::from_le(values[j].next().expect("n rows"));
+            }
+        }
+    } else {
+        let cols: [&Rows<'_>; K] = std::array::from_fn(|j| &cols[j]);
+        for (r, row) in dst.chunks_exact_mut(K).enumerate() {
+            for j in 0..K {
+                row[j] = cols[j].get(r);
+            }
         }
     }
 }

@@ -107,13 +107,14 @@ fn every_codec_encoding_and_page_version_reads_as_arrow_rs_reads_it() {
 }
 
 /// Pages longer than a tile: a tile without a null is written a whole row at a time, PLAIN
-/// values and a dictionary-encoded column (the third) side by side; the others (a null in one
-/// column, a page that ends inside the tile) column by column, the two mixed within a row group;
-/// 1 to 9 columns (9: past the widths written a row at a time).
+/// values and a dictionary-encoded column (the third) side by side, or every column's a
+/// dictionary's; the others (a null in one column, a page that ends inside the tile) column by
+/// column, the two mixed within a row group; 1 to 9 columns (9: past the widths written a row
+/// at a time).
 #[test]
 fn tiles_written_a_row_at_a_time_read_as_arrow_rs_reads_them() {
     let n = 5000;
-    for k in [1, 2, 3, 8, 9] {
+    for (k, all_dictionary) in [1, 2, 3, 8, 9].into_iter().flat_map(|k| [(k, false), (k, true)]) {
         let cols = (0..k).map(|j| {
             let col: ArrayRef = match j {
                 // Nulls in rows 1100..1150 only: in the second tile, which no page ends in.
@@ -127,7 +128,7 @@ fn tiles_written_a_row_at_a_time_read_as_arrow_rs_reads_them() {
         let batch = RecordBatch::try_from_iter(cols).unwrap();
         // Row groups of 3,000 and 2,000 rows; pages of 2,500 rows, so one ends in a tile.
         let props = WriterProperties::builder()
-            .set_dictionary_enabled(false)
+            .set_dictionary_enabled(all_dictionary)
             .set_column_dictionary_enabled(ColumnPath::from("c2"), true)
             .set_max_row_group_row_count(Some(3000))
             .set_data_page_row_count_limit(2500)
@@ -136,11 +137,12 @@ fn tiles_written_a_row_at_a_time_read_as_arrow_rs_reads_them() {
         let f = written(&batch, props);
         assert_eq!(f.units(), [3000, 2000]);
         let dictionary = f.meta.row_group(0).columns().iter().map(|c| c.dictionary_page_offset().is_some());
-        assert!(dictionary.enumerate().all(|(j, d)| d == (j == 2)));
+        assert!(dictionary.enumerate().all(|(j, d)| d == (all_dictionary || j == 2)));
         let direct = f.read(&[0, 1], &filled(-1.0)).unwrap();
-        assert_eq!(bits(&direct), bits(&f.through_arrow(&[0, 1], &filled(-1.0)).unwrap()), "{k} columns");
+        let case = format!("{k} columns, all dictionaries: {all_dictionary}");
+        assert_eq!(bits(&direct), bits(&f.through_arrow(&[0, 1], &filled(-1.0)).unwrap()), "{case}");
         let v = direct.values.as_slice::<f64>().unwrap();
-        assert_eq!(v[4999 * k], 4999.0 - 7.0, "{k} columns");
+        assert_eq!(v[4999 * k], 4999.0 - 7.0, "{case}");
     }
 }
 
