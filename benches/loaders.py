@@ -16,7 +16,10 @@ timing, the best of 3 (Ray and HF datasets: of 2).
   (``np.take``) and making that permutation (``rng.permutation``);
 - dlframe: ``dlframe.batches(paths_or_table, B, to="torch")``, unshuffled and with
   ``shuffle=True, seed=0``: the elastic epoch (the default 8 splits, units shuffled, a buffer
-  of one step) and the same with ``splits=1`` (the order before splits: one range of rows);
+  of one step) and the same with ``splits=1`` (the order before splits: one range of rows).
+  Each loader is made once and iterated once an epoch, as a training loop does (and as
+  pyarrow's dataset and Polars' scan are made once here); from Parquet, ``dlframe, made each
+  epoch`` also opens the files, reads their footers and maps them in every epoch;
   and over 4 ranks (``shard=(r, 4)``: 4 processes at once, each reading its quarter, against 1
   process, uncompressed files; the floor is the same with pyarrow decoding a quarter of the
   files in each process);
@@ -247,16 +250,16 @@ def run(tmp):
             rng.permutation(min(block, ROWS - s))
         return 0
 
+    in_memory = dlframe.batches(table, BATCH, to="torch")
+    in_memory_shuffled = dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0)
+    in_memory_one_split = dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0, splits=1)
     mem = {
         "memcpy": (memcpy, 3),
         "gather (np.take, blocks of B)": (gather, 3),
         "permutations (rng.permutation)": (permute, 3),
-        "dlframe": (lambda: epoch(dlframe.batches(table, BATCH, to="torch")), 3),
-        "dlframe shuffled": (lambda: epoch(dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0)), 3),
-        "dlframe shuffled, one split": (
-            lambda: epoch(dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0, splits=1)),
-            3,
-        ),
+        "dlframe": (lambda: epoch(in_memory), 3),
+        "dlframe shuffled": (lambda: epoch(in_memory_shuffled), 3),
+        "dlframe shuffled, one split": (lambda: epoch(in_memory_one_split), 3),
         "pyarrow": (lambda: pyarrow_epoch(table.to_batches(BATCH)), 3),
     }
     import polars as pl
@@ -264,27 +267,27 @@ def run(tmp):
     def parquet(paths, codec):
         """The candidates that read `paths`, the Parquet files of `codec`."""
         dataset = ds.dataset(paths, format="parquet")
-        b = dlframe.batches(paths, BATCH)
-        assert b.plan()["reader"] == "dlframe", b.plan()["reader"]
+        loader = dlframe.batches(paths, BATCH, to="torch")
+        assert loader.plan()["reader"] == "dlframe", loader.plan()["reader"]
+        shuffled = dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0)
+        one_split = dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0, splits=1)
         c = {
             "memcpy": (memcpy, 3),
             "decode (pyarrow to_batches)": (lambda: sum(b.num_rows for b in dataset.to_batches(batch_size=BATCH)), 3),
-            "dlframe": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch")), 3),
-            "dlframe shuffled": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0)), 3),
-            "dlframe shuffled, one split": (
-                lambda: epoch(dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0, splits=1)),
-                3,
-            ),
+            "dlframe": (lambda: epoch(loader), 3),
+            "dlframe, made each epoch": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch")), 3),
+            "dlframe shuffled": (lambda: epoch(shuffled), 3),
+            "dlframe shuffled, one split": (lambda: epoch(one_split), 3),
             "pyarrow": (lambda: pyarrow_epoch(dataset.to_batches(batch_size=BATCH)), 3),
         }
         floor = decompression(table, codec.split(",")[0])
         if floor is not None:
             c["decompression alone"] = (floor, 3)
-        scan = lambda: pl.scan_parquet(paths)
+        scan = pl.scan_parquet(paths)
         if hasattr(pl.LazyFrame, "collect_batches"):
-            c["Polars"] = (lambda: epoch(s.to_torch() for s in scan().collect_batches(chunk_size=BATCH)), 3)
+            c["Polars"] = (lambda: epoch(s.to_torch() for s in scan.collect_batches(chunk_size=BATCH)), 3)
         else:
-            c["Polars"] = (lambda: epoch(s.to_torch() for s in scan().collect().iter_slices(BATCH)), 3)
+            c["Polars"] = (lambda: epoch(s.to_torch() for s in scan.collect().iter_slices(BATCH)), 3)
         return c
 
     pqs = {codec: parquet(p, codec) for codec, p in files.items()}
