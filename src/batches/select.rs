@@ -32,7 +32,9 @@ impl Router {
     }
 
     /// The parts of the next input batch of `rows` rows to keep, as `(offset, len, slot)` within
-    /// it.
+    /// it. Runs that follow each other into one split are one part: a batch across them is then
+    /// one slice of the input, not two joined by a copy (a group of row groups read as one
+    /// array, whose units are runs of their own).
     pub fn cut(&mut self, rows: usize) -> Vec<(usize, usize, usize)> {
         let mut out = Vec::new();
         let mut at = 0usize;
@@ -46,7 +48,10 @@ impl Router {
                 continue;
             }
             let t = front.1.min(room);
-            out.push((at, t as usize, front.2));
+            match out.last_mut() {
+                Some((o, l, slot)) if *slot == front.2 && *o + *l == at => *l += t as usize,
+                _ => out.push((at, t as usize, front.2)),
+            }
             front.1 -= t;
             at += t as usize;
             self.kept += t;
@@ -73,5 +78,14 @@ mod tests {
         assert!(s.done());
         assert_eq!(s.cut(5), []);
         assert!(Router::new([(5, 0, 0)]).done());
+    }
+
+    #[test]
+    fn runs_that_follow_each_other_into_one_split_are_one_part() {
+        let mut s = Router::new([(0, 3, 0), (0, 4, 0), (0, 2, 1), (1, 2, 1), (0, 5, 0)]);
+        assert_eq!(s.cut(7), [(0, 7, 0)]);
+        // Another split, a skipped row, then split 0 again: each a part of its own.
+        assert_eq!(s.cut(20), [(0, 2, 1), (3, 2, 1), (5, 5, 0)]);
+        assert_eq!(s.counts(), (16, 0));
     }
 }

@@ -297,4 +297,32 @@ mod tests {
         assert!(second.values.copied());
         std::fs::remove_dir_all(&d).unwrap();
     }
+
+    #[test]
+    fn a_batch_across_two_units_of_one_group_shares_its_rows() {
+        let d = dir("units");
+        let files = ParquetFiles::open(&[write(&d, "a.parquet", 0.0, false)]).unwrap();
+        // Units 0 and 1 read as one group; the plan routes each unit as a run of its own.
+        let group = files.files[0].read_rows(&[0, 1], &export()).unwrap();
+        let base = group.to_data().child_data()[0].buffers()[0].as_ptr();
+        let field = Arc::new(Field::new("rows", group.data_type().clone(), false));
+        let mut input: Option<Result<(FieldRef, ArrayRef)>> = Some(Ok((field, group)));
+        let mut next = || input.take();
+        let setup = Setup {
+            router: Some(crate::batches::Router::new([(0, 300, 0), (0, 300, 0)])),
+            ..Setup::in_order(BatchOptions::new(200).unwrap())
+        };
+        let mut batches = Vec::new();
+        let keep = |b: Result<TableTensors>| {
+            batches.push(b.unwrap());
+            true
+        };
+        produce(&mut next, setup, 2, keep, &AtomicBool::new(false));
+        assert_eq!(batches.len(), 3);
+        // Rows 200..400 span the units' boundary at row 300: still one slice of the group.
+        let TableTensors::One(second) = &batches[1] else { panic!("one matrix") };
+        assert!(!second.values.copied());
+        assert_eq!(second.values.data_ptr(), base.wrapping_add(200 * 3 * 4));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }
