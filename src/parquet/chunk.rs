@@ -20,7 +20,7 @@ const SPARE_BYTES: usize = 32 << 20;
 thread_local! {
     static SPARES: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
     /// A zstd context kept for the thread's next chunk: making one (its 160 KB mapped and
-    /// set up anew) for each chunk was 2% of a zstd read.
+    /// set up anew) for each chunk was 2% of a zstd read's profile.
     static ZSTD: RefCell<Option<Box<Zstd>>> = const { RefCell::new(None) };
 }
 
@@ -57,7 +57,8 @@ fn spare(len: usize) -> BytesMut {
     buf
 }
 
-/// A decompressor for a chunk's codec (zstd's context is made for the chunk's first page).
+/// A decompressor for a chunk's codec (zstd's context is taken from the thread, or made, for
+/// the chunk's first page).
 enum Codec {
     None,
     Snappy(snap::raw::Decoder),

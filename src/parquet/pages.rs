@@ -7,6 +7,8 @@
 //! decode (other encodings, nested columns) never reaches it: the reader routes it to
 //! arrow-rs's reader first.
 
+use std::marker::PhantomData;
+
 use bytes::Bytes;
 use parquet::basic::Encoding;
 use parquet::column::page::Page;
@@ -120,7 +122,7 @@ impl<T: Plain> Cursor<T> {
     ///
     /// # Errors
     /// As [`Cursor::fill`], for the page read.
-    pub fn rows(&mut self, n: usize) -> Result<Option<Rows<'_>>, String> {
+    pub fn rows(&mut self, n: usize) -> Result<Option<Rows<'_, T>>, String> {
         if self.page.as_ref().is_none_or(|p| p.at >= p.rows) {
             self.page = self.next_page()?;
         }
@@ -133,12 +135,13 @@ impl<T: Plain> Cursor<T> {
         Ok(Some(match &mut page.values {
             Values::Plain(bytes, next) => {
                 *next += n * T::SIZE;
-                Rows::Plain(&bytes[*next - n * T::SIZE..*next])
+                Rows::Plain(&bytes[*next - n * T::SIZE..*next], PhantomData)
             }
             Values::Dict(ids, next) => {
                 *next += n;
                 // The page's indices were checked against this dictionary when it was read.
-                Rows::Dict(Lookups { ids: &ids[*next - n..*next], dict: dict.as_deref().unwrap_or_default() })
+                let dict = dict.as_deref().unwrap_or_default();
+                Rows::Dict(Lookups { ids: &ids[*next - n..*next], dict, of: PhantomData })
             }
         }))
     }
@@ -279,48 +282,51 @@ impl<T> Drop for Cursor<T> {
     }
 }
 
-/// A column's rows without a null, as [`Cursor::rows`] hands them out (the page's, in place).
-pub enum Rows<'a> {
+/// A column's rows of `T` without a null, as [`Cursor::rows`] hands them out (the page's, in
+/// place).
+pub enum Rows<'a, T> {
     /// PLAIN values' bytes.
-    Plain(&'a [u8]),
+    Plain(&'a [u8], PhantomData<T>),
     /// Indices into a dictionary.
-    Dict(Lookups<'a>),
+    Dict(Lookups<'a, T>),
 }
 
-/// Indices and the bytes of their dictionary, every index checked to lie in it when its page
-/// was read ([`Cursor::next_page`], which alone replaces a cursor's dictionary, and drops the
-/// page before). Made only by [`Cursor::rows`] (its fields are private to this module), so that
-/// a lookup needs no check of its own.
-pub struct Lookups<'a> {
+/// Indices and the bytes of their dictionary of `T`s, every index checked to lie in it (as
+/// `T`s) when its page was read by a `Cursor<T>` (`Cursor::next_page`, which alone replaces a
+/// cursor's dictionary, and drops the page before). Made only by [`Cursor::rows`] (its fields
+/// are private to this module), and read only as `T`s, so that a lookup needs no check of its
+/// own.
+pub struct Lookups<'a, T> {
     ids: &'a [u32],
     dict: &'a [u8],
+    of: PhantomData<T>,
 }
 
-impl Lookups<'_> {
+impl<T: Plain> Lookups<'_, T> {
     /// The value of index `r`.
-    fn get<T: Plain>(&self, r: usize) -> T {
+    fn get(&self, r: usize) -> T {
         let i = self.ids[r] as usize;
         debug_assert!(i < self.dict.len() / T::SIZE);
         let at = i * T::SIZE;
-        // SAFETY: `i` is below the dictionary's length in values (a `Lookups` holds only indices
-        // checked against its dictionary, see above), so `at + T::SIZE <= dict.len()`.
+        // SAFETY: `i` is below the dictionary's length in `T`s (a `Lookups<T>` holds only indices
+        // checked against its dictionary for this `T`, see above), so `at + T::SIZE <= dict.len()`.
         T::from_le(unsafe { self.dict.get_unchecked(at..at + T::SIZE) })
     }
 }
 
-impl Rows<'_> {
+impl<T: Plain> Rows<'_, T> {
     /// Value `r`.
-    fn get<T: Plain>(&self, r: usize) -> T {
+    fn get(&self, r: usize) -> T {
         match self {
-            Rows::Plain(bytes) => T::from_le(&bytes[r * T::SIZE..(r + 1) * T::SIZE]),
+            Rows::Plain(bytes, _) => T::from_le(&bytes[r * T::SIZE..(r + 1) * T::SIZE]),
             Rows::Dict(lookups) => lookups.get(r),
         }
     }
 
     /// Writes the values into `dst[r * stride]`, one at a time.
-    pub fn column_into<T: Plain>(&self, dst: &mut [T], stride: usize) {
+    pub fn column_into(&self, dst: &mut [T], stride: usize) {
         let n = match self {
-            Rows::Plain(bytes) => bytes.len() / T::SIZE,
+            Rows::Plain(bytes, _) => bytes.len() / T::SIZE,
             Rows::Dict(lookups) => lookups.ids.len(),
         };
         dst.iter_mut().step_by(stride).take(n).enumerate().for_each(|(r, d)| *d = self.get(r));
@@ -330,7 +336,7 @@ impl Rows<'_> {
 /// Writes the rows of `cols` (as many each) into the rows of `dst`, one column each. Up to 8
 /// columns a whole row at a time: the row's values read from each column and stored together,
 /// which takes a whole-file read 20% less time than each column stored at its stride.
-pub fn rows_into<T: Plain>(cols: &[Rows<'_>], dst: &mut [T]) {
+pub fn rows_into<T: Plain>(cols: &[Rows<'_, T>], dst: &mut [T]) {
     match cols.len() {
         1 => rows_const::<1, T>(cols, dst),
         2 => rows_const::<2, T>(cols, dst),
@@ -346,12 +352,12 @@ pub fn rows_into<T: Plain>(cols: &[Rows<'_>], dst: &mut [T]) {
 
 /// [`rows_into`] for `K` columns: columns all of one kind are taken out of [`Rows`] once, so
 /// that each value is a load and a store (the kind no longer asked per value).
-fn rows_const<const K: usize, T: Plain>(cols: &[Rows<'_>], dst: &mut [T]) {
+fn rows_const<const K: usize, T: Plain>(cols: &[Rows<'_, T>], dst: &mut [T]) {
     let n = dst.len() / K;
     if cols.iter().all(|c| matches!(c, Rows::Dict(..))) {
-        let cols: [&Lookups<'_>; K] = std::array::from_fn(|j| match &cols[j] {
+        let cols: [&Lookups<'_, T>; K] = std::array::from_fn(|j| match &cols[j] {
             Rows::Dict(lookups) => lookups,
-            Rows::Plain(_) => unreachable!("every column is a dictionary's"),
+            Rows::Plain(..) => unreachable!("every column is a dictionary's"),
         });
         for (r, row) in dst.chunks_exact_mut(K).enumerate() {
             for j in 0..K {
@@ -360,7 +366,7 @@ fn rows_const<const K: usize, T: Plain>(cols: &[Rows<'_>], dst: &mut [T]) {
         }
     } else if cols.iter().all(|c| matches!(c, Rows::Plain(..))) {
         let mut values: [_; K] = std::array::from_fn(|j| match cols[j] {
-            Rows::Plain(bytes) => bytes[..n * T::SIZE].chunks_exact(T::SIZE),
+            Rows::Plain(bytes, _) => bytes[..n * T::SIZE].chunks_exact(T::SIZE),
             Rows::Dict(..) => unreachable!("every column is PLAIN"),
         });
         for row in dst.chunks_exact_mut(K) {
@@ -369,7 +375,7 @@ fn rows_const<const K: usize, T: Plain>(cols: &[Rows<'_>], dst: &mut [T]) {
             }
         }
     } else {
-        let cols: [&Rows<'_>; K] = std::array::from_fn(|j| &cols[j]);
+        let cols: [&Rows<'_, T>; K] = std::array::from_fn(|j| &cols[j]);
         for (r, row) in dst.chunks_exact_mut(K).enumerate() {
             for j in 0..K {
                 row[j] = cols[j].get(r);

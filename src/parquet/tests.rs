@@ -391,3 +391,50 @@ fn a_page_that_declares_more_than_its_rows_can_fill_is_refused_before_it_is_deco
     let e = f.read(&[0], &opts).unwrap_err().to_string();
     assert!(e.contains("t.parquet") && e.contains("declares 1048575 bytes uncompressed"), "{e}");
 }
+
+/// The pages of the one column chunk of a file of `values` (float64, required, dictionary
+/// pages, one row group, one data page): the dictionary page's bytes and the data page's.
+fn dictionary_pages(values: &[f64]) -> (Vec<u8>, Vec<u8>) {
+    let col = Float64Array::from(values.to_vec());
+    let batch = RecordBatch::try_from_iter([("x", Arc::new(col) as ArrayRef)]).unwrap();
+    let f = written(&batch, props(Compression::UNCOMPRESSED, true, WriterVersion::PARQUET_1_0, 10_000));
+    let c = f.meta.row_group(0).column(0);
+    let (start, len) = c.byte_range();
+    let (start, end) = (start as usize, (start + len) as usize);
+    let (_, dict) = headers::page_at(&f.data, start, end).unwrap();
+    let (_, data) = headers::page_at(&f.data, dict.end, end).unwrap();
+    assert_eq!(data.end, end, "one data page");
+    (f.data[start..dict.end].to_vec(), f.data[dict.end..data.end].to_vec())
+}
+
+/// A chunk whose second dictionary page is smaller than its first, then a data page whose
+/// indices lie only in the first: the indices are checked against the dictionary in force
+/// (the one a lookup reads), an error, never a read past it.
+#[test]
+fn indices_are_checked_against_the_dictionary_that_replaced_an_earlier_one() {
+    let wide: Vec<f64> = (0..30).map(f64::from).collect();
+    let (big, data) = dictionary_pages(&wide);
+    let (small, _) = dictionary_pages(&[7.0, 8.0, 7.0, 8.0]);
+    let per = wide.len();
+    let read = |pages: Vec<u8>, rows: usize| {
+        let len = pages.len() as u64;
+        let chunk = Chunk::new(Bytes::from(pages), 0, len, Compression::UNCOMPRESSED, 1 << 20).unwrap();
+        let mut cursor = Cursor::<f64>::new(chunk, rows, 0, OnNull::Refuse);
+        // A page's rows at a time: each page's rows are handed out whole, as lookups.
+        let mut out = vec![0.0; rows];
+        for tile in out.chunks_mut(per) {
+            let r = cursor.rows(per)?.expect("a page's rows, without nulls");
+            pages::rows_into(&[r], tile);
+        }
+        Ok::<_, String>(out)
+    };
+    // The pages as written read back (the second pair: the big dictionary again).
+    let twice = [&big[..], &data, &big, &data].concat();
+    let mut want = wide.clone();
+    want.extend(&wide);
+    assert_eq!(read(twice, 2 * per).unwrap(), want);
+    // The small dictionary in the big one's place before the second data page.
+    let hostile = [&big[..], &data, &small, &data].concat();
+    let e = read(hostile, 2 * per).unwrap_err();
+    assert!(e.contains("of a dictionary of 2"), "{e}");
+}
