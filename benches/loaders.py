@@ -19,9 +19,10 @@ timing, the best of 3 (Ray and HF datasets: of 2).
   of one step) and the same with ``splits=1`` (the order before splits: one range of rows);
   each loader made once and iterated once an epoch, as a training loop does (and as pyarrow's
   dataset and Polars' scan are made once here), and from Parquet ``dlframe, made each epoch``,
-  which also opens the files, reads their footers and maps them in every epoch; and over 4 ranks (``shard=(r, 4)``: 4 processes at once, each reading its quarter, against 1
-  process, uncompressed files; the floor is the same with pyarrow decoding a quarter of the
-  files in each process);
+  which also opens the files, reads their footers and maps them in every epoch; and over 4
+  ranks (``shard=(r, 4)``: 4 processes at once, each reading its quarter, against 1 process,
+  uncompressed files; the floor is the same with pyarrow decoding a quarter of the files in
+  each process);
 - Mosaic Streaming: ``StreamingDataset`` over MDS shards written from the same rows (one
   ``ndarray:float32:8`` column), ``num_canonical_nodes=1``, through a DataLoader that stacks
   each batch's samples; one epoch each way (it reads sample by sample);
@@ -86,6 +87,15 @@ def epoch(batches) -> int:
 def pyarrow_epoch(batches) -> int:
     """pyarrow's loop: each record batch's columns stacked by numpy, as a torch tensor."""
     return epoch(torch.from_numpy(np.column_stack([c.to_numpy() for c in b.columns])) for b in batches)
+
+
+def dlframe_loaders(source) -> dict:
+    """dlframe's three candidates over `source`, each loader made once and iterated an epoch
+    at a time: unshuffled, shuffled (the elastic epoch) and shuffled in one split."""
+    kinds = {"dlframe": {}, "dlframe shuffled": dict(shuffle=True, seed=0),
+             "dlframe shuffled, one split": dict(shuffle=True, seed=0, splits=1)}
+    made = {name: dlframe.batches(source, BATCH, to="torch", **kw) for name, kw in kinds.items()}
+    return {name: (lambda b=b: epoch(b), 3) for name, b in made.items()}
 
 
 def stacked(d) -> torch.Tensor:
@@ -251,16 +261,11 @@ def run(tmp):
             rng.permutation(min(block, ROWS - s))
         return 0
 
-    in_memory = dlframe.batches(table, BATCH, to="torch")
-    in_memory_shuffled = dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0)
-    in_memory_one_split = dlframe.batches(table, BATCH, to="torch", shuffle=True, seed=0, splits=1)
     mem = {
         "memcpy": (memcpy, 3),
         "gather (np.take, blocks of B)": (gather, 3),
         "permutations (rng.permutation)": (permute, 3),
-        "dlframe": (lambda: epoch(in_memory), 3),
-        "dlframe shuffled": (lambda: epoch(in_memory_shuffled), 3),
-        "dlframe shuffled, one split": (lambda: epoch(in_memory_one_split), 3),
+        **dlframe_loaders(table),
         "pyarrow": (lambda: pyarrow_epoch(table.to_batches(BATCH)), 3),
     }
     import polars as pl
@@ -268,17 +273,13 @@ def run(tmp):
     def parquet(paths, codec):
         """The candidates that read `paths`, the Parquet files of `codec`."""
         dataset = ds.dataset(paths, format="parquet")
-        loader = dlframe.batches(paths, BATCH, to="torch")
-        assert loader.plan()["reader"] == "dlframe", loader.plan()["reader"]
-        shuffled = dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0)
-        one_split = dlframe.batches(paths, BATCH, to="torch", shuffle=True, seed=0, splits=1)
+        reader = dlframe.batches(paths, BATCH).plan()["reader"]
+        assert reader == "dlframe", reader
         c = {
             "memcpy": (memcpy, 3),
             "decode (pyarrow to_batches)": (lambda: sum(b.num_rows for b in dataset.to_batches(batch_size=BATCH)), 3),
-            "dlframe": (lambda: epoch(loader), 3),
+            **dlframe_loaders(paths),
             "dlframe, made each epoch": (lambda: epoch(dlframe.batches(paths, BATCH, to="torch")), 3),
-            "dlframe shuffled": (lambda: epoch(shuffled), 3),
-            "dlframe shuffled, one split": (lambda: epoch(one_split), 3),
             "pyarrow": (lambda: pyarrow_epoch(dataset.to_batches(batch_size=BATCH)), 3),
         }
         floor = decompression(table, codec.split(",")[0])
